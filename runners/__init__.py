@@ -1,0 +1,1 @@
+"""Harness programs that Brain runs as child processes. Nothing here imports Django."""
