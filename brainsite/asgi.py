@@ -1,0 +1,123 @@
+"""ASGI entry: request IDs and security headers on every response, the body limit, the lazy
+runtime start (Daphne has no lifespan), and routing of SSE streams to the Channels consumer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+from typing import Any
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
+django.setup()
+
+from channels.routing import ProtocolTypeRouter  # noqa: E402
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+from brainsite import runtime_host  # noqa: E402
+from brainsite.transport import pending_bytes_probe  # noqa: E402
+from sessions_app.consumers import EventStreamConsumer  # noqa: E402
+
+__all__ = ["application"]
+
+BODY_OVERHEAD_BYTES = 16 * 1024  # spec: bodies may be input_bytes + 16 KiB
+_EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
+
+Scope = dict[str, Any]
+
+
+def _error_body(code: str, message: str, request_id: str) -> bytes:
+    import orjson
+
+    return orjson.dumps({"error": {"code": code, "message": message}, "request_id": request_id})
+
+
+class BrainHttpMiddleware:
+    """Outermost HTTP layer; knows nothing of sessions."""
+
+    def __init__(self, django_app: Any, stream_app: Any) -> None:
+        self.django_app = django_app
+        self.stream_app = stream_app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        await runtime_host.ensure_started()
+        request_id = secrets.token_hex(16)
+        scope["brain_request_id"] = request_id
+        scope["brain_pending_bytes"] = pending_bytes_probe(send)
+        extra = [(b"x-request-id", request_id.encode()), (b"x-content-type-options", b"nosniff")]
+
+        async def send_with_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [h for h in message.get("headers", []) if h[0].lower() != b"x-content-type-options"]
+                message = {**message, "headers": [*headers, *extra]}
+            await send(message)
+
+        limit = runtime_host.body_limit() + BODY_OVERHEAD_BYTES
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                await self._reject_too_large(send_with_headers, request_id)
+                return
+        match = _EVENTS_PATH.match(scope.get("path", ""))
+        if match and scope.get("method") == "GET" and self._wants_stream(scope):
+            scope["url_route"] = {"kwargs": {"session_id": match.group(1)}}
+            await self.stream_app(scope, receive, send_with_headers)
+            return
+        await self.django_app(scope, self._limited_receive(receive, limit), send_with_headers)
+
+    @staticmethod
+    def _wants_stream(scope: Scope) -> bool:
+        for name, value in scope.get("headers", ()):
+            if name == b"accept" and b"text/event-stream" in value:
+                return True
+        return False
+
+    @staticmethod
+    async def _reject_too_large(send: Any, request_id: str) -> None:
+        body = _error_body("invalid_request", "request body exceeds the size limit", request_id)
+        await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": body})
+
+    @staticmethod
+    def _limited_receive(receive: Any, limit: int) -> Any:
+        """Chunked bodies have no Content-Length: cut them off past the limit."""
+        received = 0
+
+        async def limited() -> dict[str, Any]:
+            nonlocal received
+            message: dict[str, Any] = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise runtime_host.BodyTooLarge()
+            return message  # noqa: RET504
+
+        return limited
+
+
+class _TooLargeGuard:
+    """Turns BodyTooLarge from a chunked upload into the 413 envelope."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        started = False
+
+        async def tracking_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except runtime_host.BodyTooLarge:
+            if not started:
+                await BrainHttpMiddleware._reject_too_large(send, scope.get("brain_request_id", ""))
+
+
+application = ProtocolTypeRouter(
+    {"http": BrainHttpMiddleware(_TooLargeGuard(get_asgi_application()), EventStreamConsumer.as_asgi())}
+)

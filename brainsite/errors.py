@@ -1,0 +1,90 @@
+"""Errors with a spec code and HTTP status. Domain code raises them; only the API layer renders.
+
+    BrainError (500 brain_error)
+    ├── InvalidRequest (400 invalid_request)
+    │   └── PayloadTooLarge (413 invalid_request)
+    ├── Unauthorized (401 forbidden, WWW-Authenticate: Bearer)
+    ├── Forbidden (403 forbidden)
+    ├── NotFound (404 not_found)
+    ├── Conflict (409 conflict)
+    ├── CursorUnavailable (409 cursor_unavailable)
+    ├── Unsupported (422 unsupported)
+    └── Overloaded (429 overloaded, Retry-After: 1)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrainError",
+    "InvalidRequest",
+    "PayloadTooLarge",
+    "Unauthorized",
+    "Forbidden",
+    "NotFound",
+    "Conflict",
+    "CursorUnavailable",
+    "Unsupported",
+    "Overloaded",
+]
+
+
+class BrainError(Exception):
+    code = "brain_error"
+    status = 500
+
+    def __init__(self, message: str = "internal server error") -> None:
+        super().__init__(message)
+        self.message = message
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class InvalidRequest(BrainError):
+    code = "invalid_request"
+    status = 400
+
+
+class PayloadTooLarge(InvalidRequest):
+    status = 413
+
+
+class Unauthorized(BrainError):
+    code = "forbidden"  # spec: 401 uses the code "forbidden"
+    status = 401
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(BrainError):
+    code = "forbidden"
+    status = 403
+
+
+class NotFound(BrainError):
+    code = "not_found"
+    status = 404
+
+
+class Conflict(BrainError):
+    code = "conflict"
+    status = 409
+
+
+class CursorUnavailable(BrainError):
+    code = "cursor_unavailable"
+    status = 409
+
+
+class Unsupported(BrainError):
+    code = "unsupported"
+    status = 422
+
+
+class Overloaded(BrainError):
+    code = "overloaded"
+    status = 429
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}

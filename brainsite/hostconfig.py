@@ -1,0 +1,380 @@
+"""The host config file (reference-configuration): strict decoding, defaults, ranges, env checks.
+
+Imports no Django, so `manage.py` can read `data_dir` before settings load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "ConfigError",
+    "HostConfig",
+    "Limits",
+    "Secrets",
+    "load_host_config",
+    "parse_host_config",
+    "resolve_secrets",
+]
+
+MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
+MIN_TOKEN_BYTES = 24  # spec: token values must be at least 24 bytes
+TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")
+SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
+
+
+class ConfigError(ValueError):
+    """An invalid host config; the message names the offending field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def _check_url(value: str, *, what: str, allow_query: bool = True) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"{what} must be an absolute http or https URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"{what} must not contain credentials")
+    if parts.fragment or "#" in value:
+        raise ValueError(f"{what} must not contain a fragment")
+    if not allow_query and parts.query:
+        raise ValueError(f"{what} must not contain query parameters")
+    return value
+
+
+class TokenGrant(_Strict):
+    token_env: str = Field(min_length=1)
+    tenant: str
+    session: str = ""
+    manage: bool = False
+    read_only: bool = False
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant_length(cls, value: str) -> str:
+        if not 1 <= len(value.encode()) <= 128:
+            raise ValueError("tenant must be 1-128 bytes")
+        return value
+
+    @field_validator("session")
+    @classmethod
+    def _session_id(cls, value: str) -> str:
+        if value and not SESSION_ID.match(value):
+            raise ValueError("session must be a 32-character lowercase hex session ID")
+        return value
+
+
+class Harness(_Strict):
+    command: list[str] = Field(min_length=1)
+    max_shared: int = Field(default=8, ge=1, le=1024)
+    max_active_turns: int | None = Field(default=None, ge=1)
+    max_hosts: int = Field(default=16, ge=1)
+    max_starting: int = Field(default=4, ge=1)
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("command[0] must be non-empty")
+        return value
+
+    @model_validator(mode="after")
+    def _active_within_shared(self) -> Harness:
+        if self.max_active_turns is not None and self.max_active_turns > self.max_shared:
+            raise ValueError("max_active_turns must be between 1 and max_shared")
+        return self
+
+    @property
+    def active_turns(self) -> int:
+        return self.max_active_turns or self.max_shared
+
+
+class Provider(_Strict):
+    api_key_env: str = Field(min_length=1)
+    base_url: str = ""
+    api: str = ""
+
+    @field_validator("base_url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        return _check_url(value, what="base_url") if value else value
+
+
+class ToolBindingConfig(_Strict):
+    name: str
+    description: str = Field(min_length=1)
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    url: str
+    tenants: list[str] = Field(min_length=1)
+    token_env: str = ""
+    transport: str = ""
+    mcp_tool: str = ""
+    timeout_seconds: int = Field(default=300, ge=1, le=86400)
+    max_output_bytes: int = Field(default=1 << 20, ge=1, le=2 << 20)
+    inspect_session: bool = False
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not TOOL_NAME.match(value):
+            raise ValueError("name must match ^[a-zA-Z][a-zA-Z0-9_]{0,63}$")
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return _check_url(value, what="url")
+
+    @model_validator(mode="after")
+    def _transport(self) -> ToolBindingConfig:
+        if self.inspect_session and self.mcp_tool:
+            raise ValueError("inspect_session cannot be combined with mcp_tool")
+        transport = self.effective_transport
+        if transport not in ("http", "mcp"):
+            raise ValueError(f"unknown transport {transport!r}")
+        if transport == "mcp" and not self.mcp_tool:
+            raise ValueError("transport mcp needs mcp_tool")
+        for key in ("input_schema", "output_schema"):
+            schema = getattr(self, key)
+            if schema is not None and _has_external_ref(schema):
+                raise ValueError(f"{key} must not use an external $ref")
+        return self
+
+    @property
+    def effective_transport(self) -> str:
+        return self.transport or ("mcp" if self.mcp_tool else "http")
+
+    def descriptor(self) -> dict[str, Any]:
+        value: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
+        if self.output_schema is not None:
+            value["output_schema"] = self.output_schema
+        return value
+
+
+def _has_external_ref(schema: Any) -> bool:
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            return True
+        return any(_has_external_ref(value) for value in schema.values())
+    if isinstance(schema, list):
+        return any(_has_external_ref(value) for value in schema)
+    return False
+
+
+class Limits(_Strict):
+    active: int = Field(default=16, ge=1)
+    loaded: int = Field(default=1024, ge=1)
+    queue: int = Field(default=16, ge=1, le=1024)
+    input_bytes: int = Field(default=65536, ge=1, le=1 << 20)
+    session_bytes: int = Field(default=1 << 30, ge=16 << 20)
+    subscribers: int = Field(default=128, ge=1)
+    subscriber_events: int = Field(default=128, ge=1)
+    subscriber_bytes: int = Field(default=2 << 20, ge=4096)
+
+    @model_validator(mode="after")
+    def _loaded_at_least_active(self) -> Limits:
+        if self.loaded < self.active:
+            raise ValueError("loaded must be at least active")
+        return self
+
+
+class Persistence(_Strict):
+    provider: Literal["filesystem", "s3", "r2", "gcs"]
+    directory: str = ""
+    bucket: str = ""
+    region: str = ""
+    endpoint: str = ""
+    prefix: str = ""
+    access_key_env: str = ""
+    secret_key_env: str = ""
+    postgres_env: str = ""
+    interval_seconds: int = Field(default=5, ge=1, le=3600)
+    queue: int = Field(default=128, ge=1, le=10000)
+
+    @model_validator(mode="after")
+    def _provider_fields(self) -> Persistence:
+        if self.provider == "filesystem" and not self.directory:
+            raise ValueError("directory is required for the filesystem provider")
+        if self.provider != "filesystem" and not self.bucket:
+            raise ValueError(f"bucket is required for the {self.provider} provider")
+        if self.provider == "gcs" and (self.region or self.endpoint or self.access_key_env or self.secret_key_env):
+            raise ValueError("region, endpoint and access keys are not allowed for gcs")
+        if self.provider == "r2" and not (self.endpoint and self.access_key_env and self.secret_key_env):
+            raise ValueError("r2 needs endpoint, access_key_env and secret_key_env")
+        if bool(self.access_key_env) != bool(self.secret_key_env):
+            raise ValueError("access_key_env and secret_key_env must be set together")
+        if self.endpoint:
+            _check_url(self.endpoint, what="endpoint")
+        if self.prefix.startswith("/") or "\\" in self.prefix or ".." in self.prefix.split("/"):
+            raise ValueError("prefix must be relative without '\\' or '..'")
+        return self
+
+
+class CredentialKeys(_Strict):
+    active: str = Field(min_length=1)
+    keys: dict[str, str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _active_known(self) -> CredentialKeys:
+        if self.active not in self.keys:
+            raise ValueError("active must name one of keys")
+        return self
+
+
+class HostConfig(_Strict):
+    listen: str = "127.0.0.1:8080"
+    public_url: str = "http://127.0.0.1:8080"
+    data_dir: str = Field(default=".brain", min_length=1)
+    tokens: list[TokenGrant] = Field(min_length=1)
+    harnesses: dict[str, Harness] = Field(min_length=1)
+    providers: dict[str, Provider] = Field(default_factory=dict)
+    tools: list[ToolBindingConfig] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    persistence: Persistence | None = None
+    credential_keys: CredentialKeys | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, separator, port = value.rpartition(":")
+        if not separator or not port.isdigit() or int(port) > 65535:
+            raise ValueError("listen must be host:port")
+        if host.startswith("[") != host.endswith("]"):
+            raise ValueError("listen must be host:port")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        return _check_url(value, what="public_url", allow_query=False)
+
+    @field_validator("harnesses")
+    @classmethod
+    def _harness_names(cls, value: dict[str, Harness]) -> dict[str, Harness]:
+        for name in value:
+            if not 1 <= len(name) <= 64:
+                raise ValueError("harness names must be 1-64 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> HostConfig:
+        seen: set[str] = set()
+        for binding in self.tools:
+            if binding.name in seen:
+                raise ValueError(f"tools: duplicate tool name {binding.name!r}")
+            seen.add(binding.name)
+        return self
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+@dataclass(frozen=True, slots=True)
+class Secrets:
+    """Values read from the environment once at startup. Never logged."""
+
+    tokens: tuple[str, ...]
+    provider_keys: Mapping[str, str]
+    tool_tokens: Mapping[str, str] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return "Secrets(<redacted>)"
+
+
+def _format_validation_error(error: ValidationError) -> str:
+    first = error.errors()[0]
+    location = ""
+    for part in first["loc"]:
+        location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else str(part))
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    return f"{location or 'config'}: {message}"
+
+
+def parse_host_config(raw: bytes) -> HostConfig:
+    """Strictly decode config bytes: one JSON object, no unknown fields, no trailing data."""
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config: file exceeds {MAX_CONFIG_BYTES} bytes")
+    try:
+        value = json.loads(raw)  # json.loads rejects trailing data ("Extra data")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError("config: must be a JSON object")
+    try:
+        return HostConfig.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc)) from exc
+
+
+def load_host_config(path: str | Path) -> HostConfig:
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from exc
+    return parse_host_config(raw)
+
+
+def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None) -> Secrets:
+    """Read every credential the config names; fail naming the field of the first problem."""
+    environ = os.environ if environ is None else environ
+    tokens: list[str] = []
+    for index, grant in enumerate(config.tokens):
+        value = environ.get(grant.token_env, "")
+        where = f"tokens[{index}].token_env"
+        if not value:
+            raise ConfigError(f"{where}: environment variable {grant.token_env} is not set")
+        if len(value.encode()) < MIN_TOKEN_BYTES:
+            raise ConfigError(f"{where}: {grant.token_env} must hold at least {MIN_TOKEN_BYTES} bytes")
+        if value in tokens:
+            raise ConfigError(f"{where}: {grant.token_env} duplicates another token value")
+        tokens.append(value)
+    provider_keys: dict[str, str] = {}
+    for name, provider in config.providers.items():
+        value = environ.get(provider.api_key_env, "")
+        if not value:
+            raise ConfigError(f"providers.{name}.api_key_env: environment variable {provider.api_key_env} is not set")
+        provider_keys[name] = value
+    tool_tokens: dict[str, str] = {}
+    for index, binding in enumerate(config.tools):
+        if binding.token_env:
+            value = environ.get(binding.token_env, "")
+            if not value:
+                raise ConfigError(f"tools[{index}].token_env: environment variable {binding.token_env} is not set")
+            tool_tokens[binding.name] = value
+    if config.persistence is not None:
+        for key in ("access_key_env", "secret_key_env", "postgres_env"):
+            name = getattr(config.persistence, key)
+            if name and not environ.get(name):
+                raise ConfigError(f"persistence.{key}: environment variable {name} is not set")
+    if config.credential_keys is not None:
+        for key_id, name in config.credential_keys.keys.items():
+            if not environ.get(name):
+                raise ConfigError(f"credential_keys.keys.{key_id}: environment variable {name} is not set")
+    return Secrets(tokens=tuple(tokens), provider_keys=provider_keys, tool_tokens=tool_tokens)

@@ -1,0 +1,25 @@
+"""URL wiring: the admin and the API. Unknown routes answer with the spec's 404 envelope."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+
+from brainsite.api import api, error_response
+from brainsite.errors import NotFound
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("", api.urls),
+]
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return error_response(request, NotFound("not found"))
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    from brainsite.errors import BrainError
+
+    return error_response(request, BrainError())

@@ -1,0 +1,40 @@
+#!/usr/bin/env python
+"""Django's command-line utility. `--config FILE` also picks the data directory before setup."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def _preselect_data_dir(argv: list[str]) -> None:
+    """Point settings at the config's data_dir (for metadata.sqlite) before Django loads."""
+    from brainsite.hostconfig import ConfigError, load_host_config
+
+    path = None
+    for index, arg in enumerate(argv):
+        if arg == "--config" and index + 1 < len(argv):
+            path = argv[index + 1]
+        elif arg.startswith("--config="):
+            path = arg.split("=", 1)[1]
+    if path is None and len(argv) > 1 and argv[1] == "runbrain":
+        path = "brain.json"
+    if path is None:
+        return
+    os.environ["BRAIN_CONFIG"] = path
+    try:
+        os.environ.setdefault("BRAIN_DATA_DIR", load_host_config(path).data_dir)
+    except ConfigError:
+        pass  # the command itself reports the error with the field name
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
+    _preselect_data_dir(sys.argv)
+    from django.core.management import execute_from_command_line
+
+    execute_from_command_line(sys.argv)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,118 @@
+"""SSE stream of a session's events (Channels): replay after the cursor, then live, no gap.
+
+Reads only the actor's log (replay) and its bounded subscriber queue (live); never writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+from urllib.parse import parse_qs
+
+import orjson
+from channels.exceptions import StopConsumer
+from channels.generic.http import AsyncHttpConsumer
+
+from brainsite.errors import BrainError
+from brainsite.transport import abort_connection
+
+from . import services
+from .auth import authenticate_header
+from .models import SessionStatus
+
+__all__ = ["EventStreamConsumer"]
+
+KEEPALIVE_SECONDS = 15.0  # spec: a keepalive comment every 15 s while idle
+WRITE_DEADLINE_SECONDS = 15.0  # spec: 15-second write deadline per frame
+REPLAY_BATCH = 100  # spec: replay in batches of 100
+SOCKET_HIGH_WATER = 256 * 1024  # unsent bytes in the transport before we stop writing
+_CONGESTION_POLL_SECONDS = 0.01
+KEEPALIVE = b": keepalive\n\n"
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+
+
+class EventStreamConsumer(AsyncHttpConsumer):
+    async def http_request(self, message: dict[str, Any]) -> None:
+        if message.get("more_body"):
+            return
+        self._stream_task = asyncio.get_running_loop().create_task(self._stream())
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        task = getattr(self, "_stream_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        raise StopConsumer()
+
+    def _header(self, name: bytes) -> str | None:
+        for key, value in self.scope.get("headers", ()):
+            if key == name:
+                return value.decode("latin-1")  # type: ignore[no-any-return]
+        return None
+
+    async def _send_error(self, error: BrainError) -> None:
+        body = orjson.dumps(
+            {"error": {"code": error.code, "message": error.message}, "request_id": self.scope.get("brain_request_id", "")}
+        )
+        headers = [(b"content-type", b"application/json")]
+        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
+        await self.send_headers(status=error.status, headers=headers)
+        await self.send_body(body)
+
+    async def _stream(self) -> None:
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        after = query["after"][0] if "after" in query else (self._header(b"last-event-id") or "")
+        try:
+            principal = await authenticate_header(self._header(b"authorization"))
+            actor, subscriber, start, end = await services.open_stream(principal, session_id, after=after)
+        except BrainError as error:
+            await self._send_error(error)
+            return
+        try:
+            await self.send_headers(status=200, headers=SSE_HEADERS)
+            await self.send_body(b"", more_body=True)
+            position = start
+            while position < end:
+                events = await asyncio.to_thread(actor.log.read, position, end=end, limit=REPLAY_BATCH)
+                if not events:
+                    break
+                await self._write(b"".join(event.sse_frame() for event in events))
+                position = events[-1].offset + len(events[-1].line) + 1
+            if actor.status == SessionStatus.CLOSED:
+                subscriber.close()
+            while True:
+                if not await subscriber.wait(KEEPALIVE_SECONDS):
+                    await self._write(KEEPALIVE)
+                    continue
+                frames = subscriber.drain()
+                if frames:
+                    await self._write(b"".join(frames))
+                if subscriber.closed:
+                    break
+            if subscriber.overflowed:
+                abort_connection(self.base_send)
+            else:
+                await self.send_body(b"", more_body=False)
+        except TimeoutError:
+            abort_connection(self.base_send)  # spec: the write deadline passed; drop the client
+        finally:
+            services.close_stream(actor, subscriber)
+
+    async def _write(self, data: bytes) -> None:
+        """Send once the transport has room; a client stuck past the deadline is dropped."""
+        pending = self.scope.get("brain_pending_bytes")
+        if pending is not None and pending() > SOCKET_HIGH_WATER:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WRITE_DEADLINE_SECONDS
+            while pending() > SOCKET_HIGH_WATER:
+                if loop.time() > deadline:
+                    raise TimeoutError
+                await asyncio.sleep(_CONGESTION_POLL_SECONDS)
+        await self.send_body(data, more_body=True)

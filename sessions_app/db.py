@@ -1,0 +1,146 @@
+"""The only ORM user of sessions_app (besides models and admin): sync units plus `a*` twins."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from channels.db import database_sync_to_async
+from django.db import transaction
+
+from brainsite.hostconfig import HostConfig
+
+from .models import ApiToken, Session, SessionStatus, Tenant, TokenSource
+from .records import Principal, SessionRecord
+
+__all__ = [
+    "aclaim_running_sessions",
+    "acreate_session",
+    "afind_grant",
+    "aget_session",
+    "alist_sessions",
+    "asave_session_states",
+    "digest_token",
+    "mirror_config_tokens",
+    "parse_time",
+]
+
+
+def digest_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _format_time(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+
+
+def _record(row: Session) -> SessionRecord:
+    return SessionRecord(
+        id=row.id,
+        tenant=row.tenant_id,
+        harness=row.harness,
+        config=row.config,
+        descriptors=row.descriptors,
+        status=row.status,
+        created_at=_format_time(row.created_at),
+        updated_at=_format_time(row.updated_at),
+        checkpoint={
+            "id": row.checkpoint_id,
+            "offset": row.checkpoint_offset,
+            "time": _format_time(row.checkpoint_time),
+        },
+    )
+
+
+def mirror_config_tokens(config: HostConfig, tokens: Iterable[str]) -> None:
+    """Make the config's grants the config-sourced tokens in the database (read-only in admin)."""
+    with transaction.atomic():
+        digests = []
+        for grant, value in zip(config.tokens, tokens, strict=True):
+            Tenant.objects.get_or_create(name=grant.tenant)
+            digest = digest_token(value)
+            digests.append(digest)
+            ApiToken.objects.update_or_create(
+                digest=digest,
+                defaults={
+                    "tenant_id": grant.tenant,
+                    "label": grant.token_env,
+                    "manage": grant.manage,
+                    "read_only": grant.read_only,
+                    "session": grant.session,
+                    "source": TokenSource.CONFIG,
+                },
+            )
+        ApiToken.objects.filter(source=TokenSource.CONFIG).exclude(digest__in=digests).delete()
+        for binding in config.tools:
+            for tenant in binding.tenants:
+                Tenant.objects.get_or_create(name=tenant)
+
+
+def find_grant(digest: str) -> Principal | None:
+    row = ApiToken.objects.filter(digest=digest).values("tenant_id", "manage", "read_only", "session").first()
+    if row is None:
+        return None
+    return Principal(tenant=row["tenant_id"], manage=row["manage"], read_only=row["read_only"], session=row["session"])
+
+
+def create_session(record: SessionRecord) -> None:
+    created = parse_time(record.created_at)
+    Tenant.objects.get_or_create(name=record.tenant)
+    Session.objects.create(
+        id=record.id,
+        tenant_id=record.tenant,
+        harness=record.harness,
+        model=record.config["model"],
+        config=record.config,
+        descriptors=record.descriptors,
+        status=record.status,
+        created_at=created,
+        updated_at=created,
+        checkpoint_id=record.checkpoint["id"],
+        checkpoint_offset=record.checkpoint["offset"],
+        checkpoint_time=parse_time(record.checkpoint["time"]),
+    )
+
+
+def get_session(tenant: str, session_id: str) -> SessionRecord | None:
+    row = Session.objects.filter(tenant_id=tenant, id=session_id).first()
+    return _record(row) if row is not None else None
+
+
+def list_sessions(tenant: str, *, after: str, limit: int, only: str = "") -> list[SessionRecord]:
+    rows = Session.objects.filter(tenant_id=tenant, id__gt=after).order_by("id")
+    if only:
+        rows = rows.filter(id=only)
+    return [_record(row) for row in rows[:limit]]
+
+
+def save_session_states(records: list[SessionRecord]) -> None:
+    """Write-behind of runtime state: status, updated_at and checkpoint, one transaction."""
+    with transaction.atomic():
+        for record in records:
+            Session.objects.filter(id=record.id).update(
+                status=record.status,
+                updated_at=parse_time(record.updated_at),
+                checkpoint_id=record.checkpoint["id"],
+                checkpoint_offset=record.checkpoint["offset"],
+                checkpoint_time=parse_time(record.checkpoint["time"]),
+            )
+
+
+def claim_running_sessions() -> list[SessionRecord]:
+    """Sessions the database last saw running: after a restart their turns are gone."""
+    return [_record(row) for row in Session.objects.filter(status=SessionStatus.RUNNING).order_by("id")]
+
+
+afind_grant = database_sync_to_async(find_grant)
+acreate_session = database_sync_to_async(create_session)
+aget_session = database_sync_to_async(get_session)
+alist_sessions = database_sync_to_async(list_sessions)
+asave_session_states = database_sync_to_async(save_session_states)
+aclaim_running_sessions = database_sync_to_async(claim_running_sessions)

@@ -1,0 +1,232 @@
+"""events.jsonl: append-only retained events, opaque cursors, pages. No Django, no runtime.
+
+A line is the event envelope without its cursor; the cursor is derived from the byte offset
+where the line starts (base64url of {"o":offset,"i":id}, as in the spec's examples).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from brainsite.errors import CursorUnavailable
+
+__all__ = [
+    "LIVE_ONLY",
+    "MAX_CURSOR_BYTES",
+    "MAX_RECORD_BYTES",
+    "Event",
+    "EventLog",
+    "RecordTooLarge",
+    "decode_cursor",
+    "encode_cursor",
+    "new_id",
+    "now_rfc3339",
+]
+
+MAX_RECORD_BYTES = 4 << 20  # spec: each retained record is capped at 4 MiB
+MAX_CURSOR_BYTES = 512  # spec: longer cursors are rejected
+LIVE_ONLY = frozenset({"assistant.delta", "tool.progress"})  # never written to the log
+READ_CHUNK = 256 * 1024  # bytes read per syscall while paging through the log
+_HEX32 = re.compile(r"^[0-9a-f]{32}$")
+
+
+class RecordTooLarge(ValueError):
+    """A retained event over the 4 MiB record cap."""
+
+
+def new_id() -> str:
+    return secrets.token_hex(16)
+
+
+def now_rfc3339() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def encode_cursor(offset: int, event_id: str) -> str:
+    raw = b'{"o":%d,"i":"%s"}' % (offset, event_id.encode())
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    """Parse a cursor; anything malformed is 409 cursor_unavailable, never 400."""
+    if len(cursor.encode()) > MAX_CURSOR_BYTES:
+        raise CursorUnavailable("cursor exceeds 512 bytes")
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        value = orjson.loads(raw)
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        raise CursorUnavailable("cursor is not a cursor issued by this session") from exc
+    if (
+        not isinstance(value, dict)
+        or value.keys() != {"o", "i"}
+        or not isinstance(value["o"], int)
+        or isinstance(value["o"], bool)
+        or value["o"] < 0
+        or not isinstance(value["i"], str)
+        or not _HEX32.match(value["i"])
+    ):
+        raise CursorUnavailable("cursor is not a cursor issued by this session")
+    return value["o"], value["i"]
+
+
+@dataclass(slots=True)
+class Event:
+    """One event serialised once; `line` is reused for the log, pages and every SSE frame."""
+
+    id: str
+    type: str
+    line: bytes  # the envelope JSON without cursor
+    offset: int = -1  # byte offset in events.jsonl; -1 for live-only events
+
+    @classmethod
+    def build(cls, type_: str, data: Any, *, input_id: str | None = None) -> Event:
+        event_id = new_id()
+        envelope: dict[str, Any] = {"id": event_id, "type": type_, "time": now_rfc3339()}
+        if input_id:
+            envelope["input_id"] = input_id
+        envelope["data"] = data
+        return cls(event_id, type_, orjson.dumps(envelope))
+
+    @property
+    def retained(self) -> bool:
+        return self.offset >= 0
+
+    @property
+    def cursor(self) -> str:
+        return encode_cursor(self.offset, self.id) if self.offset >= 0 else ""
+
+    def wire(self) -> bytes:
+        """The envelope as clients see it: with `cursor` on retained events."""
+        if self.offset < 0:
+            return self.line
+        return self.line[:-1] + b',"cursor":"' + self.cursor.encode() + b'"}'
+
+    def sse_frame(self) -> bytes:
+        head = b"id: " + self.cursor.encode() + b"\n" if self.offset >= 0 else b""
+        return head + b"event: " + self.type.encode() + b"\ndata: " + self.wire() + b"\n\n"
+
+    def as_dict(self) -> dict[str, Any]:
+        return orjson.loads(self.wire())  # type: ignore[no-any-return]  # always an object
+
+
+class EventLog:
+    """One session's events.jsonl. Appends are single write(2) calls, so a kill -9 keeps them."""
+
+    def __init__(self, path: Path, *, max_bytes: int) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self._fd: int | None = None
+        try:
+            self.size = path.stat().st_size
+        except FileNotFoundError:
+            self.size = 0
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def append(self, event: Event) -> Event:
+        """Write one retained event and stamp its offset. Raises OSError or RecordTooLarge."""
+        record = event.line + b"\n"
+        if len(record) > MAX_RECORD_BYTES:
+            raise RecordTooLarge(f"{event.type} record of {len(record)} bytes exceeds 4 MiB")
+        written = os.write(self._descriptor(), record)
+        if written != len(record):  # a short write leaves a torn line; repair() trims it
+            raise OSError(f"short write to {self.path}")
+        event.offset = self.size
+        self.size += written
+        return event
+
+    def repair(self) -> None:
+        """Trim a torn last line (a crash mid-write) so every line is a whole record."""
+        if self.size == 0:
+            return
+        with self.path.open("rb+") as handle:
+            end = self.size
+            position = end
+            while position > 0:
+                step = min(READ_CHUNK, position)
+                handle.seek(position - step)
+                chunk = handle.read(step)
+                index = chunk.rfind(b"\n")
+                if index >= 0:
+                    position = position - step + index + 1
+                    break
+                position -= step
+            if position != end:
+                handle.truncate(position)
+                self.size = position
+
+    def starts_event(self, offset: int, event_id: str) -> bool:
+        if offset >= self.size:
+            return False
+        prefix = b'{"id":"' + event_id.encode() + b'"'
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            return handle.read(len(prefix)) == prefix and (offset == 0 or self._preceded_by_newline(handle, offset))
+
+    def _preceded_by_newline(self, handle: Any, offset: int) -> bool:
+        handle.seek(offset - 1)
+        return handle.read(1) == b"\n"  # type: ignore[no-any-return]
+
+    def position_after(self, cursor: str) -> int:
+        """The offset just after the event a cursor names; "" means the start of the log."""
+        if not cursor:
+            return 0
+        offset, event_id = decode_cursor(cursor)
+        if not self.starts_event(offset, event_id):
+            raise CursorUnavailable("cursor is not in this session's retained history")
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            line = handle.readline(MAX_RECORD_BYTES + 1)
+        return offset + len(line)
+
+    def read(self, start: int, *, end: int | None = None, limit: int | None = None) -> list[Event]:
+        """Retained events starting at byte `start` (a line start), up to `end` and `limit`."""
+        end = self.size if end is None else end
+        events: list[Event] = []
+        if start >= end:
+            return events
+        with self.path.open("rb") as handle:
+            handle.seek(start)
+            offset = start
+            while offset < end and (limit is None or len(events) < limit):
+                line = handle.readline(MAX_RECORD_BYTES + 1)
+                if not line or not line.endswith(b"\n"):
+                    break
+                body = line[:-1]
+                head = orjson.loads(body)
+                events.append(Event(head["id"], head["type"], body, offset))
+                offset += len(line)
+        return events
+
+    def scan(self) -> list[dict[str, Any]]:
+        """Every record parsed, for rebuilding session state on load."""
+        records: list[dict[str, Any]] = []
+        if self.size == 0:
+            return records
+        with self.path.open("rb") as handle:
+            offset = 0
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break
+                record = orjson.loads(line)
+                record["_offset"] = offset
+                records.append(record)
+                offset += len(line)
+        return records

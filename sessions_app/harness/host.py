@@ -1,0 +1,277 @@
+"""One harness child process: spawn, NDJSON frames on stdin/stdout, request/reply, teardown.
+
+A host serves several attachments (sessions). Broken framing or an exit fails everything
+pending on this host and no other. Imports no Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from brainsite.logs import logger
+from runners.protocol import EVENT_NAMES, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
+
+__all__ = ["AttachmentHandler", "HarnessHost", "HostLost", "RunnerError", "child_environment"]
+
+STOP_GRACE_SECONDS = 3.0  # wait after stdin EOF, then after SIGTERM, before SIGKILL
+# spec: only these variables of Brain's environment reach a harness child
+INHERITED_VARIABLES = ("PATH", "SystemRoot", "WINDIR", "COMSPEC", "PATHEXT", "TMP", "TEMP", "TMPDIR", "LANG", "LC_ALL")
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+_PR_SET_PDEATHSIG = 1
+
+
+class RunnerError(Exception):
+    """An error reply from the runner (provider_error or brain_error)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class HostLost(Exception):
+    """The host exited, broke the framing, or was stopped; its pending work is lost."""
+
+
+class AttachmentHandler(Protocol):
+    def on_runner_event(self, turn: str, name: str, data: dict[str, Any]) -> None: ...
+
+    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    def on_host_lost(self, reason: str) -> None: ...
+
+
+def child_environment(command: list[str], home: Path) -> dict[str, str]:
+    """The whitelisted environment of a harness child. No credentials: those go in `open`."""
+    env = {name: os.environ[name] for name in INHERITED_VARIABLES if name in os.environ}
+    env["NO_COLOR"] = "1"
+    env["HOME"] = str(home)
+    if command and Path(command[0]) == Path(sys.executable):
+        env["PYTHONPATH"] = str(PROJECT_ROOT)  # lets `python -m runners.x` import this project's runners
+    return env
+
+
+def resolve_command(command: list[str]) -> list[str]:
+    """A bare `python` means the interpreter Brain itself runs on; relative paths that exist
+    resolve from Brain's working directory, because the child runs in a private one."""
+    resolved = [sys.executable if command[0] in ("python", "python3") else command[0]]
+    for argument in command[1:]:
+        if not argument.startswith("-") and not Path(argument).is_absolute() and Path(argument).exists():
+            argument = str(Path(argument).resolve())
+        resolved.append(argument)
+    if "/" in resolved[0] and not Path(resolved[0]).is_absolute():
+        resolved[0] = str(Path(resolved[0]).resolve())
+    return resolved
+
+
+def _die_with_parent() -> None:
+    # Linux: the child gets SIGKILL if Brain dies, so a kill -9 of Brain leaves no orphans.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class HarnessHost:
+    def __init__(
+        self,
+        *,
+        harness: str,
+        command: list[str],
+        workdir: Path,
+        max_shared: int,
+        max_active_turns: int,
+        on_exit: Callable[[HarnessHost], None],
+    ) -> None:
+        self.harness = harness
+        self.command = resolve_command(command)
+        self.workdir = workdir
+        self.max_shared = max_shared
+        self.turn_slots = asyncio.Semaphore(max_active_turns)
+        self.attachments: dict[str, AttachmentHandler] = {}
+        self.lost = False
+        self._on_exit = on_exit
+        self._process: asyncio.subprocess.Process | None = None
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._calls: set[asyncio.Task[None]] = set()
+        self._reader: asyncio.Task[None] | None = None
+        self._next_request = 0
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process else None
+
+    async def start(self) -> None:
+        work, home = self.workdir / "work", self.workdir / "home"
+        work.mkdir(parents=True, exist_ok=True)
+        home.mkdir(parents=True, exist_ok=True)
+        self._process = await asyncio.create_subprocess_exec(
+            *self.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,  # spec: runner diagnostics are suppressed
+            cwd=work,
+            env=child_environment(self.command, home),
+            limit=MAX_FRAME + 1,
+            preexec_fn=_die_with_parent,
+        )
+        self._reader = asyncio.get_running_loop().create_task(self._read_loop(), name=f"host-{self.pid}-reader")
+
+    def _write(self, frame: Frame) -> None:
+        if self.lost or self._process is None or self._process.stdin is None:
+            raise HostLost("harness host is gone")
+        self._process.stdin.write(encode_frame(frame))
+
+    async def request(
+        self, attachment: str, method: str, params: Any, *, turn: str = "", timeout: float | None = None
+    ) -> Any:
+        """Send a request and wait for its reply. Raises RunnerError, HostLost or TimeoutError."""
+        self._next_request += 1
+        request_id = f"r{self._next_request}"
+        frame: Frame = {"attachment": attachment, "id": request_id, "method": method, "params": params}
+        if turn:
+            frame["turn"] = turn
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            self._write(frame)
+            assert self._process is not None and self._process.stdin is not None
+            await self._process.stdin.drain()
+            return await asyncio.wait_for(future, timeout) if timeout else await future
+        except (ConnectionError, BrokenPipeError) as exc:
+            raise HostLost("harness host closed its stdin") from exc
+        finally:
+            self._pending.pop(request_id, None)
+
+    async def _read_loop(self) -> None:
+        assert self._process is not None and self._process.stdout is not None
+        stdout = self._process.stdout
+        reason = "harness process exited"
+        try:
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:  # asyncio's LimitOverrunError surfaces as ValueError
+                    reason = "harness frame exceeds 4 MiB"
+                    break
+                if not line:
+                    break
+                if not line.endswith(b"\n"):
+                    reason = "harness output ended mid-frame"
+                    break
+                try:
+                    self._dispatch(decode_frame(line))
+                except FrameError as exc:
+                    reason = f"harness broke the frame protocol: {exc}"
+                    break
+        except asyncio.CancelledError:
+            reason = "harness host stopped"
+            raise
+        finally:
+            self._lose(reason)
+
+    def _dispatch(self, frame: Frame) -> None:
+        attachment = frame["attachment"]
+        if "method" in frame:
+            self._on_request(frame)
+        elif "event" in frame:
+            name, data = frame["event"], frame.get("data")
+            if name not in EVENT_NAMES or not isinstance(data, dict):
+                raise FrameError(f"unknown runner event {name!r}")
+            handler = self.attachments.get(attachment)
+            if handler is not None:  # late events of a detached attachment are dropped
+                handler.on_runner_event(frame.get("turn", ""), name, data)
+        elif "id" in frame:
+            future = self._pending.get(frame["id"])
+            if future is None or future.done():
+                return  # a reply after its request timed out
+            if "error" in frame:
+                error = frame["error"]
+                future.set_exception(RunnerError(error["code"], error.get("message", "")))
+            else:
+                future.set_result(frame.get("result"))
+        else:
+            raise FrameError("frame is neither a request, a reply nor an event")
+
+    def _on_request(self, frame: Frame) -> None:
+        if frame["method"] != "tool.call" or not frame.get("id"):
+            raise FrameError(f"unknown runner request {frame['method']!r}")
+        params = frame.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+            raise FrameError("tool.call params must name a tool")
+        handler = self.attachments.get(frame["attachment"])
+        reply: Frame = {"attachment": frame["attachment"], "id": frame["id"]}
+        if "turn" in frame:
+            reply["turn"] = frame["turn"]
+        if handler is None or len(self._calls) >= MAX_TOOL_CALLS:
+            message = "tool call refused: too many concurrent tool calls" if handler else "attachment is not open"
+            reply["result"] = {"content": [{"type": "text", "text": message}], "is_error": True}
+            self._write(reply)
+            return
+        task = asyncio.get_running_loop().create_task(self._answer_call(handler, frame.get("turn", ""), params, reply))
+        self._calls.add(task)
+        task.add_done_callback(self._calls.discard)
+
+    async def _answer_call(
+        self, handler: AttachmentHandler, turn: str, params: dict[str, Any], reply: Frame
+    ) -> None:
+        result = await handler.on_tool_call(turn, params)
+        reply["result"] = result
+        with contextlib.suppress(HostLost):
+            self._write(reply)
+
+    def _lose(self, reason: str) -> None:
+        if self.lost:
+            return
+        self.lost = True
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(HostLost(reason))
+        for task in self._calls:
+            task.cancel()
+        handlers = list(self.attachments.values())
+        self.attachments.clear()
+        for handler in handlers:
+            handler.on_host_lost(reason)
+        if self._process is not None and self._process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._process.kill()
+        self._on_exit(self)
+        if reason != "harness host stopped":
+            logger.warning("harness host lost", extra={"harness": self.harness, "pid": self.pid, "reason": reason})
+
+    def forget(self, attachment: str) -> None:
+        self.attachments.pop(attachment, None)
+
+    async def stop(self) -> None:
+        """Close stdin, then SIGTERM, then SIGKILL, each after a bounded wait."""
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None and process.stdin is not None:
+            with contextlib.suppress(Exception):
+                process.stdin.close()
+            for action in (None, signal.SIGTERM, signal.SIGKILL):
+                if action is not None:
+                    with contextlib.suppress(ProcessLookupError):
+                        process.send_signal(action)
+                try:
+                    await asyncio.wait_for(process.wait(), STOP_GRACE_SECONDS)
+                    break
+                except TimeoutError:
+                    continue
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._reader
+        self._lose("harness host stopped")
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+

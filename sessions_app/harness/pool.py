@@ -1,0 +1,126 @@
+"""Hosts of one harness: share them between sessions within max_shared, max_hosts, max_starting."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brainsite.hostconfig import Harness
+
+from .host import AttachmentHandler, HarnessHost, HostLost, RunnerError
+
+__all__ = ["Attachment", "HostPool", "HostUnavailable"]
+
+OPEN_TIMEOUT_SECONDS = 30.0  # spec: the initial `open` request has a 30-second timeout
+DETACH_TIMEOUT_SECONDS = 10.0  # a settled attachment that does not detach in time is dropped
+CAPACITY_WAIT_SECONDS = 30.0  # how long an attach waits for a host slot before failing the turn
+
+
+class HostUnavailable(Exception):
+    """No host could take the attachment (spawn failure, or every host stayed full)."""
+
+
+@dataclass(slots=True)
+class Attachment:
+    id: str
+    host: HarnessHost
+
+    async def request(self, method: str, params: Any, *, turn: str = "", timeout: float | None = None) -> Any:
+        return await self.host.request(self.id, method, params, turn=turn, timeout=timeout)
+
+
+class HostPool:
+    def __init__(self, name: str, config: Harness, *, workroot: Path) -> None:
+        self.name = name
+        self.config = config
+        self.workroot = workroot
+        self.hosts: list[HarnessHost] = []
+        self._starting = asyncio.Semaphore(config.max_starting)
+        self._spawning = 0
+        self._capacity_changed = asyncio.Event()
+
+    def _choose(self) -> HarnessHost | None:
+        candidates = [h for h in self.hosts if not h.lost and len(h.attachments) < self.config.max_shared]
+        return min(candidates, key=lambda h: len(h.attachments), default=None)
+
+    async def attach(self, handler: AttachmentHandler, open_params: dict[str, Any]) -> Attachment:
+        """Open a session on a host with room, starting a host when allowed."""
+        host = await self._reserve_host()
+        attachment = Attachment(secrets.token_hex(8), host)
+        host.attachments[attachment.id] = handler
+        try:
+            await attachment.request("open", open_params, timeout=OPEN_TIMEOUT_SECONDS)
+        except BaseException:
+            host.forget(attachment.id)
+            await self._release_if_empty(host)
+            raise
+        return attachment
+
+    async def _reserve_host(self) -> HarnessHost:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CAPACITY_WAIT_SECONDS
+        while True:
+            host = self._choose()
+            if host is not None:
+                return host
+            if len(self.hosts) + self._spawning < self.config.max_hosts:
+                return await self._spawn()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise HostUnavailable(f"every {self.name} host is full")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._capacity_changed.wait(), remaining)
+
+    async def _spawn(self) -> HarnessHost:
+        self._spawning += 1
+        try:
+            async with self._starting:
+                host = HarnessHost(
+                    harness=self.name,
+                    command=self.config.command,
+                    workdir=self.workroot / f"{self.name}-{secrets.token_hex(4)}",
+                    max_shared=self.config.max_shared,
+                    max_active_turns=self.config.active_turns,
+                    on_exit=self._on_host_exit,
+                )
+                try:
+                    await host.start()
+                except OSError as exc:
+                    raise HostUnavailable(f"cannot start harness {self.name}: {exc.strerror or exc}") from exc
+                self.hosts.append(host)
+                return host
+        finally:
+            self._spawning -= 1
+
+    def _on_host_exit(self, host: HarnessHost) -> None:
+        if host in self.hosts:
+            self.hosts.remove(host)
+        self._notify_capacity()
+
+    def _notify_capacity(self) -> None:
+        changed, self._capacity_changed = self._capacity_changed, asyncio.Event()
+        changed.set()
+
+    async def detach(self, attachment: Attachment) -> None:
+        """Release a settled attachment; the last detach closes the host."""
+        host = attachment.host
+        if attachment.id in host.attachments and not host.lost:
+            with contextlib.suppress(RunnerError, HostLost, TimeoutError):
+                await attachment.request("detach", None, timeout=DETACH_TIMEOUT_SECONDS)
+        host.forget(attachment.id)
+        await self._release_if_empty(host)
+
+    async def _release_if_empty(self, host: HarnessHost) -> None:
+        if not host.attachments:
+            if host in self.hosts:
+                self.hosts.remove(host)
+            await host.stop()
+        self._notify_capacity()
+
+    async def close(self) -> None:
+        hosts, self.hosts = list(self.hosts), []
+        await asyncio.gather(*(host.stop() for host in hosts), return_exceptions=True)

@@ -1,0 +1,25 @@
+"""`check_brain_config --config FILE`: validate the host config and its environment, then exit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+
+
+class Command(BaseCommand):
+    help = "Validate a Brain host config file and the environment variables it names."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--config", default="brain.json")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_host_config(options["config"])
+            resolve_secrets(config)
+        except ConfigError as exc:
+            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        self.stdout.write(f"config {options['config']} is valid")

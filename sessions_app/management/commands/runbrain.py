@@ -1,0 +1,71 @@
+"""`runbrain --config FILE`: validate the host config, migrate nothing, serve with Daphne."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+
+SHUTDOWN_SECONDS = 18.0  # spec: exit within about 20 s of SIGTERM/SIGINT
+
+
+class Command(BaseCommand):
+    help = "Serve Brain on the config's listen address."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--config", default="brain.json")
+        parser.add_argument("--skip-migrate", action="store_true", help="do not apply migrations first")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_host_config(options["config"])
+            secrets = resolve_secrets(config)
+        except ConfigError as exc:
+            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        os.environ["BRAIN_CONFIG"] = options["config"]
+        if not options["skip_migrate"]:
+            from django.core.management import call_command
+
+            call_command("migrate", verbosity=0, interactive=False)
+
+        from daphne.server import Server  # installs Twisted's asyncio reactor first
+
+        import asyncio
+
+        from twisted.internet import defer, reactor
+
+        from brainsite import runtime_host
+        from brainsite.asgi import application
+        from brainsite.logs import logger
+
+        runtime_host.configure(config, secrets)
+
+        def stop_runtime() -> defer.Deferred[None]:
+            coroutine = asyncio.wait_for(runtime_host.shutdown(), SHUTDOWN_SECONDS)
+            deferred: defer.Deferred[None] = defer.Deferred.fromFuture(asyncio.ensure_future(coroutine))
+            deferred.addErrback(lambda failure: logger.error("shutdown incomplete", extra={"error": str(failure.value)}))
+            return deferred
+
+        class BrainServer(Server):  # type: ignore[misc]  # daphne ships no type hints
+            def listen_success(self, port: Any) -> None:
+                super().listen_success(port)
+                host = port.getHost()
+                logger.info("brain listening", extra={"listen": f"{host.host}:{host.port}"})
+                # start the runtime now, so restart recovery does not wait for a request
+                self.runtime_start = asyncio.ensure_future(runtime_host.ensure_started())
+
+        host = config.listen_host.replace(":", r"\:")
+        server = BrainServer(
+            application=application,
+            endpoints=[f"tcp:port={config.listen_port}:interface={host}"],
+            signal_handlers=True,
+            http_timeout=None,
+            application_close_timeout=5,
+            server_name="brain",
+        )
+        reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
+        server.run()

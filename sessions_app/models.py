@@ -1,0 +1,68 @@
+"""Tenants, API tokens (SHA-256 digests only) and sessions. State and tiny pure properties."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from django.db import models
+
+
+class SessionStatus(StrEnum):
+    IDLE = "idle"  # no turn is running
+    RUNNING = "running"  # a turn runs, or messages wait in the queue
+    INTERRUPTED = "interrupted"  # a turn stopped early (interrupt, provider error, restart)
+    FAILED = "failed"  # Brain's own failure stopped a turn
+    CLOSED = "closed"  # permanently closed; history stays readable
+
+
+class TokenSource(models.TextChoices):
+    CONFIG = "config", "host config"
+    ADMIN = "admin", "admin"
+
+
+class Tenant(models.Model):
+    name = models.CharField(max_length=128, primary_key=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ApiToken(models.Model):
+    """A bearer grant. The token value itself is never stored, only its SHA-256 digest."""
+
+    digest = models.CharField(max_length=64, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="tokens")
+    label = models.CharField(max_length=128, blank=True, help_text="token_env for config tokens")
+    manage = models.BooleanField(default=False)
+    read_only = models.BooleanField(default=False)
+    session = models.CharField(max_length=32, blank=True, help_text="limit to one session ID")
+    source = models.CharField(max_length=8, choices=TokenSource.choices, default=TokenSource.ADMIN)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "API token"
+
+    def __str__(self) -> str:
+        return f"{self.label or self.digest[:12]} ({self.tenant_id})"
+
+
+class Session(models.Model):
+    id = models.CharField(max_length=32, primary_key=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="sessions")
+    harness = models.CharField(max_length=64)
+    model = models.CharField(max_length=256)
+    config = models.JSONField()
+    descriptors = models.JSONField(default=list)
+    status = models.CharField(max_length=16, default=SessionStatus.IDLE)
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+    checkpoint_id = models.CharField(max_length=32)
+    checkpoint_offset = models.BigIntegerField(default=0)
+    checkpoint_time = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "id"]), models.Index(fields=["status"])]
+
+    def __str__(self) -> str:
+        return self.id

@@ -1,0 +1,43 @@
+"""Plain values passed between db, runtime and services: no ORM objects leave db.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Principal", "SessionRecord"]
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the grant of one bearer token."""
+
+    tenant: str
+    manage: bool = False
+    read_only: bool = False
+    session: str = ""  # non-empty: limited to this one session
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    id: str
+    tenant: str
+    harness: str
+    config: dict[str, Any]
+    descriptors: list[dict[str, Any]]
+    status: str
+    created_at: str
+    updated_at: str
+    checkpoint: dict[str, Any] = field(default_factory=dict)  # {id, offset, time}
+
+    def as_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "harness": self.harness,
+            "config": self.config,
+            "descriptors": self.descriptors,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+            "checkpoint": self.checkpoint,
+        }

@@ -1,0 +1,305 @@
+"""The session runtime: loaded actors, limits, harness pools, write-behind, restart, shutdown.
+
+One engine per Brain process, on the ASGI event loop. It never blocks the loop: ORM work goes
+through the `a*` twins in db.py, file scans through to_thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from brainsite.errors import NotFound, Overloaded
+from brainsite.hostconfig import HostConfig, Secrets
+from brainsite.logs import logger
+from sessions_app import db
+from sessions_app.eventlog import EventLog, new_id, now_rfc3339
+from sessions_app.harness.pool import Attachment, HostPool
+from sessions_app.models import SessionStatus
+from sessions_app.records import SessionRecord
+
+from .actor import QUEUED_INPUT_CANCELLED, SessionActor, rebuild_from_log
+from .checkpoints import CheckpointStore
+from .pubsub import SubscriberSlots
+
+__all__ = ["Engine"]
+
+WRITE_BEHIND_SECONDS = 0.05  # status rows reach the database at most this long after a change
+SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
+RESTART_MESSAGE = "turn interrupted: server restarted"
+
+
+@dataclass(frozen=True, slots=True)
+class Stats:
+    loaded: int
+    running: int
+    attached: int
+    hosts: int
+
+
+class Engine:
+    def __init__(self, config: HostConfig, secrets: Secrets) -> None:
+        self.config = config
+        self.secrets = secrets
+        self.limits = config.limits
+        self.data_dir = Path(config.data_dir).resolve()
+        self.sessions_dir = self.data_dir / "sessions"
+        self.actors: dict[str, SessionActor] = {}
+        self.pools = {
+            name: HostPool(name, harness, workroot=self.data_dir / "hosts") for name, harness in config.harnesses.items()
+        }
+        self.subscriber_slots = SubscriberSlots(self.limits.subscribers)
+        self.draining = False
+        self._turn_slots = asyncio.Semaphore(self.limits.active)
+        self._attached: OrderedDict[str, SessionActor] = OrderedDict()  # LRU of resident attachments
+        self._loading: dict[str, asyncio.Future[SessionActor]] = {}
+        self._dirty: dict[str, SessionRecord] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._flusher: asyncio.Task[None] | None = None
+        self._streams_closed = asyncio.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
+        for record in await db.aclaim_running_sessions():
+            with contextlib.suppress(NotFound, Overloaded):
+                await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
+        await self.flush()
+        self._flusher = asyncio.get_running_loop().create_task(self._write_behind(), name="brain-write-behind")
+
+    def track(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def shutdown(self) -> None:
+        """Stop new work, interrupt running turns, end streams, stop hosts, flush state."""
+        self.draining = True
+        for actor in list(self.actors.values()):
+            actor.stop_for_shutdown()
+        turns = [actor.task for actor in self.actors.values() if actor.task is not None]
+        if turns:
+            await asyncio.wait(turns, timeout=SHUTDOWN_TURN_SECONDS)
+        for actor in self.actors.values():
+            for subscriber in list(actor.subscribers):
+                subscriber.close()
+        self._streams_closed.set()
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()), return_exceptions=True)
+        if self._flusher is not None:
+            self._flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._flusher
+        await self.flush()
+        for actor in self.actors.values():
+            actor.log.close()
+
+    # -- write-behind ------------------------------------------------------------------------
+
+    def mark_dirty(self, actor: SessionActor) -> None:
+        self._dirty[actor.id] = actor.record
+
+    async def flush(self) -> None:
+        if not self._dirty:
+            return
+        records, self._dirty = list(self._dirty.values()), {}
+        snapshot = [
+            SessionRecord(**{**{f: getattr(r, f) for f in SessionRecord.__slots__}, "checkpoint": dict(r.checkpoint)})
+            for r in records
+        ]
+        try:
+            await db.asave_session_states(snapshot)
+        except Exception:  # supervision boundary: keep the rows for the next flush
+            logger.exception("session state write failed")
+            for record in records:
+                self._dirty.setdefault(record.id, record)
+
+    async def _write_behind(self) -> None:
+        while True:
+            await asyncio.sleep(WRITE_BEHIND_SECONDS)
+            await self.flush()
+
+    # -- sessions ----------------------------------------------------------------------------
+
+    def session_dir(self, session_id: str) -> Path:
+        return self.sessions_dir / session_id
+
+    async def create(self, record: SessionRecord) -> SessionRecord:
+        """Persist a new idle session with its creation checkpoint (offset 0)."""
+        if self.draining:
+            raise Overloaded("server is shutting down")
+        directory = self.session_dir(record.id)
+        (directory / "native").mkdir(parents=True, exist_ok=False)
+        (directory / "events.jsonl").touch()
+        CheckpointStore(directory).record(
+            record.checkpoint["id"], offset=0, time=record.checkpoint["time"], reported=[]
+        )
+        await db.acreate_session(record)
+        return record
+
+    async def get_actor(self, tenant: str, session_id: str) -> SessionActor:
+        """The loaded actor of a tenant's session, loading it from disk; NotFound otherwise."""
+        actor = self.actors.get(session_id)
+        if actor is not None:
+            if actor.record.tenant != tenant:
+                raise NotFound("session not found")
+            return actor
+        loading = self._loading.get(session_id)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_future()
+            self._loading[session_id] = loading
+            try:
+                actor = await self._load(tenant, session_id)
+                loading.set_result(actor)
+            except BaseException as exc:
+                loading.set_exception(exc)
+                loading.exception()  # retrieved: concurrent waiters re-raise it themselves
+                raise
+            finally:
+                del self._loading[session_id]
+            return actor
+        actor = await asyncio.shield(loading)
+        if actor.record.tenant != tenant:
+            raise NotFound("session not found")
+        return actor
+
+    async def _load(self, tenant: str, session_id: str) -> SessionActor:
+        record = await db.aget_session(tenant, session_id)
+        if record is None:
+            raise NotFound("session not found")
+        await self._make_room()
+        directory = self.session_dir(session_id)
+        log = EventLog(directory / "events.jsonl", max_bytes=self.limits.session_bytes)
+        await asyncio.to_thread(log.repair)
+        records = await asyncio.to_thread(log.scan)
+        keys, unsettled, status = rebuild_from_log(records)
+        last = CheckpointStore(directory).last()
+        if last is not None:
+            record.checkpoint = {"id": last["id"], "offset": last["offset"], "time": last["time"]}
+        record.status = status
+        actor = SessionActor(self, record, directory=directory, log=log)
+        actor.keys = keys
+        self.actors[session_id] = actor
+        if unsettled and status != SessionStatus.CLOSED:
+            self._settle_lost_turn(actor, unsettled)
+        elif status == SessionStatus.RUNNING:
+            actor._set_status(SessionStatus.INTERRUPTED)
+        self.mark_dirty(actor)
+        return actor
+
+    def _settle_lost_turn(self, actor: SessionActor, unsettled: list[str]) -> None:
+        """A turn that was running when the server died comes back interrupted."""
+        first, *queued = unsettled
+        actor.emit("session.error", {"code": "conflict", "message": RESTART_MESSAGE}, input_id=first)
+        for input_id in queued:
+            actor.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
+        actor._set_status(SessionStatus.INTERRUPTED, input_id=first)
+        logger.info("session interrupted by restart", extra={"session_id": actor.id})
+
+    async def _make_room(self) -> None:
+        """Keep loaded sessions within limits.loaded: unload an idle one, else 429."""
+        if len(self.actors) + len(self._loading) <= self.limits.loaded:
+            return
+        for actor in self.actors.values():
+            if not actor.busy:
+                await self.unload(actor)
+                return
+        raise Overloaded("too many loaded sessions")
+
+    async def unload(self, actor: SessionActor) -> None:
+        self.actors.pop(actor.id, None)
+        await self.adetach(actor)
+        actor.log.close()
+
+    def loaded_record(self, session_id: str) -> SessionRecord | None:
+        actor = self.actors.get(session_id)
+        return actor.record if actor is not None else None
+
+    # -- turns and attachments ---------------------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def turn_slot(self) -> AsyncIterator[None]:
+        """limits.active: turns beyond it wait for a slot."""
+        async with self._turn_slots:
+            yield
+
+    def _open_params(self, actor: SessionActor) -> dict[str, Any]:
+        config = actor.record.config
+        provider_name = config["model"].split("/", 1)[0]
+        provider: dict[str, str] = {"api_key": self.secrets.provider_keys.get(provider_name, "")}
+        settings = self.config.providers.get(provider_name)
+        if settings is not None and settings.base_url:
+            provider["base_url"] = settings.base_url
+        if settings is not None and settings.api:
+            provider["api"] = settings.api
+        return {
+            "session_id": actor.id,
+            "dir": str(actor.checkpoints.native),
+            "config": config,
+            "tools": actor.record.descriptors,
+            "provider": provider,
+        }
+
+    async def attach(self, actor: SessionActor) -> Attachment:
+        """The actor's attachment, opening one (passively, from native/) when needed."""
+        if actor.attachment is not None and not actor.attachment.host.lost:
+            self._attached.move_to_end(actor.id)
+            return actor.attachment
+        while len(self._attached) >= self.limits.active:
+            victim = next((a for a in self._attached.values() if a.task is None), None)
+            if victim is None:
+                break
+            await self.adetach(victim)
+        pool = self.pools[actor.record.harness]
+        actor.attachment = await pool.attach(actor, self._open_params(actor))
+        self._attached[actor.id] = actor
+        return actor.attachment
+
+    async def adetach(self, actor: SessionActor) -> None:
+        attachment, actor.attachment = actor.attachment, None
+        self._attached.pop(actor.id, None)
+        if attachment is not None:
+            await self.pools[actor.record.harness].detach(attachment)
+
+    def release_attachment(self, actor: SessionActor) -> None:
+        if actor.attachment is not None:
+            self.track(asyncio.get_running_loop().create_task(self.adetach(actor)))
+
+    def forget_attachment(self, actor: SessionActor) -> None:
+        self._attached.pop(actor.id, None)
+
+    # -- reporting ---------------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        return Stats(
+            loaded=len(self.actors),
+            running=sum(1 for a in self.actors.values() if a.task is not None),
+            attached=len(self._attached),
+            hosts=sum(len(p.hosts) for p in self.pools.values()),
+        )
+
+    async def wait_streams_closed(self) -> None:
+        await self._streams_closed.wait()
+
+
+def new_session_record(
+    *, tenant: str, harness: str, config: dict[str, Any], descriptors: list[dict[str, Any]]
+) -> SessionRecord:
+    now = now_rfc3339()
+    return SessionRecord(
+        id=new_id(),
+        tenant=tenant,
+        harness=harness,
+        config=config,
+        descriptors=descriptors,
+        status=SessionStatus.IDLE.value,
+        created_at=now,
+        updated_at=now,
+        checkpoint={"id": new_id(), "offset": 0, "time": now},
+    )

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ToolsAppConfig(AppConfig):
+    name = "tools_app"
+    verbose_name = "Tools"
