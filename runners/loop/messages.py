@@ -1,0 +1,91 @@
+"""Provider-neutral conversation values shared by the loop, native state and the providers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "AssistantMessage",
+    "Generation",
+    "Message",
+    "ModelRequest",
+    "ToolCall",
+    "ToolResult",
+    "ToolSpec",
+    "Usage",
+    "UserMessage",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AssistantMessage:
+    """One generation as it goes back into the context.
+
+    `replay` holds provider-native items that must be sent back verbatim on the same transport
+    (Anthropic thinking blocks, OpenAI encrypted reasoning items); other transports ignore it.
+    """
+
+    text: str
+    tool_calls: tuple[ToolCall, ...] = ()
+    replay: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResult:
+    call_id: str
+    name: str
+    text: str
+    is_error: bool = False
+
+
+Message = UserMessage | AssistantMessage | ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    input: int = 0
+    output: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    text: str
+    tool_calls: tuple[ToolCall, ...]
+    stop_reason: str  # "stop" | "tool_use" | "length" | "content_filter" | "refusal" | provider's own
+    usage: Usage
+    replay: dict[str, Any] | None = None
+
+    def as_message(self) -> AssistantMessage:
+        return AssistantMessage(text=self.text, tool_calls=self.tool_calls, replay=self.replay)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRequest:
+    """Everything a provider needs for one call; built from native state only."""
+
+    model: str  # the provider's own model id (after the first "/")
+    instructions: str
+    tools: tuple[ToolSpec, ...]
+    messages: tuple[Message, ...]
+    reasoning_effort: str = "off"
+    cache_key: str | None = None  # prompt cache routing key where the provider supports one

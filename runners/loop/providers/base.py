@@ -1,0 +1,80 @@
+"""What every transport implements, and the pieces they share (timeouts, text of tool results).
+
+A provider turns a `ModelRequest` into exactly one request body (`build_body`, deterministic, so
+a restored session sends the byte-identical request) and streams it (`generate`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import ProviderFailure
+from ..messages import Generation, ModelRequest, ToolResult
+
+__all__ = [
+    "MAX_RETRIES",
+    "Endpoint",
+    "Provider",
+    "TextSink",
+    "compact_json",
+    "parse_arguments",
+    "provider_failure",
+    "tool_result_text",
+]
+
+# Bounded SDK retries (exponential backoff, 408/409/429/5xx and connection errors only).
+MAX_RETRIES = 2
+# Seconds; reads wait long because reasoning models may think for minutes before a token.
+CONNECT_TIMEOUT = 10.0
+READ_TIMEOUT = 600.0
+WRITE_TIMEOUT = 60.0
+POOL_TIMEOUT = 60.0
+
+TextSink = Callable[[str], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where and how to reach one provider; pooled clients are keyed by it."""
+
+    transport: str
+    base_url: str
+    provider: str
+    api_key: str = field(repr=False)
+
+
+class Provider(Protocol):
+    def build_body(self, request: ModelRequest) -> dict[str, Any]: ...
+
+    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation: ...
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def tool_result_text(result: ToolResult) -> str:
+    """Transports without an error flag see failed tool results as text starting with `Error:`."""
+    return result.text if not result.is_error or result.text.startswith("Error:") else f"Error: {result.text}"
+
+
+def parse_arguments(raw: str) -> dict[str, Any]:
+    """Tool arguments as streamed; a model that emits broken JSON gets them wrapped, not dropped."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {"_raw_arguments": raw}
+    return value if isinstance(value, dict) else {"_value": value}
+
+
+def provider_failure(name: str, exc: Exception) -> ProviderFailure:
+    """One message shape for SDK errors: status code if there is one, then the provider's text."""
+    status = getattr(exc, "status_code", None)
+    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    prefix = f"{name} HTTP {status}" if status else f"{name} {type(exc).__name__}"
+    return ProviderFailure(f"{prefix}: {message}")

@@ -1,0 +1,71 @@
+"""Session settings from an `open` request: validated shape, credentials kept out of repr."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BrainFailure
+from .messages import ToolSpec
+
+__all__ = ["DEFAULT_INSTRUCTIONS", "SessionSettings", "parse_open_params"]
+
+# spec (reference-models, "Prompt caching"): the system prompt when config.instructions is absent.
+DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Use the available tools when needed."
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettings:
+    session_id: str
+    directory: Path
+    model: str
+    instructions: str
+    reasoning_effort: str
+    tools: tuple[ToolSpec, ...]
+    provider: dict[str, Any] = field(repr=False)  # api_key, base_url?, api?
+
+
+def parse_open_params(params: Any) -> SessionSettings:
+    if not isinstance(params, dict):
+        raise BrainFailure("open params must be an object")
+    config = params.get("config")
+    directory = params.get("dir")
+    if not isinstance(config, dict) or not isinstance(config.get("model"), str):
+        raise BrainFailure("open params need config.model")
+    if not isinstance(directory, str) or not directory:
+        raise BrainFailure("open params need dir")
+    provider = params.get("provider") or {}
+    if not isinstance(provider, dict):
+        raise BrainFailure("open params provider must be an object")
+    return SessionSettings(
+        session_id=str(params.get("session_id", "")),
+        directory=Path(directory),
+        model=config["model"],
+        instructions=str(config.get("instructions") or DEFAULT_INSTRUCTIONS),
+        reasoning_effort=str(config.get("reasoning_effort") or "off"),
+        tools=_tool_specs(params.get("tools") or [], enabled=config.get("tools")),
+        provider=dict(provider),
+    )
+
+
+def _tool_specs(descriptors: Any, *, enabled: Any) -> tuple[ToolSpec, ...]:
+    """The descriptors Brain sent, in its order; only the names config.tools enables, if given."""
+    if not isinstance(descriptors, list):
+        raise BrainFailure("open params tools must be a list")
+    names = set(enabled) if isinstance(enabled, list) else None
+    specs = []
+    for descriptor in descriptors:
+        if not isinstance(descriptor, dict) or not isinstance(descriptor.get("name"), str):
+            raise BrainFailure("each tool needs a name")
+        if names is not None and descriptor["name"] not in names:
+            continue
+        schema = descriptor.get("input_schema")
+        specs.append(
+            ToolSpec(
+                name=descriptor["name"],
+                description=str(descriptor.get("description") or ""),
+                input_schema=schema if isinstance(schema, dict) else {"type": "object"},
+            )
+        )
+    return tuple(specs)

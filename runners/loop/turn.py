@@ -1,0 +1,136 @@
+"""The agent loop of one prompt: call the model, run its tool calls, repeat until it stops.
+
+    1. resolve the model (catalog, reasoning effort, host overrides) → brain_error if impossible
+    2. append the user text; then per generation: take queued steers, compact if the context
+       nears the window, stream the model call (assistant.delta), record it (assistant.message)
+    3. run that generation's tool calls in parallel through Brain, record the results, go to 2
+    4. stop when the model makes no tool call and no steer is waiting; commit the turn
+
+Any exception (failure, cancellation by interrupt) discards the turn: it never enters the context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+from . import compaction
+from .catalog import ResolvedModel, resolve_model
+from .messages import Generation, ModelRequest, ToolCall, ToolResult
+from .providers import ProviderPool
+from .providers.base import Endpoint, Provider
+from .settings import SessionSettings
+from .state import NativeState, OpenTurn
+
+__all__ = ["TurnIO", "run_turn"]
+
+# Providers whose endpoints accept `prompt_cache_key` (OpenAI's own APIs).
+_CACHE_KEY_PROVIDERS = frozenset({"openai", "azure"})
+
+
+class TurnIO(Protocol):
+    """How the loop talks to Brain for one turn."""
+
+    async def emit(self, event: str, data: dict[str, Any]) -> None: ...
+
+    async def call_tool(self, call: ToolCall) -> ToolResult: ...
+
+    def take_steers(self) -> list[str]: ...
+
+
+async def run_turn(settings: SessionSettings, state: NativeState, text: str, io: TurnIO, pool: ProviderPool) -> None:
+    resolved = resolve_model(settings.model, reasoning_effort=settings.reasoning_effort, provider=settings.provider)
+    endpoint = Endpoint(
+        transport=resolved.transport,
+        base_url=resolved.base_url,
+        provider=resolved.spec.provider,
+        api_key=resolved.api_key,
+    )
+    provider = await pool.get(endpoint)
+    turn = state.begin_turn()
+    try:
+        turn.add_user(text)
+        await _loop(settings, state, turn, resolved, provider, io)
+        turn.commit()
+    except BaseException:
+        turn.discard()
+        raise
+
+
+async def _loop(
+    settings: SessionSettings,
+    state: NativeState,
+    turn: OpenTurn,
+    resolved: ResolvedModel,
+    provider: Provider,
+    io: TurnIO,
+) -> None:
+    async def on_text(delta: str) -> None:
+        await io.emit("assistant.delta", {"text": delta})
+
+    while True:
+        for steer in io.take_steers():
+            turn.add_user(steer, steer=True)
+        request = _request(settings, state, resolved)
+        if compaction.needs_compaction(request, context_window=resolved.spec.context_window):
+            if await _compact(state, turn, resolved, provider):
+                request = _request(settings, state, resolved)
+        generation = await provider.generate(request, on_text=on_text)
+        turn.add_generation(generation)
+        await io.emit("assistant.message", _message_data(generation))
+        if generation.tool_calls:
+            for result in await _call_tools(generation.tool_calls, io):
+                turn.add_tool_result(result)
+            continue
+        steers = io.take_steers()
+        if not steers:
+            return
+        for steer in steers:  # guidance that arrived during the last generation gets its own call
+            turn.add_user(steer, steer=True)
+
+
+def _request(settings: SessionSettings, state: NativeState, resolved: ResolvedModel) -> ModelRequest:
+    return ModelRequest(
+        model=resolved.spec.provider_model,
+        instructions=settings.instructions,
+        tools=settings.tools,
+        messages=tuple(state.context()),
+        reasoning_effort=resolved.reasoning_effort,
+        cache_key=state.cache_key if resolved.spec.provider in _CACHE_KEY_PROVIDERS else None,
+    )
+
+
+async def _compact(state: NativeState, turn: OpenTurn, resolved: ResolvedModel, provider: Provider) -> bool:
+    """Summarise the oldest committed turns; False when there is nothing older to summarise."""
+    turns = state.compactable_turns()
+    if not turns:
+        return False
+    window = resolved.spec.context_window
+    first_kept = compaction.choose_first_kept_turn([messages for _tid, messages in turns], context_window=window)
+    summary = await compaction.summarise(
+        provider,
+        model=resolved.spec.provider_model,
+        summary=state.summary,
+        turns=[messages for _tid, messages in turns[:first_kept]],
+        context_window=window,
+    )
+    turn.add_compaction(summary, kept_from=turns[first_kept][0] if first_kept < len(turns) else None)
+    return True
+
+
+async def _call_tools(calls: tuple[ToolCall, ...], io: TurnIO) -> list[ToolResult]:
+    """All calls of one generation at once; cancelling the turn cancels every pending call."""
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(io.call_tool(call)) for call in calls]
+    except ExceptionGroup as failures:
+        raise failures.exceptions[0] from None  # the first failure ends the turn; peers are cancelled
+    return [task.result() for task in tasks]
+
+
+def _message_data(generation: Generation) -> dict[str, Any]:
+    return {
+        "text": generation.text,
+        "usage": {"input": generation.usage.input, "output": generation.usage.output},
+        "stop_reason": generation.stop_reason,
+    }
