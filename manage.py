@@ -7,23 +7,37 @@ import os
 import sys
 
 
+CONFIG_COMMANDS = ("runbrain", "check_brain_config")  # commands that take --config themselves
+
+
 def _preselect_data_dir(argv: list[str]) -> None:
-    """Point settings at the config's data_dir (for metadata.sqlite) before Django loads."""
+    """Point settings at the config's data_dir (for metadata.sqlite) before Django loads.
+
+    Any command accepts `--config FILE` (e.g. `createsuperuser --config examples/local.json`);
+    commands other than CONFIG_COMMANDS do not see the option.
+    """
     from brainsite.hostconfig import ConfigError, load_host_config
 
     path = None
-    for index, arg in enumerate(argv):
+    keep = len(argv) > 1 and argv[1] in CONFIG_COMMANDS
+    for index, arg in enumerate(list(argv)):
         if arg == "--config" and index + 1 < len(argv):
             path = argv[index + 1]
-        elif arg.startswith("--config="):
+            if not keep:
+                del argv[index : index + 2]
+            break
+        if arg.startswith("--config="):
             path = arg.split("=", 1)[1]
+            if not keep:
+                del argv[index]
+            break
     if path is None and len(argv) > 1 and argv[1] == "runbrain":
         path = "brain.json"
     if path is None:
         return
     os.environ["BRAIN_CONFIG"] = path
     try:
-        os.environ.setdefault("BRAIN_DATA_DIR", load_host_config(path).data_dir)
+        os.environ["BRAIN_DATA_DIR"] = load_host_config(path).data_dir
     except ConfigError:
         pass  # the command itself reports the error with the field name
 

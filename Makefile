@@ -1,0 +1,42 @@
+# Brain for Python. Quick start: `make run` (demo on embedded defaults) and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.requirements-installed
+DEBIAN_PACKAGES := redis-server postgresql
+export BRAIN_DEV_PORT ?= 8080
+export SCRIPTED_PROVIDER_PORT ?= 8091
+
+.PHONY: run test bootstrap system-packages lint bench clean
+
+$(STAMP): requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	touch $(STAMP)
+
+bootstrap: $(STAMP)
+
+# Debian packages the test suite runs for real (Redis, PostgreSQL). apt does not start them.
+system-packages:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		if [ "$$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi; \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+run: $(STAMP)
+	$(BIN)/python scripts/run_demo.py
+
+test: $(STAMP) system-packages
+	$(BIN)/python -m pytest -q --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+bench: $(STAMP)
+	$(BIN)/python bench/turn_bench.py
+
+clean:
+	rm -rf $(VENV) .brain
