@@ -81,10 +81,10 @@ class ScriptedProviderServer:
 class RunnerProcess:
     """`python -m runners.loop` as a child, with a frame reader thread and request helpers."""
 
-    def __init__(self, cwd: Path) -> None:
+    def __init__(self, cwd: Path, *, command: list[str] | None = None) -> None:
         cwd.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "runners.loop"],
+            command or [sys.executable, "-m", "runners.loop"],
             cwd=cwd,
             env=runner_env(),
             stdin=subprocess.PIPE,
@@ -265,11 +265,11 @@ def provider(scripted_provider: ScriptedProviderServer) -> ScriptedProviderServe
 
 
 @pytest.fixture()
-def spawn_runner(tmp_path: Path) -> Iterator[Callable[[], RunnerProcess]]:
+def spawn_runner(tmp_path: Path) -> Iterator[Callable[..., RunnerProcess]]:
     runners: list[RunnerProcess] = []
 
-    def spawn() -> RunnerProcess:
-        runner = RunnerProcess(tmp_path / f"runner-cwd-{len(runners)}")
+    def spawn(command: list[str] | None = None) -> RunnerProcess:
+        runner = RunnerProcess(tmp_path / f"runner-cwd-{len(runners)}", command=command)
         runners.append(runner)
         return runner
 
@@ -279,7 +279,7 @@ def spawn_runner(tmp_path: Path) -> Iterator[Callable[[], RunnerProcess]]:
 
 
 @pytest.fixture()
-def runner(spawn_runner: Callable[[], RunnerProcess]) -> RunnerProcess:
+def runner(spawn_runner: Callable[..., RunnerProcess]) -> RunnerProcess:
     return spawn_runner()
 
 

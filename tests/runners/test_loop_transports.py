@@ -1,0 +1,166 @@
+"""Each implemented transport end to end: streamed text, parallel tool calls, results back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler
+
+ADD_TOOL = {
+    "name": "add",
+    "description": "Add two numbers",
+    "input_schema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}},
+}
+
+# (label, model, base URL attribute, api override, wire the provider must see)
+TRANSPORT_CASES = [
+    ("openai_responses_case", "openai/gpt-4.1-mini", "openai_base_url", None, "openai-responses"),
+    ("openai_completions_case", "deepseek/deepseek-flash", "openai_base_url", None, "openai-completions"),
+    ("anthropic_messages_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url", None, "anthropic-messages"),
+    ("azure_openai_responses_case", "azure/gpt-4.1-mini", "openai_base_url", None, "openai-responses"),
+    ("api_override_case", "openai/gpt-4.1-mini", "openai_base_url", "openai-completions", "openai-completions"),
+]
+
+
+def _tool_results_in(wire: str, body: dict[str, Any]) -> list[str]:
+    if wire == "openai-completions":
+        return [m["content"] for m in body["messages"] if m["role"] == "tool"]
+    if wire == "openai-responses":
+        return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+    return [
+        block["content"]
+        for message in body["messages"]
+        if isinstance(message["content"], list)
+        for block in message["content"]
+        if block["type"] == "tool_result"
+    ]
+
+
+@pytest.mark.parametrize(("label", "model", "base", "api", "wire"), TRANSPORT_CASES, ids=[c[0] for c in TRANSPORT_CASES])
+def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
+    label: str, model: str, base: str, api: str | None, wire: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL, ADD_TOOL], api=api)
+    calls: list[dict[str, Any]] = []
+
+    def answer_after_both_calls(frame: dict[str, Any]) -> dict[str, Any] | None:
+        calls.append(frame)
+        if len(calls) < 2:
+            return None  # hold the first call: the second must arrive before any result
+        for held in calls[:1]:
+            runner.send({"attachment": "a1", "turn": "t1", "id": held["id"], "result": echo_tool_handler(held)})
+        return echo_tool_handler(frame)
+
+    # when
+    reply, seen = runner.prompt(
+        "a1", 'call echo {"text": "hi"}\ncall add {"a": 2, "b": 3}', turn="t1", tool_handler=answer_after_both_calls
+    )
+
+    # then
+    assert reply == {"attachment": "a1", "turn": "t1", "id": reply["id"], "result": {}}
+    assert [f["params"]["name"] for f in seen if f.get("method") == "tool.call"] == ["echo", "add"]
+    assert [f["params"]["arguments"] for f in calls] == [{"text": "hi"}, {"a": 2, "b": 3}]
+    messages = [f["data"] for f in seen if f.get("event") == "assistant.message"]
+    assert [m["stop_reason"] for m in messages] == ["tool_use", "stop"]
+    assert messages[0]["text"] == "Calling echo, add."
+    assert messages[1]["text"] == 'Tool echo returned: {"text": "hi"} Tool add returned: {"a": 2, "b": 3}'
+    assert all(m["usage"]["input"] > 0 and m["usage"]["output"] > 0 for m in messages)
+    deltas = [f["data"]["text"] for f in seen if f.get("event") == "assistant.delta"]
+    assert "".join(deltas) == messages[0]["text"] + messages[1]["text"]
+    requests = provider.requests()
+    assert [r["wire"] for r in requests] == [wire, wire]
+    assert _tool_results_in(wire, requests[1]["body"]) == ['{"text": "hi"}', '{"a": 2, "b": 3}']
+    assert requests[0]["body"]["stream"] is True
+
+
+def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open("a1", tmp_path / "native", model="openai/gpt-4.1-mini", base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+
+    # when
+    runner.prompt("a1", "first", turn="t1")
+    runner.prompt("a1", "second", turn="t2")
+
+    # then
+    first, second = provider.bodies()
+    assert first["instructions"] == "You are a helpful assistant. Use the available tools when needed."
+    assert first["store"] is False and "previous_response_id" not in first
+    assert first["tools"] == second["tools"] == [
+        {"type": "function", "name": "echo", "description": ECHO_TOOL["description"], "parameters": ECHO_TOOL["input_schema"], "strict": False}
+    ]
+    assert second["input"][: len(first["input"])] == first["input"]  # the old request is a prefix
+    assert first["prompt_cache_key"] == second["prompt_cache_key"]
+    assert [i.get("content") for i in second["input"]] == [
+        [{"type": "input_text", "text": "first"}],
+        "You said: first",
+        [{"type": "input_text", "text": "second"}],
+    ]
+
+
+def test_it_uses_the_configured_instructions_and_the_key_from_open(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open(
+        "a1", tmp_path / "native", model="anthropic/claude-sonnet-4-5", base_url=provider.anthropic_base_url, instructions="Be terse."
+    )
+
+    # when
+    runner.prompt("a1", "hi", turn="t1")
+
+    # then
+    (request,) = provider.requests()
+    assert request["headers"]["x-api-key"] == "test-key"
+    assert request["body"]["system"] == [{"type": "text", "text": "Be terse.", "cache_control": {"type": "ephemeral"}}]
+    assert request["body"]["model"] == "claude-sonnet-4-5"
+
+
+@pytest.mark.parametrize(
+    ("label", "model", "base", "effort", "expected"),
+    [
+        ("responses_case", "openai/gpt-5", "openai_base_url", "low", ("reasoning", {"effort": "low"})),
+        ("completions_case", "deepseek/deepseek-v4-pro", "openai_base_url", "high", ("reasoning_effort", "high")),
+        ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url", "medium", ("thinking", {"type": "enabled", "budget_tokens": 8192})),
+    ],
+    ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
+)
+def test_it_passes_a_supported_reasoning_effort_to_the_provider(
+    label: str, model: str, base: str, effort: str, expected: tuple[str, Any], runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), reasoning_effort=effort)
+
+    # when
+    reply, _seen = runner.prompt("a1", "think", turn="t1")
+
+    # then
+    assert reply["result"] == {}
+    (body,) = provider.bodies()
+    key, value = expected
+    assert body[key] == value
+
+
+def test_tool_results_with_structured_content_and_unknown_outcome_reach_the_model(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open("a1", tmp_path / "native", model="deepseek/deepseek-flash", base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+
+    def structured(_frame: dict[str, Any]) -> dict[str, Any]:
+        return {"content": [], "structured_content": {"n": 1}, "is_error": True, "unknown_outcome": True}
+
+    # when
+    reply, _seen = runner.prompt("a1", "call echo {}", turn="t1", tool_handler=structured)
+
+    # then
+    assert reply["result"] == {}
+    tool_message = [m for m in provider.bodies()[1]["messages"] if m["role"] == "tool"]
+    assert [json.loads(json.dumps(m["content"])) for m in tool_message] == [
+        'Error: {"n":1}\n(The tool call may or may not have taken effect.)'
+    ]
