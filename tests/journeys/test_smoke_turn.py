@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 from tests.fixtures.server import BrainServer, create_session, history, wait_for_status
 
 
 def test_a_message_runs_a_turn_seen_live_and_in_history(brain: BrainServer) -> None:
-    # given
+    # given: a stream that is open before the turn runs (deltas are live-only)
     client = brain.sdk()
     session = create_session(brain)
+    first = client.send(session["id"], {"type": "user.message", "text": "first"})
+    seen: list[dict[str, Any]] = []
+    first_done = threading.Event()
+
+    def follow() -> None:
+        stream = client.observe(session["id"])
+        idles = 0
+        for event in stream:
+            seen.append(event)
+            if event["type"] == "session.status" and event["data"]["status"] == "idle":
+                idles += 1
+                first_done.set()
+                if idles == 2:
+                    break
+        stream.close()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    assert first_done.wait(20)
     # when
     message = client.send(session["id"], {"type": "user.message", "text": "hello"})
-    seen = []
-    stream = client.observe(session["id"])
-    for event in stream:
-        seen.append((event["type"], event.get("input_id"), event["data"]))
-        if event["type"] == "session.status" and event["data"]["status"] == "idle":
-            break
-    stream.close()
+    reader.join(20)
     # then
-    assert seen == [
+    assert seen[0]["id"] == first["id"]
+    assert [(event["type"], event.get("input_id"), event["data"]) for event in seen[seen.index(message) :]] == [
         ("user.message", None, {"type": "user.message", "text": "hello", "delivery": "queue"}),
         ("session.status", message["id"], {"status": "running"}),
         ("assistant.delta", message["id"], {"text": "echo:"}),
@@ -36,5 +53,5 @@ def test_a_message_runs_a_turn_seen_live_and_in_history(brain: BrainServer) -> N
         "session.status",
         "assistant.message",
         "session.status",
-    ]
+    ] * 2
     assert wait_for_status(brain, session["id"], "idle")["checkpoint"]["offset"] > 0
