@@ -29,7 +29,7 @@ __all__ = [
 
 MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
 MIN_TOKEN_BYTES = 24  # spec: token values must be at least 24 bytes
-TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")
+TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")  # used with fullmatch: `$` alone admits a trailing "\n"
 SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -37,20 +37,34 @@ class ConfigError(ValueError):
     """An invalid host config; the message names the offending field."""
 
 
+class _FieldProblem(ValueError):
+    """Raised by a model-level check to name the field at fault (pydantic locates it at the model)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _check_url(value: str, *, what: str, allow_query: bool = True) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"{what} must be an absolute http or https URL")
+def _check_url(value: str, *, allow_query: bool = True) -> str:
+    """The caller's field location names the URL, so the messages don't repeat it."""
+    try:
+        parts = urlsplit(value)
+        hostname = parts.hostname
+        parts.port  # noqa: B018  # raises ValueError on a non-numeric or out-of-range port
+    except ValueError as exc:
+        raise ValueError(f"must be a valid URL: {exc}") from exc
+    if parts.scheme not in ("http", "https") or not hostname:
+        raise ValueError("must be an absolute http or https URL")
     if parts.username is not None or parts.password is not None:
-        raise ValueError(f"{what} must not contain credentials")
+        raise ValueError("must not contain credentials")
     if parts.fragment or "#" in value:
-        raise ValueError(f"{what} must not contain a fragment")
-    if not allow_query and parts.query:
-        raise ValueError(f"{what} must not contain query parameters")
+        raise ValueError("must not contain a fragment")
+    if not allow_query and (parts.query or "?" in value):
+        raise ValueError("must not contain query parameters")
     return value
 
 
@@ -71,7 +85,7 @@ class TokenGrant(_Strict):
     @field_validator("session")
     @classmethod
     def _session_id(cls, value: str) -> str:
-        if value and not SESSION_ID.match(value):
+        if value and not SESSION_ID.fullmatch(value):
             raise ValueError("session must be a 32-character lowercase hex session ID")
         return value
 
@@ -93,7 +107,7 @@ class Harness(_Strict):
     @model_validator(mode="after")
     def _active_within_shared(self) -> Harness:
         if self.max_active_turns is not None and self.max_active_turns > self.max_shared:
-            raise ValueError("max_active_turns must be between 1 and max_shared")
+            raise _FieldProblem("max_active_turns", "must be between 1 and max_shared")
         return self
 
     @property
@@ -109,7 +123,7 @@ class Provider(_Strict):
     @field_validator("base_url")
     @classmethod
     def _base_url(cls, value: str) -> str:
-        return _check_url(value, what="base_url") if value else value
+        return _check_url(value) if value else value
 
 
 class ToolBindingConfig(_Strict):
@@ -129,28 +143,28 @@ class ToolBindingConfig(_Strict):
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
-        if not TOOL_NAME.match(value):
+        if not TOOL_NAME.fullmatch(value):
             raise ValueError("name must match ^[a-zA-Z][a-zA-Z0-9_]{0,63}$")
         return value
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return _check_url(value, what="url")
+        return _check_url(value)
 
     @model_validator(mode="after")
     def _transport(self) -> ToolBindingConfig:
         if self.inspect_session and self.mcp_tool:
-            raise ValueError("inspect_session cannot be combined with mcp_tool")
+            raise _FieldProblem("inspect_session", "cannot be combined with mcp_tool")
         transport = self.effective_transport
         if transport not in ("http", "mcp"):
-            raise ValueError(f"unknown transport {transport!r}")
+            raise _FieldProblem("transport", f"unknown transport {transport!r}")
         if transport == "mcp" and not self.mcp_tool:
-            raise ValueError("transport mcp needs mcp_tool")
+            raise _FieldProblem("mcp_tool", "is required by transport mcp")
         for key in ("input_schema", "output_schema"):
             schema = getattr(self, key)
             if schema is not None and _has_external_ref(schema):
-                raise ValueError(f"{key} must not use an external $ref")
+                raise _FieldProblem(key, "must not use an external $ref")
         return self
 
     @property
@@ -192,7 +206,7 @@ class Limits(_Strict):
     @model_validator(mode="after")
     def _loaded_at_least_active(self) -> Limits:
         if self.loaded < self.active:
-            raise ValueError("loaded must be at least active")
+            raise _FieldProblem("loaded", "must be at least active")
         return self
 
 
@@ -212,19 +226,27 @@ class Persistence(_Strict):
     @model_validator(mode="after")
     def _provider_fields(self) -> Persistence:
         if self.provider == "filesystem" and not self.directory:
-            raise ValueError("directory is required for the filesystem provider")
+            raise _FieldProblem("directory", "is required for the filesystem provider")
         if self.provider != "filesystem" and not self.bucket:
-            raise ValueError(f"bucket is required for the {self.provider} provider")
-        if self.provider == "gcs" and (self.region or self.endpoint or self.access_key_env or self.secret_key_env):
-            raise ValueError("region, endpoint and access keys are not allowed for gcs")
-        if self.provider == "r2" and not (self.endpoint and self.access_key_env and self.secret_key_env):
-            raise ValueError("r2 needs endpoint, access_key_env and secret_key_env")
+            raise _FieldProblem("bucket", f"is required for the {self.provider} provider")
+        if self.provider == "gcs":
+            for key in ("region", "endpoint", "access_key_env", "secret_key_env"):
+                if getattr(self, key):
+                    raise _FieldProblem(key, "is not allowed for the gcs provider")
+        if self.provider == "r2":
+            for key in ("endpoint", "access_key_env", "secret_key_env"):
+                if not getattr(self, key):
+                    raise _FieldProblem(key, "is required for the r2 provider")
         if bool(self.access_key_env) != bool(self.secret_key_env):
-            raise ValueError("access_key_env and secret_key_env must be set together")
+            missing = "secret_key_env" if self.access_key_env else "access_key_env"
+            raise _FieldProblem(missing, "access_key_env and secret_key_env must be set together")
         if self.endpoint:
-            _check_url(self.endpoint, what="endpoint")
+            try:
+                _check_url(self.endpoint)
+            except ValueError as exc:
+                raise _FieldProblem("endpoint", str(exc)) from exc
         if self.prefix.startswith("/") or "\\" in self.prefix or ".." in self.prefix.split("/"):
-            raise ValueError("prefix must be relative without '\\' or '..'")
+            raise _FieldProblem("prefix", "must be relative without '\\' or '..'")
         return self
 
 
@@ -235,7 +257,7 @@ class CredentialKeys(_Strict):
     @model_validator(mode="after")
     def _active_known(self) -> CredentialKeys:
         if self.active not in self.keys:
-            raise ValueError("active must name one of keys")
+            raise _FieldProblem("active", "must name one of keys")
         return self
 
 
@@ -264,22 +286,22 @@ class HostConfig(_Strict):
     @field_validator("public_url")
     @classmethod
     def _public_url(cls, value: str) -> str:
-        return _check_url(value, what="public_url", allow_query=False)
+        return _check_url(value, allow_query=False)
 
     @field_validator("harnesses")
     @classmethod
     def _harness_names(cls, value: dict[str, Harness]) -> dict[str, Harness]:
         for name in value:
             if not 1 <= len(name) <= 64:
-                raise ValueError("harness names must be 1-64 characters")
+                raise ValueError(f"harness name {name!r} must be 1-64 characters")
         return value
 
     @model_validator(mode="after")
     def _unique_tools(self) -> HostConfig:
         seen: set[str] = set()
-        for binding in self.tools:
+        for index, binding in enumerate(self.tools):
             if binding.name in seen:
-                raise ValueError(f"tools: duplicate tool name {binding.name!r}")
+                raise _FieldProblem(f"tools[{index}].name", f"duplicate tool name {binding.name!r}")
             seen.add(binding.name)
         return self
 
@@ -310,6 +332,10 @@ def _format_validation_error(error: ValidationError) -> str:
     for part in first["loc"]:
         location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else str(part))
     message = first["msg"].removeprefix("Value error, ")
+    problem = first.get("ctx", {}).get("error")
+    if isinstance(problem, _FieldProblem):
+        location += f".{problem.field}" if location else problem.field
+        message = str(problem)
     if first["type"] == "extra_forbidden":
         message = "unknown field"
     return f"{location or 'config'}: {message}"
