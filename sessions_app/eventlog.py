@@ -72,8 +72,12 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         or isinstance(value["o"], bool)
         or value["o"] < 0
         or not isinstance(value["i"], str)
-        or not _HEX32.match(value["i"])
+        or not _HEX32.fullmatch(value["i"])
     ):
+        raise CursorUnavailable("cursor is not a cursor issued by this session")
+    # b64decode skips characters outside its alphabet and accepts padding, so only the exact
+    # string encode_cursor issues may name a position (a fabricated variant is 409 too).
+    if encode_cursor(value["o"], value["i"]) != cursor:
         raise CursorUnavailable("cursor is not a cursor issued by this session")
     return value["o"], value["i"]
 
