@@ -161,7 +161,7 @@ class EventStream:
             self._thread.join(timeout=5)
 
     def __enter__(self) -> EventStream:
-        return self.open()
+        return self if self._sock is not None else self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()
