@@ -84,11 +84,17 @@ class NativeFile(TypedDict):
     append_only: bool
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
 
 
 def encode_frame(frame: Frame) -> bytes:
     """One frame as a newline-terminated UTF-8 line."""
-    line = json.dumps(frame, separators=(",", ":"), ensure_ascii=False).encode()
+    try:
+        # allow_nan=False: NaN and Infinity are not JSON, and the peer's strict decoder rejects them
+        line = json.dumps(frame, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        raise FrameError(f"frame is not JSON-serialisable: {exc}") from exc
     if len(line) >= MAX_FRAME:
         raise FrameError(f"frame of {len(line)} bytes exceeds {MAX_FRAME}")
     return line + b"\n"
@@ -99,7 +105,8 @@ def decode_frame(line: bytes) -> Frame:
     if len(line) > MAX_FRAME:
         raise FrameError(f"frame of {len(line)} bytes exceeds {MAX_FRAME}")
     try:
-        value = json.loads(line)
+        # decode as UTF-8 ourselves: json.loads(bytes) would also accept UTF-16 and UTF-32
+        value = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FrameError(f"frame is not JSON: {exc}") from exc
     if not isinstance(value, dict):
