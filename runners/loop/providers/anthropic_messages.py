@@ -10,6 +10,7 @@ from typing import Any
 
 import anthropic
 import httpx
+from anthropic.types import Message, RawMessageStreamEvent
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, parse_arguments, provider_failure
@@ -70,7 +71,13 @@ class AnthropicMessages:
         blocks: dict[int, dict[str, Any]] = {}
         stop, input_tokens, output_tokens = "end_turn", 0, 0
         try:
-            stream = await self._client.messages.create(**self.build_body(request))
+            stream = await self._client.post(
+                "/v1/messages",
+                body=self.build_body(request),
+                cast_to=Message,
+                stream=True,
+                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+            )
             async with stream:
                 async for event in stream:
                     if event.type == "message_start":

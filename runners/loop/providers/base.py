@@ -1,7 +1,11 @@
 """What every transport implements, and the pieces they share (timeouts, text of tool results).
 
 A provider turns a `ModelRequest` into exactly one request body (`build_body`, deterministic, so
-a restored session sends the byte-identical request) and streams it (`generate`).
+a restored session sends the byte-identical request) and streams it (`generate`). Bodies go
+through the SDK client (auth, retries, SSE parsing, typed events and errors) via its `post`, not
+the typed `create` helpers: their per-field param transform walks the whole conversation in
+Python on every call (about 3 ms per message, so seconds for long sessions) and would rewrite
+the body we built.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
@@ -61,7 +62,13 @@ class OpenAICompletions:
         calls: dict[int, dict[str, str]] = {}
         finish, usage = "stop", Usage()
         try:
-            stream = await self._client.chat.completions.create(**self.build_body(request))
+            stream = await self._client.post(
+                "/chat/completions",
+                body=self.build_body(request),
+                cast_to=ChatCompletion,
+                stream=True,
+                stream_cls=openai.AsyncStream[ChatCompletionChunk],
+            )
             async with stream:
                 async for chunk in stream:
                     if chunk.usage is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import openai
+from openai.types.responses import Response, ResponseStreamEvent
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
@@ -71,7 +72,13 @@ class OpenAIResponses:
     async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
         final: Any = None
         try:
-            stream = await self._client.responses.create(**self.build_body(request))
+            stream = await self._client.post(
+                "/responses",
+                body=self.build_body(request),
+                cast_to=Response,
+                stream=True,
+                stream_cls=openai.AsyncStream[ResponseStreamEvent],
+            )
             async with stream:
                 async for event in stream:
                     if event.type == "response.output_text.delta" and event.delta:
