@@ -4,6 +4,7 @@ runtime start (Daphne has no lifespan), and routing of SSE streams to the Channe
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -18,7 +19,7 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
 from brainsite import runtime_host  # noqa: E402
-from brainsite.transport import pending_bytes_probe  # noqa: E402
+from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 
 __all__ = ["application"]
@@ -47,6 +48,7 @@ class BrainHttpMiddleware:
         request_id = secrets.token_hex(16)
         scope["brain_request_id"] = request_id
         scope["brain_pending_bytes"] = pending_bytes_probe(send)
+        scope["brain_abort_connection"] = functools.partial(abort_connection, send)
         extra = [(b"x-request-id", request_id.encode()), (b"x-content-type-options", b"nosniff")]
 
         async def send_with_headers(message: dict[str, Any]) -> None:

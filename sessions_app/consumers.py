@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
 import orjson
@@ -15,11 +15,13 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
 from brainsite.errors import BrainError
-from brainsite.transport import abort_connection
 
 from . import services
 from .auth import authenticate_header
 from .models import SessionStatus
+
+if TYPE_CHECKING:
+    from .runtime.pubsub import Subscriber
 
 __all__ = ["EventStreamConsumer"]
 
@@ -83,36 +85,43 @@ class EventStreamConsumer(AsyncHttpConsumer):
                 events = await asyncio.to_thread(actor.log.read, position, end=end, limit=REPLAY_BATCH)
                 if not events:
                     break
-                await self._write(b"".join(event.sse_frame() for event in events))
+                await self._write(b"".join(event.sse_frame() for event in events), subscriber)
                 position = events[-1].offset + len(events[-1].line) + 1
             if actor.status == SessionStatus.CLOSED:
                 subscriber.close()
             while True:
                 if not await subscriber.wait(KEEPALIVE_SECONDS):
-                    await self._write(KEEPALIVE)
+                    await self._write(KEEPALIVE, subscriber)
                     continue
                 frames = subscriber.drain()
                 if frames:
-                    await self._write(b"".join(frames))
+                    await self._write(b"".join(frames), subscriber)
                 if subscriber.closed:
                     break
             if subscriber.overflowed:
-                abort_connection(self.base_send)
+                self._abort()
             else:
                 await self.send_body(b"", more_body=False)
         except TimeoutError:
-            abort_connection(self.base_send)  # spec: the write deadline passed; drop the client
+            self._abort()  # spec: the write deadline passed; drop the client
         finally:
             services.close_stream(actor, subscriber)
 
-    async def _write(self, data: bytes) -> None:
-        """Send once the transport has room; a client stuck past the deadline is dropped."""
+    def _abort(self) -> None:
+        # base_send is the middleware's wrapper; only the server's own send reaches the socket
+        abort = self.scope.get("brain_abort_connection")
+        if abort is not None:
+            abort()
+
+    async def _write(self, data: bytes, subscriber: Subscriber | None = None) -> None:
+        """Send once the transport has room. A client stuck past the deadline is dropped, and so
+        is one whose live buffer overflowed meanwhile (spec: slow clients are disconnected)."""
         pending = self.scope.get("brain_pending_bytes")
         if pending is not None and pending() > SOCKET_HIGH_WATER:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + WRITE_DEADLINE_SECONDS
             while pending() > SOCKET_HIGH_WATER:
-                if loop.time() > deadline:
+                if loop.time() > deadline or (subscriber is not None and subscriber.overflowed):
                     raise TimeoutError
                 await asyncio.sleep(_CONGESTION_POLL_SECONDS)
         await self.send_body(data, more_body=True)

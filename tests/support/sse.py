@@ -143,6 +143,15 @@ class EventStream:
         sock.connect(self._address)
         sock.sendall(self._request)
         self._sock = sock
+        if not read:  # a client that reads only the response head, then never again
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = sock.recv(1)
+                if not chunk:
+                    raise AssertionError("no response head")
+                head += chunk
+            self.status, self.headers = _parse_head(head[:-4])
+            return self
         if read:
             self._thread.start()
             with self._changed:
@@ -170,6 +179,25 @@ class EventStream:
     def socket(self) -> socket.socket:
         assert self._sock is not None
         return self._sock
+
+    def read_unread(self, *, quiet_seconds: float = 5.0) -> tuple[int, str]:
+        """Read what a stream opened with `read=False` still holds: (bytes, "eof"|"reset"|"open").
+
+        "open" means the server kept the connection and went quiet for `quiet_seconds`.
+        """
+        sock = self.socket
+        sock.settimeout(quiet_seconds)
+        total = 0
+        try:
+            while True:
+                chunk = sock.recv(1 << 20)
+                if not chunk:
+                    return total, "eof"
+                total += len(chunk)
+        except ConnectionResetError:
+            return total, "reset"
+        except TimeoutError:
+            return total, "open"
 
     # -- reading -----------------------------------------------------------------------------
 
