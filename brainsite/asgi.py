@@ -19,12 +19,14 @@ from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
 from brainsite import runtime_host  # noqa: E402
+from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 
 __all__ = ["application"]
 
 BODY_OVERHEAD_BYTES = 16 * 1024  # spec: bodies may be input_bytes + 16 KiB
+DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (sessions, CSRF)
 _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
 
 Scope = dict[str, Any]
@@ -39,8 +41,9 @@ def _error_body(code: str, message: str, request_id: str) -> bytes:
 class BrainHttpMiddleware:
     """Outermost HTTP layer; knows nothing of sessions."""
 
-    def __init__(self, django_app: Any, stream_app: Any) -> None:
+    def __init__(self, django_app: Any, api_app: Any, stream_app: Any) -> None:
         self.django_app = django_app
+        self.api_app = api_app
         self.stream_app = stream_app
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
@@ -67,7 +70,9 @@ class BrainHttpMiddleware:
             scope["url_route"] = {"kwargs": {"session_id": match.group(1)}}
             await self.stream_app(scope, receive, send_with_headers)
             return
-        await self.django_app(scope, self._limited_receive(receive, limit), send_with_headers)
+        path = scope.get("path", "")
+        app = self.django_app if path.startswith(DJANGO_PREFIXES) else self.api_app
+        await app(scope, self._limited_receive(receive, limit), send_with_headers)
 
     @staticmethod
     def _wants_stream(scope: Scope) -> bool:
@@ -121,5 +126,9 @@ class _TooLargeGuard:
 
 
 application = ProtocolTypeRouter(
-    {"http": BrainHttpMiddleware(_TooLargeGuard(get_asgi_application()), EventStreamConsumer.as_asgi())}
+    {
+        "http": BrainHttpMiddleware(
+            _TooLargeGuard(get_asgi_application()), _TooLargeGuard(ApiHandler()), EventStreamConsumer.as_asgi()
+        )
+    }
 )

@@ -319,9 +319,13 @@ class SessionActor:
 
     async def _record_checkpoint(self, reported: Any) -> None:
         checkpoint_id, time = new_id(), now_rfc3339()
-        entry = await asyncio.to_thread(
-            self.checkpoints.record, checkpoint_id, offset=self.log.size, time=time, reported=reported
-        )
+        if isinstance(reported, list) and all(isinstance(f, dict) and f.get("append_only") for f in reported):
+            # append-only files need a stat each and one journal line: cheaper than a thread hop
+            entry = self.checkpoints.record(checkpoint_id, offset=self.log.size, time=time, reported=reported)
+        else:  # snapshot copies of rewritable files may be large
+            entry = await asyncio.to_thread(
+                self.checkpoints.record, checkpoint_id, offset=self.log.size, time=time, reported=reported
+            )
         self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
 
     # -- harness callbacks (AttachmentHandler) -----------------------------------------------

@@ -1,0 +1,258 @@
+"""Turn benchmark: latency (send -> `idle` on SSE) against a floor, throughput, memory.
+
+    python bench/turn_bench.py [--turns 300] [--parallel 64] [--seconds 10] [--idle 1000]
+
+Prints: median/p95 turn latency through Brain with an instant runner; the same for the floor
+(a bare ASGI app on Daphne pushing one SSE event per POST) measured in the same run; their
+ratio; turns/s with N sessions in parallel; server RSS per loaded idle session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.rawhttp import Connection, SseReader  # noqa: E402
+INSTANT_RUNNER = ["python", str(ROOT / "tests" / "support" / "instant_runner.py")]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def wait_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not come up")
+
+
+def start_brain(directory: Path, *, harness: list[str], active: int) -> tuple[subprocess.Popen[bytes], str, str]:
+    port, token = free_port(), secrets.token_hex(24)
+    config = {
+        "listen": f"127.0.0.1:{port}",
+        "data_dir": str(directory / "data"),
+        "tokens": [{"token_env": "BENCH_TOKEN", "tenant": "bench", "manage": True}],
+        "harnesses": {"bench": {"command": harness, "max_shared": 64, "max_hosts": 4}},
+        "providers": {"openai": {"api_key_env": "BENCH_PROVIDER_KEY"}},
+        "limits": {"active": active, "loaded": 4096, "queue": 64, "subscribers": 4096},
+    }
+    path = directory / "brain.json"
+    path.write_text(json.dumps(config))
+    env = {**os.environ, "BENCH_TOKEN": token, "BENCH_PROVIDER_KEY": "bench-key", "BRAIN_DATA_DIR": config["data_dir"]}
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "runbrain", "--config", str(path)],
+        cwd=ROOT,
+        env=env,
+        stderr=(directory / "brain.log").open("wb"),
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health/live")
+    return process, url, token
+
+
+class Stream:
+    """One SSE connection; yields parsed (event type, envelope) pairs."""
+
+    def __init__(self, client: httpx.AsyncClient, path: str, headers: dict[str, str]) -> None:
+        self.client, self.path, self.headers = client, path, headers
+        self.events: asyncio.Queue[tuple[str, dict[str, Any]]] = asyncio.Queue()
+        self.ready = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        async with self.client.stream("GET", self.path, headers={**self.headers, "Accept": "text/event-stream"}) as r:
+            self.ready.set()
+            kind, data = "", ""
+            async for line in r.aiter_lines():
+                if line.startswith("event: "):
+                    kind = line[7:]
+                elif line.startswith("data: "):
+                    data = line[6:]
+                elif not line and kind:
+                    self.events.put_nowait((kind, json.loads(data) if data.startswith("{") else {}))
+                    kind, data = "", ""
+
+    async def until(self, kind: str, predicate: Any) -> None:
+        while True:
+            got, envelope = await self.events.get()
+            if got == kind and predicate(envelope):
+                return
+
+    def close(self) -> None:
+        self.task.cancel()
+        self.task.add_done_callback(lambda task: task.cancelled() or task.exception())
+
+
+async def brain_turn_latencies(url: str, token: str, turns: int) -> list[float]:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+        session = (await client.post("/sessions", json={"harness": "bench", "config": {"model": "openai/m", "tools": []}})).json()
+        stream = Stream(client, f"/sessions/{session['id']}/events", headers)
+        await stream.ready.wait()
+        samples = []
+        for index in range(turns + 10):
+            start = time.perf_counter()
+            sent = (await client.post(f"/sessions/{session['id']}/events", json={"type": "user.message", "text": "hi"})).json()
+            await stream.until("session.status", lambda e: e["data"]["status"] == "idle" and e.get("input_id") == sent["id"])
+            if index >= 10:  # the first turns start the harness host
+                samples.append(time.perf_counter() - start)
+        stream.close()
+        return samples
+
+
+async def floor_latencies(url: str, turns: int) -> list[float]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        stream = Stream(client, "/events", {})
+        await stream.ready.wait()
+        samples = []
+        for index in range(turns + 10):
+            start = time.perf_counter()
+            marker = secrets.token_hex(8)
+            await client.post("/send", content=json.dumps({"m": marker}))
+            await stream.until("idle", lambda e, m=marker: e.get("m") == m)
+            if index >= 10:
+                samples.append(time.perf_counter() - start)
+        stream.close()
+        return samples
+
+
+async def throughput(url: str, token: str, parallel: int, seconds: float) -> tuple[float, float]:
+    """Turns/s with `parallel` sessions each running turns back to back; also server CPU %."""
+    host, port = url.removeprefix("http://").split(":")
+    body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
+    setup = Connection(host, int(port), token)
+    await setup.open()
+    sessions = [json.loads((await setup.request("POST", "/sessions", body))[1])["id"] for _ in range(parallel)]
+    setup.close()
+    connections = [Connection(host, int(port), token) for _ in sessions]
+    streams = [SseReader(host, int(port), token, f"/sessions/{sid}/events") for sid in sessions]
+    await asyncio.gather(*(c.open() for c in connections), *(s.open() for s in streams))
+    done = 0
+    message = {"type": "user.message", "text": "hi"}
+
+    async def drive(sid: str, connection: Connection, stream: SseReader, deadline: float) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            status, raw = await connection.request("POST", f"/sessions/{sid}/events", message)
+            if status != 202:
+                raise RuntimeError(f"send failed: {status} {raw[:200]!r}")
+            await stream.wait_idle(json.loads(raw)["id"])
+            done += 1
+
+    work = list(zip(sessions, connections, streams, strict=True))
+    warmup = time.perf_counter() + 2  # starts hosts and attaches every session
+    await asyncio.gather(*(drive(s, c, st, warmup) for s, c, st in work))
+    done = 0
+    cpu_before, started = _server_cpu(), time.perf_counter()
+    await asyncio.gather(*(drive(s, c, st, started + seconds) for s, c, st in work))
+    elapsed = time.perf_counter() - started
+    cpu = (_server_cpu() - cpu_before) / elapsed * 100
+    for connection, stream in zip(connections, streams, strict=True):
+        connection.close()
+        stream.close()
+    return done / elapsed, cpu
+
+
+_SERVER_PID = 0
+
+
+def _server_cpu() -> float:
+    fields = Path(f"/proc/{_SERVER_PID}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def idle_memory(url: str, token: str, pid: int, count: int) -> float:
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+        body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
+        ids = []
+        for _ in range(count):
+            ids.append((await client.post("/sessions", json=body)).json()["id"])
+        await asyncio.sleep(0.5)
+        before = rss_bytes(pid)
+        for start in range(0, count, 50):
+            await asyncio.gather(*(client.get(f"/sessions/{sid}") for sid in ids[start : start + 50]))
+        await asyncio.sleep(0.5)
+        return (rss_bytes(pid) - before) / count
+
+
+def summarize(name: str, samples: list[float]) -> tuple[float, float]:
+    samples = sorted(samples)
+    median = statistics.median(samples) * 1000
+    p95 = samples[int(len(samples) * 0.95) - 1] * 1000
+    print(f"{name:<34} median {median:7.2f} ms   p95 {p95:7.2f} ms   (n={len(samples)})")
+    return median, p95
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--turns", type=int, default=300)
+    parser.add_argument("--parallel", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--runner", choices=["instant", "loop"], default="instant")
+    arguments = parser.parse_args()
+    print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    with tempfile.TemporaryDirectory(prefix="brain-bench-") as tmp:
+        directory = Path(tmp)
+        floor_port = free_port()
+        floor = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "--access-log", "/dev/null", "-b", "127.0.0.1", "-p", str(floor_port), "bench.floor_app:app"],
+            cwd=ROOT,
+            stderr=subprocess.DEVNULL,
+        )
+        brain, url, token = start_brain(directory, harness=INSTANT_RUNNER, active=args_active(arguments))
+        try:
+            wait_http(f"http://127.0.0.1:{floor_port}/ping")
+            floor_median, _ = summarize("floor (bare ASGI POST -> SSE)", asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns)))
+            brain_median, _ = summarize("brain turn (instant runner)", asyncio.run(brain_turn_latencies(url, token, arguments.turns)))
+            print(f"{'ratio brain / floor':<34} {brain_median / floor_median:.2f}x")
+            global _SERVER_PID
+            _SERVER_PID = brain.pid
+            rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
+            print(f"{'throughput':<34} {rate:7.1f} turns/s with {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)")
+            per_session = asyncio.run(idle_memory(url, token, brain.pid, arguments.idle))
+            print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
+        finally:
+            brain.terminate()
+            floor.terminate()
+            brain.wait(30)
+            floor.wait(10)
+
+
+def args_active(arguments: argparse.Namespace) -> int:
+    return max(16, arguments.parallel)
+
+
+if __name__ == "__main__":
+    main()
