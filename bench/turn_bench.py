@@ -56,8 +56,10 @@ def wait_http(url: str, timeout: float = 30) -> None:
     raise RuntimeError(f"{url} did not come up")
 
 
-def start_brain(directory: Path, *, harness: list[str], active: int) -> tuple[subprocess.Popen[bytes], str, str]:
-    port, token = free_port(), secrets.token_hex(24)
+def start_brain(
+    directory: Path, *, harness: list[str], active: int, token: str = ""
+) -> tuple[subprocess.Popen[bytes], str, str]:
+    port, token = free_port(), token or secrets.token_hex(24)
     config = {
         "listen": f"127.0.0.1:{port}",
         "data_dir": str(directory / "data"),
@@ -66,6 +68,7 @@ def start_brain(directory: Path, *, harness: list[str], active: int) -> tuple[su
         "providers": {"openai": {"api_key_env": "BENCH_PROVIDER_KEY"}},
         "limits": {"active": active, "loaded": 4096, "queue": 64, "subscribers": 4096},
     }
+    directory.mkdir(parents=True, exist_ok=True)
     path = directory / "brain.json"
     path.write_text(json.dumps(config))
     env = {**os.environ, "BENCH_TOKEN": token, "BENCH_PROVIDER_KEY": "bench-key", "BRAIN_DATA_DIR": config["data_dir"]}
@@ -73,7 +76,7 @@ def start_brain(directory: Path, *, harness: list[str], active: int) -> tuple[su
         [sys.executable, "manage.py", "runbrain", "--config", str(path)],
         cwd=ROOT,
         env=env,
-        stderr=(directory / "brain.log").open("wb"),
+        stderr=(directory / "brain.log").open("ab"),
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/health/live")
@@ -191,19 +194,39 @@ def _server_cpu() -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def idle_memory(url: str, token: str, pid: int, count: int) -> float:
+async def create_sessions(url: str, token: str, count: int) -> list[str]:
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
+        return [(await client.post("/sessions", json=body)).json()["id"] for _ in range(count)]
+
+
+async def load_sessions(url: str, token: str, ids: list[str]) -> None:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
-        body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
-        ids = []
-        for _ in range(count):
-            ids.append((await client.post("/sessions", json=body)).json()["id"])
-        await asyncio.sleep(0.5)
-        before = rss_bytes(pid)
-        for start in range(0, count, 50):
+        for start in range(0, len(ids), 50):
             await asyncio.gather(*(client.get(f"/sessions/{sid}") for sid in ids[start : start + 50]))
-        await asyncio.sleep(0.5)
-        return (rss_bytes(pid) - before) / count
+
+
+def idle_memory(directory: Path, count: int) -> float:
+    """RSS per loaded idle session, on a fresh server whose sessions were created by another."""
+    creator, url, token = start_brain(directory, harness=INSTANT_RUNNER, active=16)
+    try:
+        ids = asyncio.run(create_sessions(url, token, count + 1))
+    finally:
+        creator.terminate()
+        creator.wait(30)
+    brain, url, token = start_brain(directory, harness=INSTANT_RUNNER, active=16, token=token)
+    try:
+        asyncio.run(load_sessions(url, token, ids[:1]))  # warm every code path once
+        time.sleep(0.5)
+        before = rss_bytes(brain.pid)
+        asyncio.run(load_sessions(url, token, ids[1:]))
+        time.sleep(0.5)
+        return (rss_bytes(brain.pid) - before) / count
+    finally:
+        brain.terminate()
+        brain.wait(30)
 
 
 def summarize(name: str, samples: list[float]) -> tuple[float, float]:
@@ -241,13 +264,13 @@ def main() -> None:
             _SERVER_PID = brain.pid
             rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
             print(f"{'throughput':<34} {rate:7.1f} turns/s with {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)")
-            per_session = asyncio.run(idle_memory(url, token, brain.pid, arguments.idle))
-            print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
         finally:
             brain.terminate()
             floor.terminate()
             brain.wait(30)
             floor.wait(10)
+        per_session = idle_memory(directory / "memory", arguments.idle)
+        print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
 
 
 def args_active(arguments: argparse.Namespace) -> int:
