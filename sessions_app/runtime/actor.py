@@ -275,13 +275,17 @@ class SessionActor:
         return TurnFailure("conflict", f"turn interrupted: {reason}" if reason else "turn interrupted")
 
     def _finish_turn(self, pending: PendingInput) -> None:
+        """The turn completed. A stop that arrived too late to cut it still ends the queue."""
+        stop_reason, self._stop_reason = self._stop_reason, ""
         try:
-            if self.queue and not self.engine.draining:
-                self._start_next()
-            elif self.queue:
+            if stop_reason == "close":
                 self._cancel_queue()
-                self._set_status(SessionStatus.INTERRUPTED, input_id=pending.id)
+                self._set_status(SessionStatus.CLOSED)
+                self.engine.release_attachment(self)
+            elif self.queue and not stop_reason and not self.engine.draining:
+                self._start_next()
             else:
+                self._cancel_queue()
                 self._set_status(SessionStatus.IDLE, input_id=pending.id)
         except (OSError, RecordTooLarge) as exc:
             self._mark_failed_without_log(exc)
