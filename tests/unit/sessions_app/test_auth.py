@@ -1,0 +1,429 @@
+"""Bearer tokens: config mirroring, digest-only storage, header parsing, and admin-issued tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.contrib.auth.models import User
+from django.contrib.messages import get_messages
+from django.test import Client
+
+from brainsite.errors import Unauthorized
+from brainsite.hostconfig import HostConfig, parse_host_config
+from sessions_app import db
+from sessions_app.auth import MAX_AUTHORIZATION_CHARS, authenticate_header, forget_tokens
+from sessions_app.models import ApiToken, Session, Tenant, TokenSource
+from sessions_app.records import Principal, SessionRecord
+
+ALICE_TOKEN = "alice-token-0123456789abcdef"
+BOB_TOKEN = "bob-token-0123456789abcdef0123"
+CHARLIE_TOKEN = "charlie-token-0123456789abcdef"
+SESSION_ID = "0123456789abcdef0123456789abcdef"
+TOKEN_MESSAGE = re.compile(r"^New API token \(shown once, copy it now\): ([0-9a-f]{64})$")
+
+# transaction=True: the auth lookups run through database_sync_to_async, which closes connections
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _host_config() -> HostConfig:
+    value = {
+        "tokens": [
+            {"token_env": "ALICE_TOKEN", "tenant": "acme", "manage": True},
+            {"token_env": "BOB_TOKEN", "tenant": "acme", "read_only": True},
+            {"token_env": "CHARLIE_TOKEN", "tenant": "globex", "session": SESSION_ID},
+        ],
+        "harnesses": {"pi": {"command": ["node"]}},
+    }
+    return parse_host_config(json.dumps(value).encode())
+
+
+def _authenticate(header: str | None) -> Principal:
+    return async_to_sync(authenticate_header)(header)
+
+
+@pytest.fixture(autouse=True)
+def _empty_token_cache() -> Iterator[None]:
+    forget_tokens()
+    yield
+    forget_tokens()
+
+
+@pytest.fixture
+def mirrored() -> None:
+    db.mirror_config_tokens(_host_config(), [ALICE_TOKEN, BOB_TOKEN, CHARLIE_TOKEN])
+
+
+@pytest.fixture
+def admin_client() -> Client:
+    # no password: hashing one costs more than the rest of a test
+    user = User.objects.create(username="root", is_staff=True, is_superuser=True)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def _add_token_in_admin(client: Client, **fields: Any) -> tuple[str, list[tuple[str, str]]]:
+    """POST the ApiToken add form; return the token shown once and every message."""
+    data = {"tenant": "acme", "label": "ci", "session": "", "_save": "Save", **fields}
+    response = client.post("/admin/sessions_app/apitoken/add/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    shown = [(message.level_tag, message.message) for message in get_messages(response.wsgi_request)]
+    match = TOKEN_MESSAGE.match(shown[0][1])
+    assert match is not None, shown
+    return match.group(1), shown
+
+
+def _create_session() -> None:
+    db.create_session(
+        SessionRecord(
+            id=SESSION_ID,
+            tenant="acme",
+            harness="pi",
+            config={"model": "openai/gpt-4.1-mini"},
+            descriptors=[],
+            status="idle",
+            created_at="2026-10-15T12:00:00.000000Z",
+            updated_at="2026-10-15T12:00:00.000000Z",
+            checkpoint={"id": "c" * 32, "offset": 0, "time": "2026-10-15T12:00:00.000000Z"},
+        )
+    )
+
+
+# --- config tokens --------------------------------------------------------------------------
+
+
+def test_a_mirrored_config_token_is_found_by_its_digest(mirrored: None) -> None:
+    # when
+    principal = db.find_grant(db.digest_token(ALICE_TOKEN))
+
+    # then
+    assert principal == Principal(tenant="acme", manage=True, read_only=False, session="")
+
+
+def test_mirrored_grants_keep_their_tenant_and_scope(mirrored: None) -> None:
+    # when
+    grants = [db.find_grant(db.digest_token(token)) for token in (ALICE_TOKEN, BOB_TOKEN, CHARLIE_TOKEN)]
+
+    # then
+    assert grants == [
+        Principal(tenant="acme", manage=True),
+        Principal(tenant="acme", read_only=True),
+        Principal(tenant="globex", session=SESSION_ID),
+    ]
+    assert sorted(Tenant.objects.values_list("name", flat=True)) == ["acme", "globex"]
+    assert ApiToken.objects.filter(source=TokenSource.CONFIG).count() == 3
+
+
+def test_an_unknown_digest_has_no_grant(mirrored: None) -> None:
+    # when
+    principal = db.find_grant(db.digest_token("not-a-token-0123456789abcdef"))
+
+    # then
+    assert principal is None
+
+
+def test_mirroring_again_drops_config_tokens_that_left_the_config(mirrored: None, admin_client: Client) -> None:
+    # given an admin token and a config that now holds only alice's grant
+    admin_token, _ = _add_token_in_admin(admin_client)
+    config = parse_host_config(
+        json.dumps(
+            {"tokens": [{"token_env": "ALICE_TOKEN", "tenant": "acme"}], "harnesses": {"pi": {"command": ["node"]}}}
+        ).encode()
+    )
+
+    # when
+    db.mirror_config_tokens(config, [ALICE_TOKEN])
+
+    # then
+    assert db.find_grant(db.digest_token(ALICE_TOKEN)) == Principal(tenant="acme", manage=False)
+    assert db.find_grant(db.digest_token(BOB_TOKEN)) is None
+    assert db.find_grant(db.digest_token(CHARLIE_TOKEN)) is None
+    assert db.find_grant(db.digest_token(admin_token)) == Principal(tenant="acme")
+
+
+def test_tokens_are_stored_only_as_sha256_digests(mirrored: None, admin_client: Client) -> None:
+    # given
+    admin_token, _ = _add_token_in_admin(admin_client)
+    tokens = [ALICE_TOKEN, BOB_TOKEN, CHARLIE_TOKEN, admin_token]
+
+    # when
+    rows = list(ApiToken.objects.values())
+
+    # then no column of any row holds any token value
+    assert len(rows) == 4
+    stored = json.dumps(rows, default=str)
+    assert [token for token in tokens if token in stored] == []
+    assert sorted(row["digest"] for row in rows) == sorted(hashlib.sha256(token.encode()).hexdigest() for token in tokens)
+
+
+# --- authenticate_header --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        pytest.param(f"Bearer {ALICE_TOKEN}", Principal(tenant="acme", manage=True), id="bearer_case"),
+        pytest.param(f"bearer {BOB_TOKEN}", Principal(tenant="acme", read_only=True), id="lowercase_scheme_case"),
+        pytest.param(f"BEARER {CHARLIE_TOKEN}", Principal(tenant="globex", session=SESSION_ID),
+                     id="uppercase_scheme_case"),
+    ],
+)
+def test_a_known_bearer_token_authenticates(mirrored: None, header: str, expected: Principal) -> None:
+    # when
+    principal = _authenticate(header)
+
+    # then
+    assert principal == expected
+
+
+REJECTED_HEADERS = [
+    pytest.param(None, id="missing_case"),
+    pytest.param("", id="empty_case"),
+    pytest.param(ALICE_TOKEN, id="no_scheme_case"),
+    pytest.param(f"Basic {ALICE_TOKEN}", id="basic_scheme_case"),
+    pytest.param(f"Token {ALICE_TOKEN}", id="other_scheme_case"),
+    pytest.param("Bearer", id="scheme_only_case"),
+    pytest.param("Bearer    ", id="blank_token_case"),
+    pytest.param("Bearer not-a-known-token-0123456789", id="unknown_token_case"),
+    pytest.param(f"Bearer {ALICE_TOKEN}x", id="token_with_suffix_case"),
+    pytest.param("Bearer " + "a" * (MAX_AUTHORIZATION_CHARS - 6), id="over_1024_characters_case"),
+]
+
+
+@pytest.mark.parametrize("header", REJECTED_HEADERS)
+def test_bad_authorization_headers_are_unauthorized(mirrored: None, header: str | None) -> None:
+    # when
+    with pytest.raises(Unauthorized) as caught:
+        _authenticate(header)
+
+    # then
+    assert (caught.value.status, caught.value.code, caught.value.message) == (
+        401,
+        "forbidden",
+        "missing or invalid bearer token",
+    )
+    assert caught.value.headers() == {"WWW-Authenticate": "Bearer"}
+
+
+def test_a_header_of_exactly_1024_characters_is_looked_up(mirrored: None) -> None:
+    # given
+    header = "Bearer " + "a" * (MAX_AUTHORIZATION_CHARS - 7)
+
+    # when
+    with pytest.raises(Unauthorized):
+        _authenticate(header)
+
+    # then it was a lookup miss, now cached
+    assert len(header) == MAX_AUTHORIZATION_CHARS
+
+
+def test_a_deleted_token_stops_authenticating_once_the_cache_is_forgotten(mirrored: None) -> None:
+    # given a cached grant
+    assert _authenticate(f"Bearer {ALICE_TOKEN}") == Principal(tenant="acme", manage=True)
+    ApiToken.objects.filter(digest=db.digest_token(ALICE_TOKEN)).delete()
+
+    # when
+    forget_tokens()
+
+    # then
+    with pytest.raises(Unauthorized):
+        _authenticate(f"Bearer {ALICE_TOKEN}")
+
+
+# --- admin ----------------------------------------------------------------------------------
+
+
+def test_a_token_added_in_the_admin_is_shown_once_and_authenticates_at_once(mirrored: None, admin_client: Client) -> None:
+    # when
+    token, shown = _add_token_in_admin(admin_client, manage="on")
+
+    # then
+    assert shown[0] == ("warning", f"New API token (shown once, copy it now): {token}")
+    assert [level for level, _ in shown] == ["warning", "success"]
+    row = ApiToken.objects.get(source=TokenSource.ADMIN)
+    assert (row.digest, row.tenant_id, row.label, row.manage, row.read_only) == (
+        db.digest_token(token),
+        "acme",
+        "ci",
+        True,
+        False,
+    )
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme", manage=True)
+
+
+def test_the_admin_never_shows_an_issued_token_again(mirrored: None, admin_client: Client) -> None:
+    # given a token whose message the page after the redirect showed
+    token, _ = _add_token_in_admin(admin_client)
+    row = ApiToken.objects.get(source=TokenSource.ADMIN)
+    first = admin_client.get("/admin/sessions_app/apitoken/")
+
+    # when
+    change = admin_client.get(f"/admin/sessions_app/apitoken/{row.pk}/change/")
+    listing = admin_client.get("/admin/sessions_app/apitoken/")
+
+    # then
+    assert (first.status_code, change.status_code, listing.status_code) == (200, 200, 200)
+    assert first.content.decode().count(token) == 1
+    assert token not in change.content.decode()
+    assert token not in listing.content.decode()
+    assert row.digest in change.content.decode()
+
+
+def test_changing_an_admin_token_in_the_admin_takes_effect_at_once(mirrored: None, admin_client: Client) -> None:
+    # given a cached read-write grant
+    token, _ = _add_token_in_admin(admin_client)
+    row = ApiToken.objects.get(source=TokenSource.ADMIN)
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
+
+    # when
+    response = admin_client.post(
+        f"/admin/sessions_app/apitoken/{row.pk}/change/",
+        {"tenant": "acme", "label": "ci", "read_only": "on", "session": "", "_save": "Save"},
+    )
+
+    # then
+    assert response.status_code == 302
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme", read_only=True)
+    assert ApiToken.objects.get(pk=row.pk).digest == db.digest_token(token)
+
+
+def test_deleting_an_admin_token_in_the_admin_takes_effect_at_once(mirrored: None, admin_client: Client) -> None:
+    # given a cached grant
+    token, _ = _add_token_in_admin(admin_client)
+    row = ApiToken.objects.get(source=TokenSource.ADMIN)
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
+
+    # when
+    response = admin_client.post(f"/admin/sessions_app/apitoken/{row.pk}/delete/", {"post": "yes"})
+
+    # then
+    assert response.status_code == 302
+    assert not ApiToken.objects.filter(pk=row.pk).exists()
+    with pytest.raises(Unauthorized):
+        _authenticate(f"Bearer {token}")
+
+
+def test_a_config_token_has_no_editable_fields_in_the_admin(mirrored: None, admin_client: Client) -> None:
+    # given
+    row = ApiToken.objects.get(digest=db.digest_token(ALICE_TOKEN))
+
+    # when
+    response = admin_client.get(f"/admin/sessions_app/apitoken/{row.pk}/change/")
+
+    # then
+    assert response.status_code == 200
+    assert list(response.context["adminform"].form.fields) == []
+    assert response.context["has_delete_permission"] is False
+
+
+def test_posting_a_change_to_a_config_token_changes_nothing(mirrored: None, admin_client: Client) -> None:
+    # given
+    row = ApiToken.objects.get(digest=db.digest_token(BOB_TOKEN))
+    before = ApiToken.objects.filter(pk=row.pk).values().get()
+
+    # when
+    admin_client.post(
+        f"/admin/sessions_app/apitoken/{row.pk}/change/",
+        {"tenant": "globex", "label": "hijacked", "manage": "on", "session": "", "_save": "Save"},
+    )
+
+    # then
+    assert ApiToken.objects.filter(pk=row.pk).values().get() == before
+    assert _authenticate(f"Bearer {BOB_TOKEN}") == Principal(tenant="acme", read_only=True)
+
+
+def test_a_config_token_cannot_be_deleted_in_the_admin(mirrored: None, admin_client: Client) -> None:
+    # given
+    row = ApiToken.objects.get(digest=db.digest_token(ALICE_TOKEN))
+
+    # when
+    response = admin_client.post(f"/admin/sessions_app/apitoken/{row.pk}/delete/", {"post": "yes"})
+
+    # then
+    assert response.status_code == 403
+    assert ApiToken.objects.filter(pk=row.pk).exists()
+
+
+def test_bulk_delete_in_the_admin_refuses_a_selection_with_config_tokens(mirrored: None, admin_client: Client) -> None:
+    # given an admin token next to the three config tokens, all selected
+    token, _ = _add_token_in_admin(admin_client)
+    selected = [str(pk) for pk in ApiToken.objects.values_list("pk", flat=True)]
+
+    # when
+    response = admin_client.post(
+        "/admin/sessions_app/apitoken/",
+        {"action": "delete_selected", "_selected_action": selected, "post": "yes"},
+    )
+
+    # then nothing was deleted
+    assert response.status_code == 403
+    assert ApiToken.objects.count() == 4
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
+
+
+def test_bulk_delete_in_the_admin_removes_admin_tokens_at_once(mirrored: None, admin_client: Client) -> None:
+    # given two cached admin tokens
+    first, _ = _add_token_in_admin(admin_client, label="one")
+    second, _ = _add_token_in_admin(admin_client, label="two")
+    assert _authenticate(f"Bearer {first}") == _authenticate(f"Bearer {second}") == Principal(tenant="acme")
+    selected = [str(pk) for pk in ApiToken.objects.filter(source=TokenSource.ADMIN).values_list("pk", flat=True)]
+
+    # when
+    response = admin_client.post(
+        "/admin/sessions_app/apitoken/",
+        {"action": "delete_selected", "_selected_action": selected, "post": "yes"},
+    )
+
+    # then
+    assert response.status_code == 302
+    assert sorted(ApiToken.objects.values_list("source", flat=True)) == ["config", "config", "config"]
+    for token in (first, second):
+        with pytest.raises(Unauthorized):
+            _authenticate(f"Bearer {token}")
+
+
+def test_the_admin_session_list_shows_tenant_status_harness_model_and_timestamps(admin_client: Client) -> None:
+    # given
+    _create_session()
+
+    # when
+    response = admin_client.get("/admin/sessions_app/session/")
+
+    # then
+    html = response.content.decode()
+    assert response.status_code == 200
+    assert re.findall(r'<th scope="col" class="[^"]*column-(\w+)', html) == [
+        "id",
+        "tenant",
+        "status",
+        "harness",
+        "model",
+        "created_at",
+        "updated_at",
+    ]
+    row = re.search(r'<tr>\s*<th class="field-id">.*?</tr>', html, re.DOTALL)
+    assert row is not None
+    cells = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row.group(0))]
+    assert cells == [SESSION_ID, "acme", "idle", "pi", "openai/gpt-4.1-mini", "Oct. 15, 2026, noon", "Oct. 15, 2026, noon"]
+    assert Session.objects.get().model == "openai/gpt-4.1-mini"
+
+
+def test_sessions_cannot_be_added_changed_or_deleted_in_the_admin(admin_client: Client) -> None:
+    # given
+    _create_session()
+
+    # when
+    add = admin_client.get("/admin/sessions_app/session/add/")
+    change = admin_client.get(f"/admin/sessions_app/session/{SESSION_ID}/change/")
+    delete = admin_client.post(f"/admin/sessions_app/session/{SESSION_ID}/delete/", {"post": "yes"})
+
+    # then
+    assert (add.status_code, change.status_code, delete.status_code) == (403, 200, 403)
+    assert list(change.context["adminform"].form.fields) == []
+    assert Session.objects.get().id == SESSION_ID
