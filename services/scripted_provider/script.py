@@ -31,6 +31,8 @@ DEFAULT_CHUNK_WORDS = 3
 CHARS_PER_TOKEN = 4
 # Longest excerpt of a tool result or conversation quoted back in a summary.
 QUOTE_LIMIT = 200
+# Longest excerpt of the prompt quoted in scripted reasoning.
+REASONING_QUOTE = 60
 
 _FAIL_DIRECTIVE = re.compile(r"\[fail (\d{3})\]")
 _SLOW_DIRECTIVE = re.compile(r"\[slow(?: (\d+))?\]")
@@ -58,6 +60,7 @@ class RequestView:
     user_texts: tuple[str, ...]
     tool_results: tuple[ToolResultView, ...]
     body_size: int
+    reasoning: bool = False  # the request asks for reasoning / extended thinking
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +75,7 @@ class Plan:
 
     chunks: tuple[str, ...] = ()
     tool_calls: tuple[ScriptedToolCall, ...] = ()
+    reasoning: str = ""  # sent first as a thinking block / reasoning item when non-empty
     delay_ms: int = 0
     stall: bool = False  # send the first delta, then nothing until the client goes away
     break_stream: bool = False  # send the first delta, then a mid-stream error event
@@ -89,13 +93,15 @@ class Plan:
 class Rule:
     """`match` is a case-insensitive substring (or `regex`) of the newest user text.
 
-    With `after_tool` the rule looks at tool result text instead. A rule gives a reply text,
-    tool calls, a failure status, a per-delta delay or a stall.
+    With `after_tool` the rule looks at tool result text instead; with `requires_tool` it only
+    applies when the request offers that tool. A rule gives a reply text, tool calls, a failure
+    status, a per-delta delay or a stall.
     """
 
     match: str = ""
     regex: str = ""
     after_tool: bool = False
+    requires_tool: str = ""
     reply: str = ""
     tool_calls: tuple[ScriptedToolCall, ...] = ()
     status: int = 0
@@ -103,7 +109,9 @@ class Rule:
     delay_ms: int = 0
     stall: bool = False
 
-    def matches(self, text: str) -> bool:
+    def matches(self, text: str, view: RequestView) -> bool:
+        if self.requires_tool and self.requires_tool not in view.tool_names:
+            return False
         if self.regex:
             return re.search(self.regex, text) is not None
         return self.match.lower() in text.lower()
@@ -123,12 +131,12 @@ class Script:
         if view.tool_results and not view.user_texts:
             subject = "\n".join(result.text for result in view.tool_results)
             for rule in self.rules:
-                if rule.after_tool and rule.matches(subject):
+                if rule.after_tool and rule.matches(subject, view):
                     return self._from_rule(view, rule)
             return self._finish(view, _summarise_tool_results(view.tool_results), ())
         text = view.user_texts[-1] if view.user_texts else ""
         for rule in self.rules:
-            if not rule.after_tool and rule.matches(text):
+            if not rule.after_tool and rule.matches(text, view):
                 return self._from_rule(view, rule)
         return self._from_directives(view, text)
 
@@ -169,9 +177,11 @@ class Script:
     def _finish(self, view: RequestView, text: str, calls: tuple[ScriptedToolCall, ...]) -> Plan:
         chunks = _split_words(text, self.chunk_words)
         arguments_size = sum(len(json.dumps(call.arguments)) for call in calls)
+        subject = view.user_texts[-1] if view.user_texts else "the tool results"
         return Plan(
             chunks=chunks,
             tool_calls=calls,
+            reasoning=f"Considering {subject[:REASONING_QUOTE]}" if view.reasoning else "",
             delay_ms=self.delay_ms,
             input_tokens=max(1, math.ceil(view.body_size / CHARS_PER_TOKEN)),
             output_tokens=max(1, math.ceil((len(text) + arguments_size) / CHARS_PER_TOKEN)),
@@ -209,6 +219,7 @@ def _parse_rule(raw: dict[str, Any]) -> Rule:
         match=str(raw.get("match", "")),
         regex=str(raw.get("regex", "")),
         after_tool=bool(raw.get("after_tool", False)),
+        requires_tool=str(raw.get("requires_tool", "")),
         reply=str(raw.get("reply", "")),
         tool_calls=calls,
         status=int(raw.get("status", 0)),

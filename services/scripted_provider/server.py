@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .script import Plan, Script, parse_script
-from .views import WIRES, parse_json_body, view_request
+from .views import WIRES, find_request_error, parse_json_body, view_request
 from .wire import IdSource, error_body, error_event, render_json, render_stream
 
 __all__ = ["ScriptedProvider", "serve"]
@@ -81,6 +81,9 @@ class ScriptedProvider:
             return await _send_json(writer, 400, error_body(wire, 400, f"invalid JSON body: {exc}"))
         headers = {name: request.headers[name] for name in _LOGGED_HEADERS if name in request.headers}
         self.requests.append({"path": path, "wire": wire, "headers": headers, "body": body})
+        problem = find_request_error(wire, body)
+        if problem is not None:
+            return await _send_json(writer, 400, error_body(wire, 400, problem))
         plan = self.script.plan(view_request(wire, body, body_size=len(request.body)))
         model = str(body.get("model", ""))
         if plan.fail_status:

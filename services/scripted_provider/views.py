@@ -11,7 +11,7 @@ from typing import Any
 
 from .script import RequestView, ToolResultView
 
-__all__ = ["WIRES", "parse_json_body", "view_request"]
+__all__ = ["WIRES", "find_request_error", "parse_json_body", "view_request"]
 
 # Path suffix → wire format name.
 WIRES = {
@@ -36,7 +36,67 @@ def view_request(wire: str, body: dict[str, Any], *, body_size: int) -> RequestV
         user_texts=tuple(users),
         tool_results=tuple(results),
         body_size=body_size,
+        reasoning=_asks_for_reasoning(wire, body),
     )
+
+
+def _asks_for_reasoning(wire: str, body: dict[str, Any]) -> bool:
+    if wire == "openai-completions":
+        return bool(body.get("reasoning_effort"))
+    if wire == "openai-responses":
+        return bool(body.get("reasoning"))
+    thinking = body.get("thinking")
+    return isinstance(thinking, dict) and thinking.get("type") == "enabled"
+
+
+def find_request_error(wire: str, body: dict[str, Any]) -> str | None:
+    """The structural checks the real APIs make, so a client bug fails here as it would there."""
+    if not isinstance(body.get("model"), str) or not body["model"]:
+        return "model is required"
+    if wire == "openai-completions":
+        return _chat_error(body)
+    if wire == "openai-responses":
+        return _responses_error(body)
+    return _messages_error(body)
+
+
+def _chat_error(body: dict[str, Any]) -> str | None:
+    open_calls: set[str] = set()
+    for message in body.get("messages") or []:
+        if message.get("role") == "assistant":
+            open_calls = {str(call.get("id")) for call in message.get("tool_calls") or []}
+        elif message.get("role") == "tool":
+            if message.get("tool_call_id") not in open_calls:
+                return f"tool message {message.get('tool_call_id')!r} does not answer a preceding tool call"
+    return None
+
+
+def _responses_error(body: dict[str, Any]) -> str | None:
+    items = body.get("input")
+    calls = {str(i.get("call_id")) for i in items or [] if isinstance(i, dict) and i.get("type") == "function_call"}
+    for item in items if isinstance(items, list) else []:
+        if item.get("type") == "function_call_output" and item.get("call_id") not in calls:
+            return f"No tool call found for function call output with call_id {item.get('call_id')}."
+    return None
+
+
+def _messages_error(body: dict[str, Any]) -> str | None:
+    if not isinstance(body.get("max_tokens"), int):
+        return "max_tokens: Field required"
+    messages = body.get("messages") or []
+    thinking = _asks_for_reasoning("anthropic-messages", body)
+    for index, message in enumerate(messages):
+        if index and message.get("role") == messages[index - 1].get("role"):
+            return f"messages.{index}: roles must alternate between user and assistant"
+        content = message.get("content")
+        if not content:
+            return f"messages.{index}: content must be non-empty"
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        kinds = [block.get("type") for block in content]
+        if thinking and "tool_use" in kinds and kinds[0] not in ("thinking", "redacted_thinking"):
+            return f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kinds[0]}`"
+    return None
 
 
 def _tool_names(tools: list[Any]) -> tuple[str, ...]:

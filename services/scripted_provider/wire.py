@@ -7,6 +7,7 @@ them unmodified.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import time
@@ -78,10 +79,12 @@ def render_json(wire: str, plan: Plan, model: str, ids: IdSource) -> dict[str, A
 
 
 def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
+    client_error = 400 <= status < 500
     if wire == "anthropic-messages":
-        kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, "api_error")
+        default = "invalid_request_error" if client_error else "api_error"
+        kind = {429: "rate_limit_error", 529: "overloaded_error"}.get(status, default)
         return {"type": "error", "error": {"type": kind, "message": message}}
-    kind = "rate_limit_exceeded" if status == 429 else "server_error"
+    kind = "rate_limit_exceeded" if status == 429 else "invalid_request_error" if client_error else "server_error"
     return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
 
 
@@ -164,8 +167,22 @@ def _response_object(plan: Plan, model: str, response_id: str, output: list[Any]
     }
 
 
+def _signature(text: str) -> str:
+    """Stands in for the provider's opaque signature / encrypted reasoning blob."""
+    return "sig:" + base64.b64encode(text.encode()).decode()
+
+
 def _response_output(plan: Plan, ids: IdSource) -> list[dict[str, Any]]:
     output: list[dict[str, Any]] = []
+    if plan.reasoning:
+        output.append(
+            {
+                "type": "reasoning",
+                "id": ids.next("rs"),
+                "summary": [{"type": "summary_text", "text": plan.reasoning}],
+                "encrypted_content": _signature(plan.reasoning),
+            }
+        )
     if plan.text:
         output.append(
             {
@@ -203,7 +220,9 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     emit("response.in_progress", {"response": _response_object(plan, model, response_id, [], status="in_progress")})
     output = _response_output(plan, ids)
     for index, item in enumerate(output):
-        if item["type"] == "message":
+        if item["type"] == "reasoning":
+            emit("response.output_item.added", {"output_index": index, "item": {**item, "summary": []}})
+        elif item["type"] == "message":
             emit("response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress", "content": []}})
             part = {"type": "output_text", "text": "", "annotations": []}
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
@@ -230,6 +249,8 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
 
 def _message_content(plan: Plan, ids: IdSource) -> list[dict[str, Any]]:
     content: list[dict[str, Any]] = []
+    if plan.reasoning:
+        content.append({"type": "thinking", "thinking": plan.reasoning, "signature": _signature(plan.reasoning)})
     if plan.text:
         content.append({"type": "text", "text": plan.text})
     for call in plan.tool_calls:
@@ -260,7 +281,13 @@ def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     message_id = ids.next("msg")
     steps = [Step(_sse({"type": "message_start", "message": _message_object(plan, model, message_id, [], final=False)}, event="message_start"))]
     for index, block in enumerate(_message_content(plan, ids)):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            deltas = [
+                ({"type": "thinking_delta", "thinking": block["thinking"]}, False),
+                ({"type": "signature_delta", "signature": block["signature"]}, False),
+            ]
+        elif block["type"] == "text":
             start = {"type": "text", "text": ""}
             deltas = [({"type": "text_delta", "text": text}, True) for text in plan.chunks]
         else:

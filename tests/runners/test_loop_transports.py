@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler
+from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler, restore_checkpoint
 
 ADD_TOOL = {
     "name": "add",
@@ -164,3 +165,50 @@ def test_tool_results_with_structured_content_and_unknown_outcome_reach_the_mode
     assert [json.loads(json.dumps(m["content"])) for m in tool_message] == [
         'Error: {"n":1}\n(The tool call may or may not have taken effect.)'
     ]
+
+
+@pytest.mark.parametrize(
+    ("label", "model", "base", "effort", "replayed"),
+    [
+        ("responses_case", "openai/gpt-5", "openai_base_url", "low", "reasoning"),
+        ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url", "high", "thinking"),
+    ],
+    ids=["responses_case", "anthropic_case"],
+)
+def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
+    label: str,
+    model: str,
+    base: str,
+    effort: str,
+    replayed: str,
+    spawn_runner: Callable[..., RunnerProcess],
+    provider: ScriptedProviderServer,
+    tmp_path: Path,
+) -> None:
+    # given a reasoning turn with a tool call
+    runner = spawn_runner()
+    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL], reasoning_effort=effort)
+    reply, _seen = runner.prompt("a1", 'call echo {"text": "r"}', turn="t1", tool_handler=echo_tool_handler)
+    files = runner.checkpoint("a1")
+
+    # then the follow-up request carried the reasoning block before the tool call
+    assert reply["result"] == {}
+    follow_up = provider.bodies()[1]
+    if replayed == "thinking":
+        assistant = follow_up["messages"][1]["content"]
+        assert [b["type"] for b in assistant] == ["thinking", "text", "tool_use"]
+        assert assistant[0]["signature"].startswith("sig:")
+    else:
+        kinds = [i.get("type", "message") for i in follow_up["input"]]
+        assert kinds == ["message", "reasoning", "message", "function_call", "function_call_output"]
+        assert follow_up["include"] == ["reasoning.encrypted_content"]
+
+    # and a restored copy sends the same reasoning items again
+    restore_checkpoint(tmp_path / "native", tmp_path / "restored", files)
+    provider.reset()
+    runner.prompt("a1", "more", turn="t2")
+    restored = spawn_runner()
+    restored.open("b1", tmp_path / "restored", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL], reasoning_effort=effort)
+    restored.prompt("b1", "more", turn="t2")
+    original_body, restored_body = provider.bodies()
+    assert original_body == restored_body

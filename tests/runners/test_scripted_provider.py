@@ -1,0 +1,70 @@
+"""The scripted provider on its own: SDKs parse its plain JSON replies; logs and strict checks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import anthropic
+import openai
+import pytest
+from conftest import ScriptedProviderServer
+
+
+def _run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+def test_non_streaming_replies_parse_in_all_three_sdks(provider: ScriptedProviderServer) -> None:
+    async def call_all() -> tuple[Any, Any, Any]:
+        oai = openai.AsyncOpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0)
+        ant = anthropic.AsyncAnthropic(api_key="k", base_url=provider.anthropic_base_url, max_retries=0)
+        chat = await oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "call echo {\"a\": 1}"}])
+        response = await oai.responses.create(model="m", input="hi there")
+        message = await ant.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+        return chat, response, message
+
+    # when
+    chat, response, message = _run(call_all())
+
+    # then
+    assert chat.choices[0].message.tool_calls[0].function.name == "echo"
+    assert response.output_text == "You said: hi there"
+    assert message.content[0].text == "You said: hi"
+    assert [r["wire"] for r in provider.requests()] == ["openai-completions", "openai-responses", "anthropic-messages"]
+
+
+def test_rules_from_a_script_take_precedence_and_can_fail(provider: ScriptedProviderServer) -> None:
+    # given
+    provider.set_script({"rules": [{"match": "weather", "reply": "Sunny."}, {"match": "quota", "status": 429, "message": "slow down"}]})
+    client = openai.OpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0)
+
+    # when
+    sunny = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "The WEATHER?"}])
+    with pytest.raises(openai.RateLimitError) as limited:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "quota"}])
+
+    # then
+    assert sunny.choices[0].message.content == "Sunny."
+    assert "slow down" in str(limited.value)
+
+
+def test_it_rejects_requests_the_real_apis_would_reject(provider: ScriptedProviderServer) -> None:
+    client = anthropic.Anthropic(api_key="k", base_url=provider.anthropic_base_url, max_retries=0)
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(
+            model="m", max_tokens=10, messages=[{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]
+        )
+    with pytest.raises(openai.BadRequestError):
+        openai.OpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0).responses.create(
+            model="m", input=[{"type": "function_call_output", "call_id": "nope", "output": "x"}]
+        )
+
+
+def test_reset_clears_the_request_log(provider: ScriptedProviderServer) -> None:
+    openai.OpenAI(api_key="k", base_url=provider.openai_base_url).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "x"}]
+    )
+    assert len(provider.requests()) == 1
+    provider.reset()
+    assert provider.requests() == []
