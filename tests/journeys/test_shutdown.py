@@ -1,0 +1,81 @@
+"""Graceful shutdown: SIGTERM/SIGINT interrupt running turns, end streams, and exit in time."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable
+
+import pytest
+
+from tests.fixtures.server import (
+    BrainServer,
+    create_session,
+    history,
+    open_stream,
+    outline,
+    send_ok,
+    wait_for_turn_end,
+)
+
+EXIT_SECONDS = 25  # spec: exits within about 20 seconds; a little slack for a loaded machine
+
+
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm_case"), pytest.param(signal.SIGINT, id="sigint_case")])
+def test_a_signal_interrupts_the_running_turn_and_ends_streams(
+    brain_factory: Callable[..., BrainServer], sig: signal.Signals
+) -> None:
+    # given: a running turn with a queued message and an open stream
+    server = brain_factory()
+    client = server.sdk()
+    session = create_session(server)
+    kept = client.send(session["id"], {"type": "user.message", "text": "kept"})
+    wait_for_turn_end(server, session["id"], kept["id"])
+    stream = open_stream(server, session["id"])
+    running = client.send(session["id"], {"type": "user.message", "text": "sleep:30"})
+    queued = client.send(session["id"], {"type": "user.message", "text": "queued"})
+    stream.wait_for_event("session.status", input_id=running["id"], status="running")
+    process = server.process
+    assert process is not None
+    # when
+    process.send_signal(sig)
+    try:
+        code = process.wait(timeout=EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("brain did not exit after the signal") from None
+    stream_ended = stream.wait_ended(timeout=5)
+    seen = stream.retained()
+    stream.close()
+    server.process = None
+    server.start()
+    events = history(server, session["id"])
+    # then
+    assert code == 0
+    assert stream_ended
+    assert outline(events[-3:]) == [
+        ("session.error", running["id"], {"code": "conflict", "message": "turn interrupted: server shutting down"}),
+        ("session.error", queued["id"], {"code": "conflict", "message": "queued input interrupted before execution"}),
+        ("session.status", running["id"], {"status": "interrupted"}),
+    ]
+    assert seen == events[: len(seen)]
+    assert server.sdk().get(session["id"])["status"] == "interrupted"
+    # and when: resumed, the next turn sees only the completed turn
+    server.sdk().resume(session["id"])
+    probe = send_ok(server, session["id"], "history")
+    assert wait_for_turn_end(server, session["id"], probe["id"])[-2]["data"]["text"] == "history: kept | history"
+
+
+def test_an_idle_server_stops_cleanly_and_keeps_its_sessions(brain_factory: Callable[..., BrainServer]) -> None:
+    # given
+    server = brain_factory()
+    session = create_session(server)
+    message = send_ok(server, session["id"], "idle")
+    before = wait_for_turn_end(server, session["id"], message["id"])
+    # when
+    code = server.stop(signal.SIGTERM, timeout=EXIT_SECONDS)
+    server.start()
+    # then
+    assert code == 0
+    assert history(server, session["id"]) == before
+    assert server.sdk().get(session["id"])["status"] == "idle"
