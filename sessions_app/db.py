@@ -11,8 +11,8 @@ from django.db import transaction
 
 from brainsite.hostconfig import HostConfig
 
-from .models import ApiToken, Session, SessionStatus, Tenant, TokenSource
-from .records import Principal, SessionRecord
+from .models import ApiToken, Session, Tenant, TokenSource
+from .records import Principal, SessionRecord, SessionStatus
 
 __all__ = [
     "aclaim_running_sessions",

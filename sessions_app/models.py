@@ -2,17 +2,9 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from django.db import models
 
-
-class SessionStatus(StrEnum):
-    IDLE = "idle"  # no turn is running
-    RUNNING = "running"  # a turn runs, or messages wait in the queue
-    INTERRUPTED = "interrupted"  # a turn stopped early (interrupt, provider error, restart)
-    FAILED = "failed"  # Brain's own failure stopped a turn
-    CLOSED = "closed"  # permanently closed; history stays readable
+from .records import SessionStatus  # a plain value, so the runtime needs no model import
 
 
 class TokenSource(models.TextChoices):

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
-__all__ = ["Principal", "SessionRecord"]
+__all__ = ["Principal", "SessionRecord", "SessionStatus"]
+
+
+class SessionStatus(StrEnum):
+    IDLE = "idle"  # no turn is running
+    RUNNING = "running"  # a turn runs, or messages wait in the queue
+    INTERRUPTED = "interrupted"  # a turn stopped early (interrupt, provider error, restart)
+    FAILED = "failed"  # Brain's own failure stopped a turn
+    CLOSED = "closed"  # permanently closed; history stays readable
 
 
 @dataclass(frozen=True, slots=True)
