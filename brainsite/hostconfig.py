@@ -5,6 +5,8 @@ Imports no Django, so `manage.py` can read `data_dir` before settings load.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import re
@@ -29,6 +31,7 @@ __all__ = [
 
 MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
 MIN_TOKEN_BYTES = 24  # spec: token values must be at least 24 bytes
+AES_KEY_BYTES = 32  # spec: credential keys are base64-encoded 32-byte AES keys
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")  # used with fullmatch: `$` alone admits a trailing "\n"
 SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -367,6 +370,13 @@ def load_host_config(path: str | Path) -> HostConfig:
     return parse_host_config(raw)
 
 
+def _is_aes_key(value: str) -> bool:
+    try:
+        return len(base64.b64decode(value.strip(), validate=True)) == AES_KEY_BYTES
+    except binascii.Error:
+        return False
+
+
 def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None) -> Secrets:
     """Read every credential the config names; fail naming the field of the first problem."""
     environ = os.environ if environ is None else environ
@@ -403,4 +413,6 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
         for key_id, name in config.credential_keys.keys.items():
             if not environ.get(name):
                 raise ConfigError(f"credential_keys.keys.{key_id}: environment variable {name} is not set")
+            if not _is_aes_key(environ[name]):
+                raise ConfigError(f"credential_keys.keys.{key_id}: {name} must hold a base64-encoded 32-byte key")
     return Secrets(tokens=tuple(tokens), provider_keys=provider_keys, tool_tokens=tool_tokens)

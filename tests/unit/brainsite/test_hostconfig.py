@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 from pathlib import Path
@@ -1010,6 +1011,38 @@ def test_resolve_secrets_reads_os_environ_by_default(monkeypatch: pytest.MonkeyP
 
     # when
     secrets = resolve_secrets(_parse(_config()))
+
+    # then
+    assert secrets.tokens == (TOKEN,)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param("not base64!", id="not_base64_case"),
+        pytest.param(base64.b64encode(b"k" * 31).decode(), id="31_bytes_case"),
+        pytest.param(base64.b64encode(b"k" * 33).decode(), id="33_bytes_case"),
+        pytest.param("k" * 32, id="raw_32_characters_case"),
+    ],
+)
+def test_a_credential_key_must_be_a_base64_encoded_32_byte_key(value: str) -> None:
+    # given
+    config = _parse(_config(credential_keys={"active": "k1", "keys": {"k1": "KEY_ONE"}}))
+
+    # when
+    with pytest.raises(ConfigError) as caught:
+        resolve_secrets(config, {"BRAIN_API_KEY": TOKEN, "KEY_ONE": value})
+
+    # then
+    assert str(caught.value) == "credential_keys.keys.k1: KEY_ONE must hold a base64-encoded 32-byte key"
+
+
+def test_a_base64_encoded_32_byte_credential_key_is_accepted() -> None:
+    # given
+    config = _parse(_config(credential_keys={"active": "k1", "keys": {"k1": "KEY_ONE"}}))
+
+    # when
+    secrets = resolve_secrets(config, {"BRAIN_API_KEY": TOKEN, "KEY_ONE": base64.b64encode(bytes(range(32))).decode()})
 
     # then
     assert secrets.tokens == (TOKEN,)
