@@ -67,7 +67,9 @@ class Runner:
         assert reply.get("result") == {}, reply
 
     def prompt(self, attachment: str, text: str) -> None:
-        reply = self.reply(self.send({"attachment": attachment, "turn": "t", "method": "prompt", "params": {"text": text}}))
+        reply = self.reply(
+            self.send({"attachment": attachment, "turn": "t", "method": "prompt", "params": {"text": text}})
+        )
         assert reply.get("result") == {}, reply
 
     def rss_bytes(self) -> int:
@@ -158,13 +160,20 @@ def main() -> None:
             provider.terminate()
             provider.wait()
     start_median = statistics.median(starts)
-    print(f"runner start (spawn → open reply): median {start_median:.0f} ms, max {max(starts):.0f} ms "
-          f"[bar < {START_BAR_MS} ms: {'ok' if start_median < START_BAR_MS else 'MISSED'}]")
+    print(
+        f"runner start (spawn → open reply): median {start_median:.0f} ms, max {max(starts):.0f} ms "
+        f"[bar < {START_BAR_MS} ms: {'ok' if start_median < START_BAR_MS else 'MISSED'}]"
+    )
     print(f"host RSS after first turn: {baseline / 1024 / 1024:.1f} MiB")
-    print(f"RSS per attached session ({arguments.attachments}): {per_open:.3f} MiB opened, {per_turn:.3f} MiB after one turn "
-          f"[bar < {SESSION_BAR_MIB} MiB: {'ok' if per_turn < SESSION_BAR_MIB else 'MISSED'}]")
-    print(f"turn latency ({arguments.turns} turns, instant provider): median {statistics.median(latency):.1f} ms, "
-          f"p95 {_p95(latency):.1f} ms")
+    print(
+        f"RSS per attached session ({arguments.attachments}): {per_open:.3f} MiB opened, "
+        f"{per_turn:.3f} MiB after one turn "
+        f"[bar < {SESSION_BAR_MIB} MiB: {'ok' if per_turn < SESSION_BAR_MIB else 'MISSED'}]"
+    )
+    print(
+        f"turn latency ({arguments.turns} turns, instant provider): median {statistics.median(latency):.1f} ms, "
+        f"p95 {_p95(latency):.1f} ms"
+    )
 
 
 if __name__ == "__main__":

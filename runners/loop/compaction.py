@@ -31,7 +31,9 @@ _SUMMARY_REQUEST = "Summarize the conversation above for the assistant's future 
 
 
 def estimate_tokens(request: ModelRequest) -> int:
-    chars = len(request.instructions) + sum(len(compact_json(t.input_schema)) + len(t.description) for t in request.tools)
+    chars = len(request.instructions) + sum(
+        len(compact_json(t.input_schema)) + len(t.description) for t in request.tools
+    )
     return (chars + _message_chars(request.messages)) // CHARS_PER_TOKEN
 
 

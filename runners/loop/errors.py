@@ -1,9 +1,9 @@
 """Failures that end a turn, each carrying the RunnerFrame error code Brain expects.
 
-    RunnerFailure
-    ├── BrainFailure     "brain_error": unknown model, unsupported reasoning effort, disk or
-    │                    protocol failures: the session fails
-    └── ProviderFailure  "provider_error": the provider rejected the request or broke the stream
+RunnerFailure
+├── BrainFailure     "brain_error": unknown model, unsupported reasoning effort, disk or
+│                    protocol failures: the session fails
+└── ProviderFailure  "provider_error": the provider rejected the request or broke the stream
 """
 
 from __future__ import annotations

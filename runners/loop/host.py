@@ -190,7 +190,11 @@ class Host:
         finally:
             attachment.turn_id = None
             attachment.steers = []
-        reply: Frame = {"attachment": attachment.attachment_id, "turn": frame.get("turn", ""), "id": frame.get("id", "")}
+        reply: Frame = {
+            "attachment": attachment.attachment_id,
+            "turn": frame.get("turn", ""),
+            "id": frame.get("id", ""),
+        }
         reply.update(outcome)  # type: ignore[typeddict-item]  # result or error, both Frame fields
         try:
             await self.out.send(reply)

@@ -190,7 +190,11 @@ class NativeState:
             if self._file is None:
                 self._file = self.path.open("ab")
             if self._file.tell() == 0:
-                line = json.dumps({"type": "header", "format": FORMAT, "cache_key": self.cache_key}).encode() + b"\n" + line
+                line = (
+                    json.dumps({"type": "header", "format": FORMAT, "cache_key": self.cache_key}).encode()
+                    + b"\n"
+                    + line
+                )
             if self._needs_newline:
                 line = b"\n" + line
             self._file.write(line)

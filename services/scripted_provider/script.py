@@ -205,9 +205,7 @@ def _summarise_tool_results(results: tuple[ToolResultView, ...]) -> str:
 def _split_words(text: str, words_per_chunk: int) -> tuple[str, ...]:
     """Split keeping every character, so the chunks join back to exactly `text`."""
     pieces = re.findall(r"\S+\s*|\s+", text)
-    return tuple(
-        "".join(pieces[start : start + words_per_chunk]) for start in range(0, len(pieces), words_per_chunk)
-    )
+    return tuple("".join(pieces[start : start + words_per_chunk]) for start in range(0, len(pieces), words_per_chunk))
 
 
 def _parse_rule(raw: dict[str, Any]) -> Rule:

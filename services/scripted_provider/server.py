@@ -88,7 +88,9 @@ class ScriptedProvider:
         model = str(body.get("model", ""))
         if plan.fail_status:
             extra = {"retry-after-ms": str(RETRY_AFTER_MS)}
-            return await _send_json(writer, plan.fail_status, error_body(wire, plan.fail_status, plan.fail_message), extra)
+            return await _send_json(
+                writer, plan.fail_status, error_body(wire, plan.fail_status, plan.fail_message), extra
+            )
         if not body.get("stream"):
             return await _send_json(writer, 200, render_json(wire, plan, model, self.ids))
         return await _stream(writer, reader, wire, plan, render_stream(wire, plan, model, self.ids))
@@ -119,7 +121,7 @@ async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         size = int((await reader.readuntil(b"\r\n")).split(b";")[0], 16)
         if size == 0:

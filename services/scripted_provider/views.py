@@ -95,7 +95,9 @@ def _messages_error(body: dict[str, Any]) -> str | None:
             continue
         kinds = [block.get("type") for block in content]
         if thinking and "tool_use" in kinds and kinds[0] not in ("thinking", "redacted_thinking"):
-            return f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kinds[0]}`"
+            return (
+                f"messages.{index}.content.0.type: Expected `thinking` or `redacted_thinking`, but found `{kinds[0]}`"
+            )
     return None
 
 
@@ -113,9 +115,7 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, dict) and "text" in part
-        )
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict) and "text" in part)
     return ""
 
 

@@ -62,7 +62,11 @@ def render_json(wire: str, plan: Plan, model: str, ids: IdSource) -> dict[str, A
         message: dict[str, Any] = {"role": "assistant", "content": plan.text or None}
         if plan.tool_calls:
             message["tool_calls"] = [
-                {"id": ids.next("call"), "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
+                {
+                    "id": ids.next("call"),
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
+                }
                 for c in plan.tool_calls
             ]
         return {
@@ -128,7 +132,12 @@ def _chat_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     steps = [Step(chunk({"role": "assistant", "content": ""}))]
     steps += [Step(chunk({"content": text}), is_text_delta=True) for text in plan.chunks]
     for index, call in enumerate(plan.tool_calls):
-        head = {"index": index, "id": ids.next("call"), "type": "function", "function": {"name": call.name, "arguments": ""}}
+        head = {
+            "index": index,
+            "id": ids.next("call"),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
         steps.append(Step(chunk({"tool_calls": [head]})))
         for piece in _pieces(json.dumps(call.arguments)):
             steps.append(Step(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})))
@@ -223,7 +232,10 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
         if item["type"] == "reasoning":
             emit("response.output_item.added", {"output_index": index, "item": {**item, "summary": []}})
         elif item["type"] == "message":
-            emit("response.output_item.added", {"output_index": index, "item": {**item, "status": "in_progress", "content": []}})
+            emit(
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "status": "in_progress", "content": []}},
+            )
             part = {"type": "output_text", "text": "", "annotations": []}
             where = {"item_id": item["id"], "output_index": index, "content_index": 0}
             emit("response.content_part.added", {**where, "part": part})
@@ -232,9 +244,15 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
             emit("response.output_text.done", {**where, "text": plan.text, "logprobs": []})
             emit("response.content_part.done", {**where, "part": {**part, "text": plan.text}})
         else:
-            emit("response.output_item.added", {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}})
+            emit(
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+            )
             for piece in _pieces(item["arguments"]):
-                emit("response.function_call_arguments.delta", {"item_id": item["id"], "output_index": index, "delta": piece})
+                emit(
+                    "response.function_call_arguments.delta",
+                    {"item_id": item["id"], "output_index": index, "delta": piece},
+                )
             emit(
                 "response.function_call_arguments.done",
                 {"item_id": item["id"], "output_index": index, "arguments": item["arguments"], "name": item["name"]},
@@ -279,8 +297,17 @@ def _message_object(plan: Plan, model: str, message_id: str, content: list[Any],
 
 def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     message_id = ids.next("msg")
-    steps = [Step(_sse({"type": "message_start", "message": _message_object(plan, model, message_id, [], final=False)}, event="message_start"))]
+    steps = [
+        Step(
+            _sse(
+                {"type": "message_start", "message": _message_object(plan, model, message_id, [], final=False)},
+                event="message_start",
+            )
+        )
+    ]
     for index, block in enumerate(_message_content(plan, ids)):
+        start: dict[str, Any]
+        deltas: list[tuple[dict[str, Any], bool]]
         if block["type"] == "thinking":
             start = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [
@@ -292,8 +319,16 @@ def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
             deltas = [({"type": "text_delta", "text": text}, True) for text in plan.chunks]
         else:
             start = {**block, "input": {}}
-            deltas = [({"type": "input_json_delta", "partial_json": p}, False) for p in _pieces(json.dumps(block["input"]))]
-        steps.append(Step(_sse({"type": "content_block_start", "index": index, "content_block": start}, event="content_block_start")))
+            deltas = [
+                ({"type": "input_json_delta", "partial_json": p}, False) for p in _pieces(json.dumps(block["input"]))
+            ]
+        steps.append(
+            Step(
+                _sse(
+                    {"type": "content_block_start", "index": index, "content_block": start}, event="content_block_start"
+                )
+            )
+        )
         for delta, is_text in deltas:
             data = {"type": "content_block_delta", "index": index, "delta": delta}
             steps.append(Step(_sse(data, event="content_block_delta"), is_text_delta=is_text))

@@ -129,15 +129,15 @@ class RunnerProcess:
             if remaining <= 0:
                 raise AssertionError(f"no matching frame; buffered {self._buffer}; stderr {''.join(self.stderr)}")
             try:
-                frame = self._frames.get(timeout=remaining)
+                incoming = self._frames.get(timeout=remaining)
             except queue.Empty:
                 continue
-            if frame is None:
+            if incoming is None:
                 self._frames.put(None)
                 raise AssertionError(f"runner stdout closed; stderr {''.join(self.stderr)}")
-            if predicate(frame):
-                return frame
-            self._buffer.append(frame)
+            if predicate(incoming):
+                return incoming
+            self._buffer.append(incoming)
 
     def drain(self, *, quiet_for: float = 0.3) -> list[Frame]:
         """Every frame that arrives until the runner is quiet for `quiet_for` seconds."""
@@ -195,7 +195,13 @@ class RunnerProcess:
         provider: dict[str, Any] = {"api_key": "test-key", "base_url": base_url}
         if api is not None:
             provider["api"] = api
-        params = {"session_id": session_id, "dir": str(directory), "config": config, "tools": tools, "provider": provider}
+        params = {
+            "session_id": session_id,
+            "dir": str(directory),
+            "config": config,
+            "tools": tools,
+            "provider": provider,
+        }
         return self.request(attachment, "open", params)
 
     def prompt(

@@ -43,7 +43,11 @@ def test_host_overrides_replace_transport_and_endpoint() -> None:
     )
 
     # then
-    assert (resolved.transport, resolved.base_url, resolved.reasoning_effort) == ("openai-completions", "http://proxy/v1", "off")
+    assert (resolved.transport, resolved.base_url, resolved.reasoning_effort) == (
+        "openai-completions",
+        "http://proxy/v1",
+        "off",
+    )
     assert "k" not in repr(resolved)
 
 
@@ -52,13 +56,21 @@ def test_host_overrides_replace_transport_and_endpoint() -> None:
     [
         ("unknown_model_case", "openai/nope", "off", {}, "model 'openai/nope' is not in the model catalog"),
         ("invalid_effort_case", "openai/gpt-5", "extreme", {}, "reasoning effort 'extreme' is not one of"),
-        ("unsupported_effort_case", "openai/gpt-4o", "high", {}, "requested reasoning effort is unsupported by the model"),
+        (
+            "unsupported_effort_case",
+            "openai/gpt-4o",
+            "high",
+            {},
+            "requested reasoning effort is unsupported by the model",
+        ),
         ("unimplemented_transport_case", "google/gemini-2.5-pro", "off", {}, "transport 'google-generative-ai'"),
         ("no_endpoint_case", "azure/gpt-5", "off", {}, "provider 'azure' has no default endpoint"),
     ],
     ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
 )
-def test_resolution_failures_are_brain_errors(label: str, model: str, effort: str, provider: dict[str, str], message: str) -> None:
+def test_resolution_failures_are_brain_errors(
+    label: str, model: str, effort: str, provider: dict[str, str], message: str
+) -> None:
     with pytest.raises(BrainFailure) as failure:
         resolve_model(model, reasoning_effort=effort, provider=provider)
     assert failure.value.code == "brain_error"

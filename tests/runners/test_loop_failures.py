@@ -84,7 +84,9 @@ def test_a_broken_stream_fails_the_turn_with_provider_error_and_leaves_no_trace(
     assert runner.checkpoint("a1")[0]["size"] > size
 
 
-def test_a_rate_limit_is_a_provider_error(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_a_rate_limit_is_a_provider_error(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "native", model="openai/gpt-4.1-mini", base_url=provider.openai_base_url)
 
@@ -118,7 +120,10 @@ def test_a_model_outside_the_catalog_fails_the_turn_with_brain_error(
 
     # then
     assert opened["result"] == {}
-    assert reply["error"] == {"code": "brain_error", "message": "model 'openai/not-a-model' is not in the model catalog"}
+    assert reply["error"] == {
+        "code": "brain_error",
+        "message": "model 'openai/not-a-model' is not in the model catalog",
+    }
     assert seen == []
     assert provider.requests() == []
     assert runner.checkpoint("a1") == [{"path": "conversation.jsonl", "size": 0, "append_only": True}]
@@ -154,7 +159,13 @@ def test_a_provider_without_a_default_endpoint_needs_a_base_url(runner: RunnerPr
     runner.request(
         "a1",
         "open",
-        {"session_id": "s", "dir": str(tmp_path / "n"), "config": {"model": "azure/gpt-4.1", "tools": []}, "tools": [], "provider": {"api_key": "k"}},
+        {
+            "session_id": "s",
+            "dir": str(tmp_path / "n"),
+            "config": {"model": "azure/gpt-4.1", "tools": []},
+            "tools": [],
+            "provider": {"api_key": "k"},
+        },
     )
 
     # when
@@ -174,7 +185,14 @@ def test_a_tool_call_answered_with_an_error_frame_fails_the_turn_with_brain_erro
     call = runner.wait_for(lambda f: f.get("method") == "tool.call")
 
     # when
-    runner.send({"attachment": "a1", "turn": "t1", "id": call["id"], "error": {"code": "brain_error", "message": "tool host gone"}})
+    runner.send(
+        {
+            "attachment": "a1",
+            "turn": "t1",
+            "id": call["id"],
+            "error": {"code": "brain_error", "message": "tool host gone"},
+        }
+    )
 
     # then
     reply = runner.reply_to("a1", request_id)

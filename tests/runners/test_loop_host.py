@@ -29,7 +29,13 @@ def test_it_serves_a_turn_with_django_unimportable(
 ) -> None:
     # given
     runner = spawn_runner([sys.executable, "-c", _WITHOUT_DJANGO])
-    runner.open("a1", tmp_path / "native", model="anthropic/claude-sonnet-4-5", base_url=provider.anthropic_base_url, tools=[ECHO_TOOL])
+    runner.open(
+        "a1",
+        tmp_path / "native",
+        model="anthropic/claude-sonnet-4-5",
+        base_url=provider.anthropic_base_url,
+        tools=[ECHO_TOOL],
+    )
 
     # when
     reply, _seen = runner.prompt("a1", "call echo {}", turn="t1", tool_handler=echo_tool_handler)
@@ -44,11 +50,14 @@ def test_importing_every_runner_module_loads_no_django() -> None:
     code = (
         "import sys, runners.loop.host, runners.loop.catalog_gen, runners.loop.providers.openai_completions, "
         "runners.loop.providers.openai_responses, runners.loop.providers.anthropic_messages; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('django', 'brainsite', 'sessions_app', 'tools_app', 'persistence_app')))"
+        "server = ('django', 'brainsite', 'sessions_app', 'tools_app', 'persistence_app'); "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in server))"
     )
 
     # when
-    output = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=runner_env(), capture_output=True, text=True, check=True)
+    output = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env=runner_env(), capture_output=True, text=True, check=True
+    )
 
     # then
     assert output.stdout.strip() == "[]"
@@ -56,8 +65,12 @@ def test_importing_every_runner_module_loads_no_django() -> None:
 
 def test_startup_imports_no_provider_sdk() -> None:
     # when
-    code = "import sys, runners.loop.host; print(sorted(m for m in ('openai', 'anthropic', 'httpx') if m in sys.modules))"
-    output = subprocess.run([sys.executable, "-c", code], cwd=PROJECT_ROOT, env=runner_env(), capture_output=True, text=True, check=True)
+    code = (
+        "import sys, runners.loop.host; print(sorted(m for m in ('openai', 'anthropic', 'httpx') if m in sys.modules))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, env=runner_env(), capture_output=True, text=True, check=True
+    )
 
     # then
     assert output.stdout.strip() == "[]"
@@ -69,13 +82,25 @@ def test_many_attachments_run_concurrently_in_one_process(
     # given
     count = 12
     for index in range(count):
-        runner.open(f"a{index}", tmp_path / f"native-{index}", model=MODEL, base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+        runner.open(
+            f"a{index}", tmp_path / f"native-{index}", model=MODEL, base_url=provider.openai_base_url, tools=[ECHO_TOOL]
+        )
 
     # when every attachment starts a turn with a tool call before any is answered
-    prompt_ids = {f"a{i}": runner.start(f"a{i}", "prompt", {"text": f'call echo {{"text": "from {i}"}}'}, turn=f"t{i}") for i in range(count)}
+    prompt_ids = {
+        f"a{i}": runner.start(f"a{i}", "prompt", {"text": f'call echo {{"text": "from {i}"}}'}, turn=f"t{i}")
+        for i in range(count)
+    }
     calls = [runner.wait_for(lambda f: f.get("method") == "tool.call") for _ in range(count)]
     for call in calls:
-        runner.send({"attachment": call["attachment"], "turn": call["turn"], "id": call["id"], "result": echo_tool_handler(call)})
+        runner.send(
+            {
+                "attachment": call["attachment"],
+                "turn": call["turn"],
+                "id": call["id"],
+                "result": echo_tool_handler(call),
+            }
+        )
 
     # then every turn settles with its own result, in its own directory
     for attachment, prompt_id in prompt_ids.items():
@@ -106,21 +131,31 @@ def test_detach_releases_one_attachment_without_stopping_peers(
     assert runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["result"] == {}
 
 
-def test_protocol_misuse_gets_brain_error_replies(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_protocol_misuse_gets_brain_error_replies(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)
 
     # then
     assert runner.request("a1", "dance")["error"] == {"code": "brain_error", "message": "unknown method 'dance'"}
     assert runner.request("zz", "prompt", {"text": "x"}, turn="t")["error"]["code"] == "brain_error"
-    assert runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["error"]["code"] == "brain_error"
-    assert runner.open("a2", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["error"]["code"] == "brain_error"
+    assert (
+        runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["error"]["code"]
+        == "brain_error"
+    )
+    assert (
+        runner.open("a2", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["error"]["code"]
+        == "brain_error"
+    )
     assert runner.request("a3", "open", {"dir": 5})["error"]["code"] == "brain_error"
     assert runner.request("a1", "prompt", {"nope": 1}, turn="t")["error"]["code"] == "brain_error"
     assert provider.requests() == []
 
 
-def test_a_second_prompt_while_one_runs_is_refused(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_a_second_prompt_while_one_runs_is_refused(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url, tools=[ECHO_TOOL])
     first = runner.start("a1", "prompt", {"text": "call echo {}"}, turn="t1")

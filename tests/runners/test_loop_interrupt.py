@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+
 import pytest
-from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler, read_native_files, restore_checkpoint
+from conftest import (
+    ECHO_TOOL,
+    RunnerProcess,
+    ScriptedProviderServer,
+    echo_tool_handler,
+    read_native_files,
+    restore_checkpoint,
+)
 
 MODEL = "openai/gpt-4.1-mini"
 
@@ -48,7 +56,9 @@ def test_interrupting_while_a_tool_call_waits_settles_cleanly(
     assert "slow" not in str(resumed)
 
 
-def test_interrupting_a_stalled_stream_cancels_it(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_interrupting_a_stalled_stream_cancels_it(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "native", model="anthropic/claude-sonnet-4-5", base_url=provider.anthropic_base_url)
     prompt_id = runner.start("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")
@@ -65,7 +75,9 @@ def test_interrupting_a_stalled_stream_cancels_it(runner: RunnerProcess, provide
     assert "[stall]" not in str(provider.bodies()[-1])
 
 
-def test_interrupt_without_a_running_turn_is_a_no_op(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_interrupt_without_a_running_turn_is_a_no_op(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
 
@@ -79,7 +91,10 @@ def test_interrupt_without_a_running_turn_is_a_no_op(runner: RunnerProcess, prov
 
 @pytest.mark.parametrize(
     ("label", "model", "base"),
-    [("responses_case", MODEL, "openai_base_url"), ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url")],
+    [
+        ("responses_case", MODEL, "openai_base_url"),
+        ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url"),
+    ],
     ids=["responses_case", "anthropic_case"],
 )
 def test_a_steer_is_added_at_the_next_model_call_of_the_running_turn(
@@ -120,7 +135,9 @@ def test_a_steer_during_the_last_generation_gets_one_more_model_call(
     assert bodies[1]["input"][-1] == {"role": "user", "content": [{"type": "input_text", "text": "be brief"}]}
 
 
-def test_a_steer_without_a_running_turn_is_refused(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_a_steer_without_a_running_turn_is_refused(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
 
@@ -130,5 +147,3 @@ def test_a_steer_without_a_running_turn_is_refused(runner: RunnerProcess, provid
     # then
     assert reply["error"]["code"] == "brain_error"
     assert provider.requests() == []
-
-

@@ -7,6 +7,7 @@ import os
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from conftest import (
     ECHO_TOOL,
@@ -20,7 +21,7 @@ from conftest import (
 MODEL = "openai/gpt-4.1-mini"
 
 
-def _two_turns(runner: RunnerProcess, provider: ScriptedProviderServer, directory: Path) -> list[dict[str, object]]:
+def _two_turns(runner: RunnerProcess, provider: ScriptedProviderServer, directory: Path) -> list[dict[str, Any]]:
     runner.open("a1", directory, model=MODEL, base_url=provider.openai_base_url, tools=[ECHO_TOOL])
     runner.prompt("a1", "hello", turn="t1")
     runner.prompt("a1", 'call echo {"text": "x"}', turn="t2", tool_handler=echo_tool_handler)
@@ -50,7 +51,9 @@ def test_open_is_passive_and_makes_no_model_or_tool_call(
     assert second.checkpoint("a1") == files
 
 
-def test_open_creates_a_missing_directory_with_an_empty_conversation(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_open_creates_a_missing_directory_with_an_empty_conversation(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # when
     runner.open("a1", tmp_path / "new" / "native", model=MODEL, base_url=provider.openai_base_url)
 
@@ -81,7 +84,9 @@ def test_a_restored_checkpoint_produces_the_identical_next_model_request(
     assert original.checkpoint("a1") == restored.checkpoint("b1")
 
 
-def test_checkpoint_sizes_are_exact_and_files_only_grow(runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path) -> None:
+def test_checkpoint_sizes_are_exact_and_files_only_grow(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
     runner.prompt("a1", "one", turn="t1")
@@ -93,11 +98,11 @@ def test_checkpoint_sizes_are_exact_and_files_only_grow(runner: RunnerProcess, p
     second = runner.checkpoint("a1")
 
     # then
-    assert first[0]["size"] == os.path.getsize(tmp_path / "native" / "conversation.jsonl") - (second[0]["size"] - first[0]["size"])
-    assert second[0]["size"] == os.path.getsize(tmp_path / "native" / "conversation.jsonl")
-    assert (tmp_path / "native" / "conversation.jsonl").read_bytes()[: first[0]["size"]] == first_bytes["conversation.jsonl"]
-    assert all(json.loads(line) for line in (tmp_path / "native" / "conversation.jsonl").read_bytes().splitlines())
-    assert "test-key" not in (tmp_path / "native" / "conversation.jsonl").read_text()
+    data = (tmp_path / "native" / "conversation.jsonl").read_bytes()
+    assert len(first_bytes["conversation.jsonl"]) == first[0]["size"] < second[0]["size"] == len(data)
+    assert data[: first[0]["size"]] == first_bytes["conversation.jsonl"]
+    assert all(json.loads(line) for line in data.splitlines())
+    assert b"test-key" not in data
 
 
 def test_kill_9_mid_turn_leaves_the_checkpointed_files_intact(

@@ -30,7 +30,12 @@ def test_only_committed_turns_are_loaded(tmp_path: Path) -> None:
     reloaded = NativeState.load(tmp_path)
 
     # then
-    expected = [UserMessage("kept"), AssistantMessage("re: kept"), UserMessage("also kept"), AssistantMessage("re: also kept")]
+    expected = [
+        UserMessage("kept"),
+        AssistantMessage("re: kept"),
+        UserMessage("also kept"),
+        AssistantMessage("re: also kept"),
+    ]
     assert state.context() == expected
     assert reloaded.context() == expected
     assert reloaded.cache_key == state.cache_key
@@ -49,7 +54,10 @@ def test_a_torn_last_line_is_skipped_and_the_next_record_starts_on_a_new_line(tm
     _turn(reopened, "two")
 
     # then
-    assert [m for m in NativeState.load(tmp_path).context() if isinstance(m, UserMessage)] == [UserMessage("one"), UserMessage("two")]
+    assert [m for m in NativeState.load(tmp_path).context() if isinstance(m, UserMessage)] == [
+        UserMessage("one"),
+        UserMessage("two"),
+    ]
 
 
 def test_tool_calls_and_results_round_trip(tmp_path: Path) -> None:
@@ -58,7 +66,11 @@ def test_tool_calls_and_results_round_trip(tmp_path: Path) -> None:
     turn = state.begin_turn()
     turn.add_user("go")
     call = ToolCall(id="c1", name="echo", arguments={"text": "é", "n": [1, 2]})
-    turn.add_generation(Generation(text="", tool_calls=(call,), stop_reason="tool_use", usage=Usage(), replay={"transport": "x", "items": [1]}))
+    turn.add_generation(
+        Generation(
+            text="", tool_calls=(call,), stop_reason="tool_use", usage=Usage(), replay={"transport": "x", "items": [1]}
+        )
+    )
     turn.add_tool_result(ToolResult(call_id="c1", name="echo", text="é", is_error=True))
     turn.add_user("steer", steer=True)
     turn.commit()
@@ -87,12 +99,16 @@ def test_a_compaction_replaces_older_turns_only_once_its_turn_commits(tmp_path: 
     # an uncommitted compaction is not replayed
     assert len(NativeState.load(tmp_path).context()) == 6
     turn.commit()
-    assert NativeState.load(tmp_path).context() == state.context() == [
-        UserMessage(SUMMARY_PREFIX + "A and B happened"),
-        UserMessage("c"),
-        AssistantMessage("re: c"),
-        UserMessage("d"),
-    ]
+    assert (
+        NativeState.load(tmp_path).context()
+        == state.context()
+        == [
+            UserMessage(SUMMARY_PREFIX + "A and B happened"),
+            UserMessage("c"),
+            AssistantMessage("re: c"),
+            UserMessage("d"),
+        ]
+    )
 
 
 def test_every_line_is_json_and_the_file_starts_with_a_header(tmp_path: Path) -> None:
@@ -101,4 +117,6 @@ def test_every_line_is_json_and_the_file_starts_with_a_header(tmp_path: Path) ->
     records = [json.loads(line) for line in (tmp_path / CONVERSATION_FILE).read_bytes().splitlines()]
     assert records[0]["type"] == "header"
     assert [r["type"] for r in records[1:]] == ["user", "assistant", "turn_end"]
-    assert state.checkpoint() == [{"path": CONVERSATION_FILE, "size": (tmp_path / CONVERSATION_FILE).stat().st_size, "append_only": True}]
+    assert state.checkpoint() == [
+        {"path": CONVERSATION_FILE, "size": (tmp_path / CONVERSATION_FILE).stat().st_size, "append_only": True}
+    ]

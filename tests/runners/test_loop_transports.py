@@ -40,12 +40,23 @@ def _tool_results_in(wire: str, body: dict[str, Any]) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize(("label", "model", "base", "api", "wire"), TRANSPORT_CASES, ids=[c[0] for c in TRANSPORT_CASES])
+@pytest.mark.parametrize(
+    ("label", "model", "base", "api", "wire"), TRANSPORT_CASES, ids=[c[0] for c in TRANSPORT_CASES]
+)
 def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
-    label: str, model: str, base: str, api: str | None, wire: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    label: str,
+    model: str,
+    base: str,
+    api: str | None,
+    wire: str,
+    runner: RunnerProcess,
+    provider: ScriptedProviderServer,
+    tmp_path: Path,
 ) -> None:
     # given
-    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL, ADD_TOOL], api=api)
+    runner.open(
+        "a1", tmp_path / "native", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL, ADD_TOOL], api=api
+    )
     calls: list[dict[str, Any]] = []
 
     def answer_after_both_calls(frame: dict[str, Any]) -> dict[str, Any] | None:
@@ -82,7 +93,9 @@ def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
     runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
 ) -> None:
     # given
-    runner.open("a1", tmp_path / "native", model="openai/gpt-4.1-mini", base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+    runner.open(
+        "a1", tmp_path / "native", model="openai/gpt-4.1-mini", base_url=provider.openai_base_url, tools=[ECHO_TOOL]
+    )
 
     # when
     runner.prompt("a1", "first", turn="t1")
@@ -92,9 +105,19 @@ def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
     first, second = provider.bodies()
     assert first["instructions"] == "You are a helpful assistant. Use the available tools when needed."
     assert first["store"] is False and "previous_response_id" not in first
-    assert first["tools"] == second["tools"] == [
-        {"type": "function", "name": "echo", "description": ECHO_TOOL["description"], "parameters": ECHO_TOOL["input_schema"], "strict": False}
-    ]
+    assert (
+        first["tools"]
+        == second["tools"]
+        == [
+            {
+                "type": "function",
+                "name": "echo",
+                "description": ECHO_TOOL["description"],
+                "parameters": ECHO_TOOL["input_schema"],
+                "strict": False,
+            }
+        ]
+    )
     assert second["input"][: len(first["input"])] == first["input"]  # the old request is a prefix
     assert first["prompt_cache_key"] == second["prompt_cache_key"]
     assert [i.get("content") for i in second["input"]] == [
@@ -109,7 +132,11 @@ def test_it_uses_the_configured_instructions_and_the_key_from_open(
 ) -> None:
     # given
     runner.open(
-        "a1", tmp_path / "native", model="anthropic/claude-sonnet-4-5", base_url=provider.anthropic_base_url, instructions="Be terse."
+        "a1",
+        tmp_path / "native",
+        model="anthropic/claude-sonnet-4-5",
+        base_url=provider.anthropic_base_url,
+        instructions="Be terse.",
     )
 
     # when
@@ -127,12 +154,25 @@ def test_it_uses_the_configured_instructions_and_the_key_from_open(
     [
         ("responses_case", "openai/gpt-5", "openai_base_url", "low", ("reasoning", {"effort": "low"})),
         ("completions_case", "deepseek/deepseek-v4-pro", "openai_base_url", "high", ("reasoning_effort", "high")),
-        ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url", "medium", ("thinking", {"type": "enabled", "budget_tokens": 8192})),
+        (
+            "anthropic_case",
+            "anthropic/claude-sonnet-4-5",
+            "anthropic_base_url",
+            "medium",
+            ("thinking", {"type": "enabled", "budget_tokens": 8192}),
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
 )
 def test_it_passes_a_supported_reasoning_effort_to_the_provider(
-    label: str, model: str, base: str, effort: str, expected: tuple[str, Any], runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    label: str,
+    model: str,
+    base: str,
+    effort: str,
+    expected: tuple[str, Any],
+    runner: RunnerProcess,
+    provider: ScriptedProviderServer,
+    tmp_path: Path,
 ) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), reasoning_effort=effort)
@@ -151,7 +191,9 @@ def test_tool_results_with_structured_content_and_unknown_outcome_reach_the_mode
     runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
 ) -> None:
     # given
-    runner.open("a1", tmp_path / "native", model="deepseek/deepseek-flash", base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+    runner.open(
+        "a1", tmp_path / "native", model="deepseek/deepseek-flash", base_url=provider.openai_base_url, tools=[ECHO_TOOL]
+    )
 
     def structured(_frame: dict[str, Any]) -> dict[str, Any]:
         return {"content": [], "structured_content": {"n": 1}, "is_error": True, "unknown_outcome": True}
@@ -187,7 +229,14 @@ def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
 ) -> None:
     # given a reasoning turn with a tool call
     runner = spawn_runner()
-    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL], reasoning_effort=effort)
+    runner.open(
+        "a1",
+        tmp_path / "native",
+        model=model,
+        base_url=getattr(provider, base),
+        tools=[ECHO_TOOL],
+        reasoning_effort=effort,
+    )
     reply, _seen = runner.prompt("a1", 'call echo {"text": "r"}', turn="t1", tool_handler=echo_tool_handler)
     files = runner.checkpoint("a1")
 
@@ -208,7 +257,14 @@ def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
     provider.reset()
     runner.prompt("a1", "more", turn="t2")
     restored = spawn_runner()
-    restored.open("b1", tmp_path / "restored", model=model, base_url=getattr(provider, base), tools=[ECHO_TOOL], reasoning_effort=effort)
+    restored.open(
+        "b1",
+        tmp_path / "restored",
+        model=model,
+        base_url=getattr(provider, base),
+        tools=[ECHO_TOOL],
+        reasoning_effort=effort,
+    )
     restored.prompt("b1", "more", turn="t2")
     original_body, restored_body = provider.bodies()
     assert original_body == restored_body

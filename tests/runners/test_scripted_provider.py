@@ -19,7 +19,9 @@ def test_non_streaming_replies_parse_in_all_three_sdks(provider: ScriptedProvide
     async def call_all() -> tuple[Any, Any, Any]:
         oai = openai.AsyncOpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0)
         ant = anthropic.AsyncAnthropic(api_key="k", base_url=provider.anthropic_base_url, max_retries=0)
-        chat = await oai.chat.completions.create(model="m", messages=[{"role": "user", "content": "call echo {\"a\": 1}"}])
+        chat = await oai.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": 'call echo {"a": 1}'}]
+        )
         response = await oai.responses.create(model="m", input="hi there")
         message = await ant.messages.create(model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
         return chat, response, message
@@ -36,7 +38,9 @@ def test_non_streaming_replies_parse_in_all_three_sdks(provider: ScriptedProvide
 
 def test_rules_from_a_script_take_precedence_and_can_fail(provider: ScriptedProviderServer) -> None:
     # given
-    provider.set_script({"rules": [{"match": "weather", "reply": "Sunny."}, {"match": "quota", "status": 429, "message": "slow down"}]})
+    provider.set_script(
+        {"rules": [{"match": "weather", "reply": "Sunny."}, {"match": "quota", "status": 429, "message": "slow down"}]}
+    )
     client = openai.OpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0)
 
     # when

@@ -59,4 +59,3 @@ class ProviderPool:
             await self._http_client.aclose()
             self._http_client = None
         self._providers.clear()
-

@@ -98,7 +98,11 @@ class AnthropicMessages:
             raise provider_failure(self._endpoint.provider, exc) from exc
         ordered = [blocks[index] for index in sorted(blocks)]
         calls = tuple(
-            ToolCall(id=b["id"], name=b["name"], arguments=parse_arguments(b["partial_json"]) if b["partial_json"] else b["input"])
+            ToolCall(
+                id=b["id"],
+                name=b["name"],
+                arguments=parse_arguments(b["partial_json"]) if b["partial_json"] else b["input"],
+            )
             for b in ordered
             if b["type"] == "tool_use"
         )
@@ -116,7 +120,12 @@ def _blocks(message: Any) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(message, UserMessage):
         return "user", [{"type": "text", "text": message.text}] if message.text else []
     if isinstance(message, ToolResult):
-        block = {"type": "tool_result", "tool_use_id": message.call_id, "content": message.text, "is_error": message.is_error}
+        block = {
+            "type": "tool_result",
+            "tool_use_id": message.call_id,
+            "content": message.text,
+            "is_error": message.is_error,
+        }
         return "user", [block]
     assert isinstance(message, AssistantMessage)
     blocks: list[dict[str, Any]] = []

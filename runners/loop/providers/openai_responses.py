@@ -47,7 +47,9 @@ class OpenAIResponses:
             if isinstance(message, UserMessage):
                 items.append({"role": "user", "content": [{"type": "input_text", "text": message.text}]})
             elif isinstance(message, ToolResult):
-                items.append({"type": "function_call_output", "call_id": message.call_id, "output": tool_result_text(message)})
+                items.append(
+                    {"type": "function_call_output", "call_id": message.call_id, "output": tool_result_text(message)}
+                )
             elif isinstance(message, AssistantMessage):
                 items.extend(_assistant_items(message))
         body: dict[str, Any] = {
@@ -59,7 +61,13 @@ class OpenAIResponses:
         }
         if request.tools:
             body["tools"] = [
-                {"type": "function", "name": t.name, "description": t.description, "parameters": t.input_schema, "strict": False}
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                    "strict": False,
+                }
                 for t in request.tools
             ]
         if request.reasoning_effort != "off":
@@ -83,11 +91,13 @@ class OpenAIResponses:
                 async for event in stream:
                     if event.type == "response.output_text.delta" and event.delta:
                         await on_text(event.delta)
-                    elif event.type in ("response.completed", "response.incomplete"):
+                    elif event.type == "response.completed" or event.type == "response.incomplete":
                         final = event.response
                     elif event.type == "response.failed":
                         error = getattr(event.response, "error", None)
-                        raise ProviderFailure(f"{self._endpoint.provider}: {getattr(error, 'message', 'response failed')}")
+                        raise ProviderFailure(
+                            f"{self._endpoint.provider}: {getattr(error, 'message', 'response failed')}"
+                        )
                     elif event.type == "error":
                         raise ProviderFailure(f"{self._endpoint.provider} stream error: {event.message}")
         except (openai.APIError, httpx.HTTPError) as exc:
@@ -112,7 +122,9 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
     if message.text:
         items.append({"role": "assistant", "content": message.text})
     for call in message.tool_calls:
-        items.append({"type": "function_call", "call_id": call.id, "name": call.name, "arguments": compact_json(call.arguments)})
+        items.append(
+            {"type": "function_call", "call_id": call.id, "name": call.name, "arguments": compact_json(call.arguments)}
+        )
     return items
 
 
