@@ -119,7 +119,7 @@ class Event:
         return head + b"event: " + self.type.encode() + b"\ndata: " + self.wire() + b"\n\n"
 
     def as_dict(self) -> dict[str, Any]:
-        return orjson.loads(self.wire())  # type: ignore[no-any-return]  # always an object
+        return orjson.loads(self.wire())  # always an object
 
 
 class EventLog:
@@ -186,7 +186,7 @@ class EventLog:
 
     def _preceded_by_newline(self, handle: Any, offset: int) -> bool:
         handle.seek(offset - 1)
-        return handle.read(1) == b"\n"  # type: ignore[no-any-return]
+        return handle.read(1) == b"\n"
 
     def position_after(self, cursor: str) -> int:
         """The offset just after the event a cursor names; "" means the start of the log."""

@@ -91,7 +91,7 @@ class CheckpointStore:
         lines = [line for line in data.split(b"\n") if line]
         for line in reversed(lines):
             try:
-                return orjson.loads(line)  # type: ignore[no-any-return]  # journal lines are objects
+                return orjson.loads(line)  # journal lines are objects
             except orjson.JSONDecodeError:
                 continue  # a torn last line from a crash mid-append
         return None

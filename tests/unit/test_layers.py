@@ -146,7 +146,12 @@ def test_runners_never_import_django_or_the_server_apps() -> None:
 
 def test_runtime_services_and_eventlog_never_see_a_request_or_a_schema() -> None:
     # given
-    forbidden = ("ninja", "django.http", "brainsite.api", *(f"{app}.{leaf}" for app in APPS for leaf in ("api", "schemas", "consumers")))
+    forbidden = (
+        "ninja",
+        "django.http",
+        "brainsite.api",
+        *(f"{app}.{leaf}" for app in APPS for leaf in ("api", "schemas", "consumers")),
+    )
 
     # when
     violations = sorted(

@@ -326,11 +326,17 @@ HARNESS_INVALID = [
         "harnesses.pi.max_starting: Input should be greater than or equal to 1",
         id="max_starting_zero_case",
     ),
-    pytest.param({"command": []}, "harnesses.pi.command: List should have at least 1 item after validation, not 0",
-                 id="command_empty_case"),
+    pytest.param(
+        {"command": []},
+        "harnesses.pi.command: List should have at least 1 item after validation, not 0",
+        id="command_empty_case",
+    ),
     pytest.param({"command": [""]}, "harnesses.pi.command: command[0] must be non-empty", id="command_zero_empty_case"),
-    pytest.param({"command": ["node", 1]}, "harnesses.pi.command[1]: Input should be a valid string",
-                 id="command_argument_not_string_case"),
+    pytest.param(
+        {"command": ["node", 1]},
+        "harnesses.pi.command[1]: Input should be a valid string",
+        id="command_argument_not_string_case",
+    ),
 ]
 
 
@@ -399,17 +405,25 @@ def test_required_top_level_fields_are_named_when_missing(field: str, message: s
 
 
 TOKEN_INVALID = [
-    pytest.param({"token_env": ""}, "tokens[0].token_env: String should have at least 1 character", id="empty_env_case"),
+    pytest.param(
+        {"token_env": ""}, "tokens[0].token_env: String should have at least 1 character", id="empty_env_case"
+    ),
     pytest.param({"tenant": ""}, "tokens[0].tenant: tenant must be 1-128 bytes", id="empty_tenant_case"),
     pytest.param({"tenant": "é" * 65}, "tokens[0].tenant: tenant must be 1-128 bytes", id="tenant_over_128_bytes_case"),
-    pytest.param({"session": "ABC"}, "tokens[0].session: session must be a 32-character lowercase hex session ID",
-                 id="session_not_hex_case"),
-    pytest.param({"session": "0123456789abcdef0123456789abcdef\n"},
-                 "tokens[0].session: session must be a 32-character lowercase hex session ID",
-                 id="session_trailing_newline_case"),
+    pytest.param(
+        {"session": "ABC"},
+        "tokens[0].session: session must be a 32-character lowercase hex session ID",
+        id="session_not_hex_case",
+    ),
+    pytest.param(
+        {"session": "0123456789abcdef0123456789abcdef\n"},
+        "tokens[0].session: session must be a 32-character lowercase hex session ID",
+        id="session_trailing_newline_case",
+    ),
     pytest.param({"manage": 1}, "tokens[0].manage: Input should be a valid boolean", id="manage_not_boolean_case"),
-    pytest.param({"read_only": "yes"}, "tokens[0].read_only: Input should be a valid boolean",
-                 id="read_only_not_boolean_case"),
+    pytest.param(
+        {"read_only": "yes"}, "tokens[0].read_only: Input should be a valid boolean", id="read_only_not_boolean_case"
+    ),
 ]
 
 
@@ -488,8 +502,9 @@ PUBLIC_URL_INVALID = [
     pytest.param("http://example.com/#", "public_url: must not contain a fragment", id="empty_fragment_case"),
     pytest.param("ftp://example.com", "public_url: must be an absolute http or https URL", id="scheme_case"),
     pytest.param("/relative", "public_url: must be an absolute http or https URL", id="relative_case"),
-    pytest.param("http://example.com:99999", "public_url: must be a valid URL: Port out of range 0-65535",
-                 id="port_case"),
+    pytest.param(
+        "http://example.com:99999", "public_url: must be a valid URL: Port out of range 0-65535", id="port_case"
+    ),
 ]
 
 
@@ -517,14 +532,24 @@ def test_an_https_public_url_with_a_path_is_accepted() -> None:
     ("provider", "message"),
     [
         pytest.param({}, "providers.openai.api_key_env: Field required", id="missing_key_env_case"),
-        pytest.param({"api_key_env": ""}, "providers.openai.api_key_env: String should have at least 1 character",
-                     id="empty_key_env_case"),
-        pytest.param({"api_key_env": "K", "base_url": "https://u:p@proxy.example"},
-                     "providers.openai.base_url: must not contain credentials", id="base_url_credentials_case"),
-        pytest.param({"api_key_env": "K", "base_url": "file:///tmp"},
-                     "providers.openai.base_url: must be an absolute http or https URL", id="base_url_scheme_case"),
-        pytest.param({"api_key_env": "K", "region": "x"}, "providers.openai.region: unknown field",
-                     id="unknown_field_case"),
+        pytest.param(
+            {"api_key_env": ""},
+            "providers.openai.api_key_env: String should have at least 1 character",
+            id="empty_key_env_case",
+        ),
+        pytest.param(
+            {"api_key_env": "K", "base_url": "https://u:p@proxy.example"},
+            "providers.openai.base_url: must not contain credentials",
+            id="base_url_credentials_case",
+        ),
+        pytest.param(
+            {"api_key_env": "K", "base_url": "file:///tmp"},
+            "providers.openai.base_url: must be an absolute http or https URL",
+            id="base_url_scheme_case",
+        ),
+        pytest.param(
+            {"api_key_env": "K", "region": "x"}, "providers.openai.region: unknown field", id="unknown_field_case"
+        ),
     ],
 )
 def test_invalid_providers_are_rejected_naming_the_field(provider: dict[str, Any], message: str) -> None:
@@ -573,39 +598,79 @@ def test_tool_names_outside_the_pattern_are_rejected(name: str) -> None:
 
 
 TOOL_INVALID = [
-    pytest.param({"description": ""}, "tools[0].description: String should have at least 1 character",
-                 id="empty_description_case"),
-    pytest.param({"tenants": []}, "tools[0].tenants: List should have at least 1 item after validation, not 0",
-                 id="no_tenants_case"),
-    pytest.param({"input_schema": {"$ref": "https://example.com/schema.json"}},
-                 "tools[0].input_schema: must not use an external $ref", id="external_ref_case"),
-    pytest.param({"input_schema": {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}},
-                 "tools[0].input_schema: must not use an external $ref", id="nested_relative_ref_case"),
-    pytest.param({"input_schema": {"anyOf": [{"$ref": "http://e/x"}]}},
-                 "tools[0].input_schema: must not use an external $ref", id="ref_in_list_case"),
-    pytest.param({"output_schema": {"$ref": "http://e/x"}},
-                 "tools[0].output_schema: must not use an external $ref", id="output_schema_ref_case"),
-    pytest.param({"input_schema": "object"}, "tools[0].input_schema: Input should be a valid dictionary",
-                 id="schema_not_object_case"),
-    pytest.param({"url": "http://user:pw@tools.example/echo"}, "tools[0].url: must not contain credentials",
-                 id="url_credentials_case"),
-    pytest.param({"url": "http://tools.example/echo#part"}, "tools[0].url: must not contain a fragment",
-                 id="url_fragment_case"),
-    pytest.param({"url": "ws://tools.example/echo"}, "tools[0].url: must be an absolute http or https URL",
-                 id="url_scheme_case"),
-    pytest.param({"mcp_tool": "remote", "inspect_session": True},
-                 "tools[0].inspect_session: cannot be combined with mcp_tool", id="inspect_with_mcp_case"),
+    pytest.param(
+        {"description": ""},
+        "tools[0].description: String should have at least 1 character",
+        id="empty_description_case",
+    ),
+    pytest.param(
+        {"tenants": []},
+        "tools[0].tenants: List should have at least 1 item after validation, not 0",
+        id="no_tenants_case",
+    ),
+    pytest.param(
+        {"input_schema": {"$ref": "https://example.com/schema.json"}},
+        "tools[0].input_schema: must not use an external $ref",
+        id="external_ref_case",
+    ),
+    pytest.param(
+        {"input_schema": {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}},
+        "tools[0].input_schema: must not use an external $ref",
+        id="nested_relative_ref_case",
+    ),
+    pytest.param(
+        {"input_schema": {"anyOf": [{"$ref": "http://e/x"}]}},
+        "tools[0].input_schema: must not use an external $ref",
+        id="ref_in_list_case",
+    ),
+    pytest.param(
+        {"output_schema": {"$ref": "http://e/x"}},
+        "tools[0].output_schema: must not use an external $ref",
+        id="output_schema_ref_case",
+    ),
+    pytest.param(
+        {"input_schema": "object"},
+        "tools[0].input_schema: Input should be a valid dictionary",
+        id="schema_not_object_case",
+    ),
+    pytest.param(
+        {"url": "http://user:pw@tools.example/echo"},
+        "tools[0].url: must not contain credentials",
+        id="url_credentials_case",
+    ),
+    pytest.param(
+        {"url": "http://tools.example/echo#part"}, "tools[0].url: must not contain a fragment", id="url_fragment_case"
+    ),
+    pytest.param(
+        {"url": "ws://tools.example/echo"}, "tools[0].url: must be an absolute http or https URL", id="url_scheme_case"
+    ),
+    pytest.param(
+        {"mcp_tool": "remote", "inspect_session": True},
+        "tools[0].inspect_session: cannot be combined with mcp_tool",
+        id="inspect_with_mcp_case",
+    ),
     pytest.param({"transport": "grpc"}, "tools[0].transport: unknown transport 'grpc'", id="unknown_transport_case"),
-    pytest.param({"transport": "mcp"}, "tools[0].mcp_tool: is required by transport mcp",
-                 id="mcp_without_tool_case"),
-    pytest.param({"timeout_seconds": 0}, "tools[0].timeout_seconds: Input should be greater than or equal to 1",
-                 id="timeout_zero_case"),
-    pytest.param({"timeout_seconds": 86401}, "tools[0].timeout_seconds: Input should be less than or equal to 86400",
-                 id="timeout_over_case"),
-    pytest.param({"max_output_bytes": 0}, "tools[0].max_output_bytes: Input should be greater than or equal to 1",
-                 id="max_output_zero_case"),
-    pytest.param({"max_output_bytes": (2 << 20) + 1},
-                 "tools[0].max_output_bytes: Input should be less than or equal to 2097152", id="max_output_over_case"),
+    pytest.param({"transport": "mcp"}, "tools[0].mcp_tool: is required by transport mcp", id="mcp_without_tool_case"),
+    pytest.param(
+        {"timeout_seconds": 0},
+        "tools[0].timeout_seconds: Input should be greater than or equal to 1",
+        id="timeout_zero_case",
+    ),
+    pytest.param(
+        {"timeout_seconds": 86401},
+        "tools[0].timeout_seconds: Input should be less than or equal to 86400",
+        id="timeout_over_case",
+    ),
+    pytest.param(
+        {"max_output_bytes": 0},
+        "tools[0].max_output_bytes: Input should be greater than or equal to 1",
+        id="max_output_zero_case",
+    ),
+    pytest.param(
+        {"max_output_bytes": (2 << 20) + 1},
+        "tools[0].max_output_bytes: Input should be less than or equal to 2097152",
+        id="max_output_over_case",
+    ),
     pytest.param({"retries": 3}, "tools[0].retries: unknown field", id="unknown_field_case"),
 ]
 
@@ -635,8 +700,9 @@ def test_required_tool_fields_are_named_when_missing(field: str) -> None:
 TOOL_VALID = [
     pytest.param({"timeout_seconds": 1, "max_output_bytes": 1}, id="minimums_case"),
     pytest.param({"timeout_seconds": 86400, "max_output_bytes": 2 << 20}, id="maximums_case"),
-    pytest.param({"input_schema": {"$defs": {"a": {}}, "properties": {"x": {"$ref": "#/$defs/a"}}}},
-                 id="local_ref_case"),
+    pytest.param(
+        {"input_schema": {"$defs": {"a": {}}, "properties": {"x": {"$ref": "#/$defs/a"}}}}, id="local_ref_case"
+    ),
     pytest.param({"url": "https://tools.example/echo?version=2"}, id="url_query_case"),
     pytest.param({"inspect_session": True}, id="inspect_session_case"),
     pytest.param({"transport": "http"}, id="explicit_http_case"),
@@ -683,10 +749,27 @@ def test_a_tool_descriptor_includes_the_output_schema_when_set() -> None:
 PERSISTENCE_VALID = [
     pytest.param({"provider": "filesystem", "directory": "/var/brain"}, id="filesystem_case"),
     pytest.param({"provider": "s3", "bucket": "b"}, id="s3_default_chain_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "region": "eu-west-1", "access_key_env": "A",
-                  "secret_key_env": "S", "endpoint": "https://minio.local:9000"}, id="s3_full_case"),
-    pytest.param({"provider": "r2", "bucket": "b", "endpoint": "https://acct.r2.cloudflarestorage.com",
-                  "access_key_env": "A", "secret_key_env": "S"}, id="r2_case"),
+    pytest.param(
+        {
+            "provider": "s3",
+            "bucket": "b",
+            "region": "eu-west-1",
+            "access_key_env": "A",
+            "secret_key_env": "S",
+            "endpoint": "https://minio.local:9000",
+        },
+        id="s3_full_case",
+    ),
+    pytest.param(
+        {
+            "provider": "r2",
+            "bucket": "b",
+            "endpoint": "https://acct.r2.cloudflarestorage.com",
+            "access_key_env": "A",
+            "secret_key_env": "S",
+        },
+        id="r2_case",
+    ),
     pytest.param({"provider": "gcs", "bucket": "b", "prefix": "brain/prod"}, id="gcs_prefix_case"),
     pytest.param({"provider": "gcs", "bucket": "b", "postgres_env": "PG"}, id="gcs_postgres_case"),
     pytest.param({"provider": "s3", "bucket": "b", "interval_seconds": 3600, "queue": 10000}, id="maximums_case"),
@@ -706,49 +789,105 @@ def test_valid_persistence_settings_are_accepted(fields: dict[str, Any]) -> None
 
 PERSISTENCE_INVALID = [
     pytest.param({}, "persistence.provider: Field required", id="no_provider_case"),
-    pytest.param({"provider": "azure", "bucket": "b"},
-                 "persistence.provider: Input should be 'filesystem', 's3', 'r2' or 'gcs'", id="unknown_provider_case"),
-    pytest.param({"provider": "filesystem"}, "persistence.directory: is required for the filesystem provider",
-                 id="filesystem_without_directory_case"),
-    pytest.param({"provider": "s3"}, "persistence.bucket: is required for the s3 provider", id="s3_without_bucket_case"),
-    pytest.param({"provider": "gcs"}, "persistence.bucket: is required for the gcs provider",
-                 id="gcs_without_bucket_case"),
-    pytest.param({"provider": "gcs", "bucket": "b", "region": "us"},
-                 "persistence.region: is not allowed for the gcs provider", id="gcs_region_case"),
-    pytest.param({"provider": "gcs", "bucket": "b", "endpoint": "https://x"},
-                 "persistence.endpoint: is not allowed for the gcs provider", id="gcs_endpoint_case"),
-    pytest.param({"provider": "gcs", "bucket": "b", "access_key_env": "A", "secret_key_env": "S"},
-                 "persistence.access_key_env: is not allowed for the gcs provider", id="gcs_keys_case"),
-    pytest.param({"provider": "r2", "bucket": "b", "access_key_env": "A", "secret_key_env": "S"},
-                 "persistence.endpoint: is required for the r2 provider", id="r2_without_endpoint_case"),
-    pytest.param({"provider": "r2", "bucket": "b", "endpoint": "https://r2.example"},
-                 "persistence.access_key_env: is required for the r2 provider", id="r2_without_keys_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "access_key_env": "A"},
-                 "persistence.secret_key_env: access_key_env and secret_key_env must be set together",
-                 id="s3_access_key_alone_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "secret_key_env": "S"},
-                 "persistence.access_key_env: access_key_env and secret_key_env must be set together",
-                 id="s3_secret_key_alone_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "endpoint": "minio:9000"},
-                 "persistence.endpoint: must be an absolute http or https URL", id="endpoint_not_url_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "endpoint": "https://k:s@minio"},
-                 "persistence.endpoint: must not contain credentials", id="endpoint_credentials_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "prefix": "/abs"},
-                 "persistence.prefix: must be relative without '\\' or '..'", id="prefix_absolute_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "prefix": "a/../b"},
-                 "persistence.prefix: must be relative without '\\' or '..'", id="prefix_traversal_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "prefix": "a\\b"},
-                 "persistence.prefix: must be relative without '\\' or '..'", id="prefix_backslash_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "interval_seconds": 0},
-                 "persistence.interval_seconds: Input should be greater than or equal to 1", id="interval_zero_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "interval_seconds": 3601},
-                 "persistence.interval_seconds: Input should be less than or equal to 3600", id="interval_over_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "queue": 0},
-                 "persistence.queue: Input should be greater than or equal to 1", id="queue_zero_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "queue": 10001},
-                 "persistence.queue: Input should be less than or equal to 10000", id="queue_over_case"),
-    pytest.param({"provider": "s3", "bucket": "b", "lock": True}, "persistence.lock: unknown field",
-                 id="unknown_field_case"),
+    pytest.param(
+        {"provider": "azure", "bucket": "b"},
+        "persistence.provider: Input should be 'filesystem', 's3', 'r2' or 'gcs'",
+        id="unknown_provider_case",
+    ),
+    pytest.param(
+        {"provider": "filesystem"},
+        "persistence.directory: is required for the filesystem provider",
+        id="filesystem_without_directory_case",
+    ),
+    pytest.param(
+        {"provider": "s3"}, "persistence.bucket: is required for the s3 provider", id="s3_without_bucket_case"
+    ),
+    pytest.param(
+        {"provider": "gcs"}, "persistence.bucket: is required for the gcs provider", id="gcs_without_bucket_case"
+    ),
+    pytest.param(
+        {"provider": "gcs", "bucket": "b", "region": "us"},
+        "persistence.region: is not allowed for the gcs provider",
+        id="gcs_region_case",
+    ),
+    pytest.param(
+        {"provider": "gcs", "bucket": "b", "endpoint": "https://x"},
+        "persistence.endpoint: is not allowed for the gcs provider",
+        id="gcs_endpoint_case",
+    ),
+    pytest.param(
+        {"provider": "gcs", "bucket": "b", "access_key_env": "A", "secret_key_env": "S"},
+        "persistence.access_key_env: is not allowed for the gcs provider",
+        id="gcs_keys_case",
+    ),
+    pytest.param(
+        {"provider": "r2", "bucket": "b", "access_key_env": "A", "secret_key_env": "S"},
+        "persistence.endpoint: is required for the r2 provider",
+        id="r2_without_endpoint_case",
+    ),
+    pytest.param(
+        {"provider": "r2", "bucket": "b", "endpoint": "https://r2.example"},
+        "persistence.access_key_env: is required for the r2 provider",
+        id="r2_without_keys_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "access_key_env": "A"},
+        "persistence.secret_key_env: access_key_env and secret_key_env must be set together",
+        id="s3_access_key_alone_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "secret_key_env": "S"},
+        "persistence.access_key_env: access_key_env and secret_key_env must be set together",
+        id="s3_secret_key_alone_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "endpoint": "minio:9000"},
+        "persistence.endpoint: must be an absolute http or https URL",
+        id="endpoint_not_url_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "endpoint": "https://k:s@minio"},
+        "persistence.endpoint: must not contain credentials",
+        id="endpoint_credentials_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "prefix": "/abs"},
+        "persistence.prefix: must be relative without '\\' or '..'",
+        id="prefix_absolute_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "prefix": "a/../b"},
+        "persistence.prefix: must be relative without '\\' or '..'",
+        id="prefix_traversal_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "prefix": "a\\b"},
+        "persistence.prefix: must be relative without '\\' or '..'",
+        id="prefix_backslash_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "interval_seconds": 0},
+        "persistence.interval_seconds: Input should be greater than or equal to 1",
+        id="interval_zero_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "interval_seconds": 3601},
+        "persistence.interval_seconds: Input should be less than or equal to 3600",
+        id="interval_over_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "queue": 0},
+        "persistence.queue: Input should be greater than or equal to 1",
+        id="queue_zero_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "queue": 10001},
+        "persistence.queue: Input should be less than or equal to 10000",
+        id="queue_over_case",
+    ),
+    pytest.param(
+        {"provider": "s3", "bucket": "b", "lock": True}, "persistence.lock: unknown field", id="unknown_field_case"
+    ),
 ]
 
 
@@ -776,18 +915,31 @@ def test_credential_keys_active_must_name_a_configured_key() -> None:
 
 UNKNOWN_FIELDS = [
     pytest.param({"listen_addr": "x"}, "listen_addr: unknown field", id="top_level_case"),
-    pytest.param({"tokens": [{"token_env": "K", "tenant": "t", "admin": True}]}, "tokens[0].admin: unknown field",
-                 id="token_case"),
-    pytest.param({"harnesses": {"pi": {"command": ["node"], "env": {}}}}, "harnesses.pi.env: unknown field",
-                 id="harness_case"),
-    pytest.param({"providers": {"openai": {"api_key_env": "K", "model": "x"}}}, "providers.openai.model: unknown field",
-                 id="provider_case"),
+    pytest.param(
+        {"tokens": [{"token_env": "K", "tenant": "t", "admin": True}]},
+        "tokens[0].admin: unknown field",
+        id="token_case",
+    ),
+    pytest.param(
+        {"harnesses": {"pi": {"command": ["node"], "env": {}}}}, "harnesses.pi.env: unknown field", id="harness_case"
+    ),
+    pytest.param(
+        {"providers": {"openai": {"api_key_env": "K", "model": "x"}}},
+        "providers.openai.model: unknown field",
+        id="provider_case",
+    ),
     pytest.param({"tools": [{**TOOL, "headers": {}}]}, "tools[0].headers: unknown field", id="tool_case"),
     pytest.param({"limits": {"turns": 3}}, "limits.turns: unknown field", id="limits_case"),
-    pytest.param({"persistence": {"provider": "s3", "bucket": "b", "acl": "x"}}, "persistence.acl: unknown field",
-                 id="persistence_case"),
-    pytest.param({"credential_keys": {"active": "k", "keys": {"k": "K"}, "cipher": "x"}},
-                 "credential_keys.cipher: unknown field", id="credential_keys_case"),
+    pytest.param(
+        {"persistence": {"provider": "s3", "bucket": "b", "acl": "x"}},
+        "persistence.acl: unknown field",
+        id="persistence_case",
+    ),
+    pytest.param(
+        {"credential_keys": {"active": "k", "keys": {"k": "K"}, "cipher": "x"}},
+        "credential_keys.cipher: unknown field",
+        id="credential_keys_case",
+    ),
 ]
 
 

@@ -53,27 +53,35 @@ SPEC_FRAMES: list[Any] = [
         },
         id="open_case",
     ),
-    pytest.param({"attachment": "A", "turn": "T", "id": "R", "method": "prompt", "params": {"text": "Hello"}},
-                 id="prompt_case"),
+    pytest.param(
+        {"attachment": "A", "turn": "T", "id": "R", "method": "prompt", "params": {"text": "Hello"}}, id="prompt_case"
+    ),
     pytest.param({"attachment": "A", "id": "R", "method": "checkpoint", "params": None}, id="checkpoint_case"),
     pytest.param({"attachment": "A", "turn": "T", "id": "R", "result": {}}, id="result_case"),
     pytest.param(
         {"attachment": "A", "turn": "T", "id": "R", "error": {"code": "provider_error", "message": "rate limit"}},
         id="error_case",
     ),
-    pytest.param({"attachment": "A", "turn": "T", "event": "assistant.delta", "data": {"text": "Hello"}},
-                 id="event_case"),
     pytest.param(
-        {"attachment": "A", "turn": "T", "id": "C", "method": "tool.call",
-         "params": {"id": "TC", "name": "echo", "arguments": {"value": "hi"}}},
+        {"attachment": "A", "turn": "T", "event": "assistant.delta", "data": {"text": "Hello"}}, id="event_case"
+    ),
+    pytest.param(
+        {
+            "attachment": "A",
+            "turn": "T",
+            "id": "C",
+            "method": "tool.call",
+            "params": {"id": "TC", "name": "echo", "arguments": {"value": "hi"}},
+        },
         id="tool_call_case",
     ),
     pytest.param(
         {"attachment": "A", "id": "R", "result": [{"path": "session/file.jsonl", "size": 1024, "append_only": True}]},
         id="checkpoint_result_case",
     ),
-    pytest.param({"attachment": "A", "turn": "T", "event": "assistant.message", "data": {"text": "héllo ✓"}},
-                 id="non_ascii_case"),
+    pytest.param(
+        {"attachment": "A", "turn": "T", "event": "assistant.message", "data": {"text": "héllo ✓"}}, id="non_ascii_case"
+    ),
 ]
 
 
@@ -114,40 +122,63 @@ def test_an_error_without_a_message_is_accepted() -> None:
 
 INVALID_LINES = [
     pytest.param(b"", "frame is not JSON: Expecting value: line 1 column 1 (char 0)", id="empty_case"),
-    pytest.param(b"{", "frame is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
-                 id="truncated_case"),
-    pytest.param(b'{"attachment":"A"} {}', "frame is not JSON: Extra data: line 1 column 20 (char 19)",
-                 id="trailing_data_case"),
+    pytest.param(
+        b"{",
+        "frame is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        id="truncated_case",
+    ),
+    pytest.param(
+        b'{"attachment":"A"} {}', "frame is not JSON: Extra data: line 1 column 20 (char 19)", id="trailing_data_case"
+    ),
     pytest.param(b'{"attachment":"A","data":NaN}', "frame is not JSON: NaN is not JSON", id="nan_case"),
     pytest.param(b'{"attachment":"A","data":Infinity}', "frame is not JSON: Infinity is not JSON", id="infinity_case"),
-    pytest.param(b'{"attachment":"\xff"}',
-                 "frame is not JSON: 'utf-8' codec can't decode byte 0xff in position 15: invalid start byte",
-                 id="not_utf8_case"),
-    pytest.param('{"attachment":"A"}'.encode("utf-16"),
-                 "frame is not JSON: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
-                 id="utf16_case"),
+    pytest.param(
+        b'{"attachment":"\xff"}',
+        "frame is not JSON: 'utf-8' codec can't decode byte 0xff in position 15: invalid start byte",
+        id="not_utf8_case",
+    ),
+    pytest.param(
+        '{"attachment":"A"}'.encode("utf-16"),
+        "frame is not JSON: 'utf-8' codec can't decode byte 0xff in position 0: invalid start byte",
+        id="utf16_case",
+    ),
     pytest.param(b"[]", "frame is not a JSON object", id="array_case"),
     pytest.param(b"null", "frame is not a JSON object", id="null_case"),
     pytest.param(b'"attachment"', "frame is not a JSON object", id="string_case"),
     pytest.param(b'{"attachment":"A","extra":1}', "unknown frame field 'extra'", id="unknown_field_case"),
     pytest.param(b'{"attachment":"A","Id":"R"}', "unknown frame field 'Id'", id="wrong_case_field_case"),
     pytest.param(b'{"id":"R","result":{}}', "frame has no attachment", id="missing_attachment_case"),
-    pytest.param(b'{"attachment":null,"id":"R"}', "frame field 'attachment' must be a string", id="null_attachment_case"),
+    pytest.param(
+        b'{"attachment":null,"id":"R"}', "frame field 'attachment' must be a string", id="null_attachment_case"
+    ),
     pytest.param(b'{"attachment":1}', "frame field 'attachment' must be a string", id="numeric_attachment_case"),
     pytest.param(b'{"attachment":"A","turn":7}', "frame field 'turn' must be a string", id="numeric_turn_case"),
     pytest.param(b'{"attachment":"A","id":1}', "frame field 'id' must be a string", id="numeric_id_case"),
-    pytest.param(b'{"attachment":"A","method":["open"]}', "frame field 'method' must be a string",
-                 id="list_method_case"),
+    pytest.param(
+        b'{"attachment":"A","method":["open"]}', "frame field 'method' must be a string", id="list_method_case"
+    ),
     pytest.param(b'{"attachment":"A","event":{}}', "frame field 'event' must be a string", id="object_event_case"),
     pytest.param(b'{"attachment":"A","error":"boom"}', "frame error must be {code, message}", id="string_error_case"),
-    pytest.param(b'{"attachment":"A","error":{"message":"x"}}', "frame error must be {code, message}",
-                 id="error_without_code_case"),
-    pytest.param(b'{"attachment":"A","error":{"code":1,"message":"x"}}', "frame error must be {code, message}",
-                 id="numeric_code_case"),
-    pytest.param(b'{"attachment":"A","error":{"code":"brain_error","message":2}}',
-                 "frame error must be {code, message}", id="numeric_message_case"),
-    pytest.param(b'{"attachment":"A","error":{"code":"brain_error","message":"x","stack":"y"}}',
-                 "frame error must be {code, message}", id="error_extra_key_case"),
+    pytest.param(
+        b'{"attachment":"A","error":{"message":"x"}}',
+        "frame error must be {code, message}",
+        id="error_without_code_case",
+    ),
+    pytest.param(
+        b'{"attachment":"A","error":{"code":1,"message":"x"}}',
+        "frame error must be {code, message}",
+        id="numeric_code_case",
+    ),
+    pytest.param(
+        b'{"attachment":"A","error":{"code":"brain_error","message":2}}',
+        "frame error must be {code, message}",
+        id="numeric_message_case",
+    ),
+    pytest.param(
+        b'{"attachment":"A","error":{"code":"brain_error","message":"x","stack":"y"}}',
+        "frame error must be {code, message}",
+        id="error_extra_key_case",
+    ),
 ]
 
 
@@ -207,12 +238,19 @@ def test_decoding_a_line_over_max_frame_fails_before_parsing() -> None:
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        pytest.param(float("nan"), "frame is not JSON-serialisable: Out of range float values are not JSON compliant",
-                     id="nan_case"),
-        pytest.param(float("inf"), "frame is not JSON-serialisable: Out of range float values are not JSON compliant",
-                     id="infinity_case"),
-        pytest.param({1, 2}, "frame is not JSON-serialisable: Object of type set is not JSON serializable",
-                     id="set_case"),
+        pytest.param(
+            float("nan"),
+            "frame is not JSON-serialisable: Out of range float values are not JSON compliant",
+            id="nan_case",
+        ),
+        pytest.param(
+            float("inf"),
+            "frame is not JSON-serialisable: Out of range float values are not JSON compliant",
+            id="infinity_case",
+        ),
+        pytest.param(
+            {1, 2}, "frame is not JSON-serialisable: Object of type set is not JSON serializable", id="set_case"
+        ),
     ],
 )
 def test_encoding_a_value_that_is_not_json_fails(data: Any, message: str) -> None:
@@ -233,12 +271,21 @@ VALID_NATIVE_FILES = [
         [{"path": "session/file.jsonl", "size": 1024, "append_only": True}],
         id="spec_example_case",
     ),
-    pytest.param([{"path": "meta.json", "size": 0}], [{"path": "meta.json", "size": 0, "append_only": False}],
-                 id="append_only_default_case"),
-    pytest.param([{"path": ".hidden", "size": 1, "append_only": False}],
-                 [{"path": ".hidden", "size": 1, "append_only": False}], id="dotfile_case"),
-    pytest.param([{"path": "a..b/c", "size": 1, "append_only": True}],
-                 [{"path": "a..b/c", "size": 1, "append_only": True}], id="dots_inside_a_name_case"),
+    pytest.param(
+        [{"path": "meta.json", "size": 0}],
+        [{"path": "meta.json", "size": 0, "append_only": False}],
+        id="append_only_default_case",
+    ),
+    pytest.param(
+        [{"path": ".hidden", "size": 1, "append_only": False}],
+        [{"path": ".hidden", "size": 1, "append_only": False}],
+        id="dotfile_case",
+    ),
+    pytest.param(
+        [{"path": "a..b/c", "size": 1, "append_only": True}],
+        [{"path": "a..b/c", "size": 1, "append_only": True}],
+        id="dots_inside_a_name_case",
+    ),
 ]
 
 
@@ -255,8 +302,11 @@ INVALID_NATIVE_FILES = [
     pytest.param(None, "checkpoint result must be a list", id="null_case"),
     pytest.param({"path": "a", "size": 1}, "checkpoint result must be a list", id="object_case"),
     pytest.param(["a"], "checkpoint entry must be {path, size, append_only}", id="string_entry_case"),
-    pytest.param([{"path": "a", "size": 1, "sha": "x"}], "checkpoint entry must be {path, size, append_only}",
-                 id="unknown_key_case"),
+    pytest.param(
+        [{"path": "a", "size": 1, "sha": "x"}],
+        "checkpoint entry must be {path, size, append_only}",
+        id="unknown_key_case",
+    ),
     pytest.param([{"size": 1}], "checkpoint path None must be relative", id="missing_path_case"),
     pytest.param([{"path": "", "size": 1}], "checkpoint path '' must be relative", id="empty_path_case"),
     pytest.param([{"path": 3, "size": 1}], "checkpoint path 3 must be relative", id="numeric_path_case"),
@@ -265,17 +315,22 @@ INVALID_NATIVE_FILES = [
     pytest.param([{"path": "..", "size": 1}], "checkpoint path '..' must be normalised", id="parent_case"),
     pytest.param([{"path": "a/./b", "size": 1}], "checkpoint path 'a/./b' must be normalised", id="dot_segment_case"),
     pytest.param([{"path": "a//b", "size": 1}], "checkpoint path 'a//b' must be normalised", id="empty_segment_case"),
-    pytest.param([{"path": "a", "size": 1}, {"path": "a", "size": 2}], "checkpoint path 'a' listed twice",
-                 id="duplicate_case"),
+    pytest.param(
+        [{"path": "a", "size": 1}, {"path": "a", "size": 2}], "checkpoint path 'a' listed twice", id="duplicate_case"
+    ),
     pytest.param([{"path": "a"}], "checkpoint size for 'a' must be a non-negative integer", id="missing_size_case"),
-    pytest.param([{"path": "a", "size": -1}], "checkpoint size for 'a' must be a non-negative integer",
-                 id="negative_size_case"),
-    pytest.param([{"path": "a", "size": 1.0}], "checkpoint size for 'a' must be a non-negative integer",
-                 id="float_size_case"),
-    pytest.param([{"path": "a", "size": True}], "checkpoint size for 'a' must be a non-negative integer",
-                 id="boolean_size_case"),
-    pytest.param([{"path": "a", "size": 1, "append_only": 1}], "append_only must be a boolean",
-                 id="numeric_append_only_case"),
+    pytest.param(
+        [{"path": "a", "size": -1}], "checkpoint size for 'a' must be a non-negative integer", id="negative_size_case"
+    ),
+    pytest.param(
+        [{"path": "a", "size": 1.0}], "checkpoint size for 'a' must be a non-negative integer", id="float_size_case"
+    ),
+    pytest.param(
+        [{"path": "a", "size": True}], "checkpoint size for 'a' must be a non-negative integer", id="boolean_size_case"
+    ),
+    pytest.param(
+        [{"path": "a", "size": 1, "append_only": 1}], "append_only must be a boolean", id="numeric_append_only_case"
+    ),
 ]
 
 

@@ -159,7 +159,9 @@ def test_tokens_are_stored_only_as_sha256_digests(mirrored: None, admin_client: 
     assert len(rows) == 4
     stored = json.dumps(rows, default=str)
     assert [token for token in tokens if token in stored] == []
-    assert sorted(row["digest"] for row in rows) == sorted(hashlib.sha256(token.encode()).hexdigest() for token in tokens)
+    assert sorted(row["digest"] for row in rows) == sorted(
+        hashlib.sha256(token.encode()).hexdigest() for token in tokens
+    )
 
 
 # --- authenticate_header --------------------------------------------------------------------
@@ -170,8 +172,9 @@ def test_tokens_are_stored_only_as_sha256_digests(mirrored: None, admin_client: 
     [
         pytest.param(f"Bearer {ALICE_TOKEN}", Principal(tenant="acme", manage=True), id="bearer_case"),
         pytest.param(f"bearer {BOB_TOKEN}", Principal(tenant="acme", read_only=True), id="lowercase_scheme_case"),
-        pytest.param(f"BEARER {CHARLIE_TOKEN}", Principal(tenant="globex", session=SESSION_ID),
-                     id="uppercase_scheme_case"),
+        pytest.param(
+            f"BEARER {CHARLIE_TOKEN}", Principal(tenant="globex", session=SESSION_ID), id="uppercase_scheme_case"
+        ),
     ],
 )
 def test_a_known_bearer_token_authenticates(mirrored: None, header: str, expected: Principal) -> None:
@@ -239,7 +242,9 @@ def test_a_deleted_token_stops_authenticating_once_the_cache_is_forgotten(mirror
 # --- admin ----------------------------------------------------------------------------------
 
 
-def test_a_token_added_in_the_admin_is_shown_once_and_authenticates_at_once(mirrored: None, admin_client: Client) -> None:
+def test_a_token_added_in_the_admin_is_shown_once_and_authenticates_at_once(
+    mirrored: None, admin_client: Client
+) -> None:
     # when
     token, shown = _add_token_in_admin(admin_client, manage="on")
 
@@ -410,7 +415,15 @@ def test_the_admin_session_list_shows_tenant_status_harness_model_and_timestamps
     row = re.search(r'<tr>\s*<th class="field-id">.*?</tr>', html, re.DOTALL)
     assert row is not None
     cells = [re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", row.group(0))]
-    assert cells == [SESSION_ID, "acme", "idle", "pi", "openai/gpt-4.1-mini", "Oct. 15, 2026, noon", "Oct. 15, 2026, noon"]
+    assert cells == [
+        SESSION_ID,
+        "acme",
+        "idle",
+        "pi",
+        "openai/gpt-4.1-mini",
+        "Oct. 15, 2026, noon",
+        "Oct. 15, 2026, noon",
+    ]
     assert Session.objects.get().model == "openai/gpt-4.1-mini"
 
 

@@ -45,7 +45,9 @@ def _raw_cursor(payload: bytes) -> str:
 
 def _log_with(tmp_path: Path, count: int) -> tuple[EventLog, list[Event]]:
     log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
-    events = [log.append(_event("user.message", {"text": f"m{index}"}, event_id=f"{index:032x}")) for index in range(count)]
+    events = [
+        log.append(_event("user.message", {"text": f"m{index}"}, event_id=f"{index:032x}")) for index in range(count)
+    ]
     return log, events
 
 
@@ -137,7 +139,9 @@ def test_a_retained_sse_frame_matches_the_spec_example() -> None:
         b"id: " + SPEC_CURSOR.encode() + b"\n"
         b"event: assistant.message\n"
         b'data: {"id":"8f14e45fceea167a5a36dedd4bea2543","type":"assistant.message","time":"2026-10-15T12:00:00Z",'
-        b'"input_id":"c9f0f895fb98ab9159f51fd0297e236d","data":{"text":"Hello"},"cursor":"' + SPEC_CURSOR.encode() + b'"}'
+        b'"input_id":"c9f0f895fb98ab9159f51fd0297e236d","data":{"text":"Hello"},"cursor":"'
+        + SPEC_CURSOR.encode()
+        + b'"}'
         b"\n\n"
     )
 
@@ -178,7 +182,9 @@ def test_the_spec_example_cursor_decodes_to_offset_and_id() -> None:
     ("offset", "event_id", "cursor"),
     [
         pytest.param(128, SPEC_ID, SPEC_CURSOR, id="spec_assistant_message_case"),
-        pytest.param(0, INPUT_ID, "eyJvIjowLCJpIjoiYzlmMGY4OTVmYjk4YWI5MTU5ZjUxZmQwMjk3ZTIzNmQifQ", id="spec_first_case"),
+        pytest.param(
+            0, INPUT_ID, "eyJvIjowLCJpIjoiYzlmMGY4OTVmYjk4YWI5MTU5ZjUxZmQwMjk3ZTIzNmQifQ", id="spec_first_case"
+        ),
     ],
 )
 def test_encoding_reproduces_the_spec_cursors(offset: int, event_id: str, cursor: str) -> None:
@@ -604,9 +610,7 @@ def test_scan_parses_every_record_with_its_offset(tmp_path: Path) -> None:
     records = log.scan()
 
     # then
-    assert records == [
-        {**json.loads(event.line), "_offset": event.offset} for event in events
-    ]
+    assert records == [{**json.loads(event.line), "_offset": event.offset} for event in events]
 
 
 def test_scan_skips_a_torn_last_line(tmp_path: Path) -> None:

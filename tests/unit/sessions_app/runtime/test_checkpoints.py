@@ -132,16 +132,31 @@ def test_record_rejects_paths_that_are_not_relative_and_normalised(tmp_path: Pat
     [
         pytest.param({"files": []}, "checkpoint result must be a list", id="not_a_list_case"),
         pytest.param(["a"], "checkpoint entry must be {path, size, append_only}", id="entry_not_object_case"),
-        pytest.param([{"path": "a", "size": 1, "mode": 420}], "checkpoint entry must be {path, size, append_only}",
-                     id="unknown_key_case"),
-        pytest.param([{"path": "a", "size": -1}], "checkpoint size for 'a' must be a non-negative integer",
-                     id="negative_size_case"),
-        pytest.param([{"path": "a", "size": "1"}], "checkpoint size for 'a' must be a non-negative integer",
-                     id="string_size_case"),
-        pytest.param([{"path": "a", "size": 1, "append_only": "yes"}], "append_only must be a boolean",
-                     id="append_only_not_boolean_case"),
-        pytest.param([{"path": "a", "size": 1}, {"path": "a", "size": 1}], "checkpoint path 'a' listed twice",
-                     id="duplicate_path_case"),
+        pytest.param(
+            [{"path": "a", "size": 1, "mode": 420}],
+            "checkpoint entry must be {path, size, append_only}",
+            id="unknown_key_case",
+        ),
+        pytest.param(
+            [{"path": "a", "size": -1}],
+            "checkpoint size for 'a' must be a non-negative integer",
+            id="negative_size_case",
+        ),
+        pytest.param(
+            [{"path": "a", "size": "1"}],
+            "checkpoint size for 'a' must be a non-negative integer",
+            id="string_size_case",
+        ),
+        pytest.param(
+            [{"path": "a", "size": 1, "append_only": "yes"}],
+            "append_only must be a boolean",
+            id="append_only_not_boolean_case",
+        ),
+        pytest.param(
+            [{"path": "a", "size": 1}, {"path": "a", "size": 1}],
+            "checkpoint path 'a' listed twice",
+            id="duplicate_path_case",
+        ),
     ],
 )
 def test_record_rejects_malformed_results(tmp_path: Path, reported: Any, message: str) -> None:
@@ -224,7 +239,10 @@ def test_record_rejects_a_size_that_is_not_exact(tmp_path: Path, reported_size: 
     # when
     with pytest.raises(CheckpointError) as caught:
         store.record(
-            "c1", offset=0, time=TIME, reported=[{"path": "conversation.jsonl", "size": reported_size, "append_only": True}]
+            "c1",
+            offset=0,
+            time=TIME,
+            reported=[{"path": "conversation.jsonl", "size": reported_size, "append_only": True}],
         )
 
     # then
@@ -453,7 +471,9 @@ def test_restore_fails_when_an_append_only_file_is_missing(tmp_path: Path) -> No
 def test_restore_fails_when_a_snapshot_is_missing(tmp_path: Path) -> None:
     # given
     store = _store(tmp_path, {"meta.json": b"{}"})
-    checkpoint = store.record("c1", offset=0, time=TIME, reported=[{"path": "meta.json", "size": 2, "append_only": False}])
+    checkpoint = store.record(
+        "c1", offset=0, time=TIME, reported=[{"path": "meta.json", "size": 2, "append_only": False}]
+    )
     (store.directory / "snapshots" / "c1" / "meta.json").unlink()
     (store.native / "meta.json").write_bytes(b"[changed]")
 
