@@ -178,7 +178,7 @@ class Host:
         channel = _TurnChannel(self, attachment, frame.get("turn", ""))
         outcome: dict[str, Any]
         try:
-            await run_turn(attachment.settings, attachment.state, text, channel, self._pool)
+            await run_turn(attachment.settings, attachment.state, text=text, io=channel, pool=self._pool)
             outcome = {"result": {}}
         except asyncio.CancelledError:
             outcome = {"result": {"interrupted": True}}

@@ -38,7 +38,7 @@ class TurnIO(Protocol):
     def take_steers(self) -> list[str]: ...
 
 
-async def run_turn(settings: SessionSettings, state: NativeState, text: str, io: TurnIO, pool: ProviderPool) -> None:
+async def run_turn(settings: SessionSettings, state: NativeState, *, text: str, io: TurnIO, pool: ProviderPool) -> None:
     resolved = resolve_model(settings.model, reasoning_effort=settings.reasoning_effort, provider=settings.provider)
     endpoint = Endpoint(
         transport=resolved.transport,

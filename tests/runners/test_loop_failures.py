@@ -199,3 +199,21 @@ def test_a_tool_call_answered_with_an_error_frame_fails_the_turn_with_brain_erro
     assert reply["error"]["code"] == "brain_error"
     assert "tool host gone" in reply["error"]["message"]
     assert len(provider.requests()) == 1
+
+
+def test_a_native_state_write_failure_fails_the_turn_with_brain_error(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given the conversation file replaced by a directory after open, so appending fails
+    runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.anthropic_base_url)
+    (tmp_path / "native" / "conversation.jsonl").unlink()
+    (tmp_path / "native" / "conversation.jsonl").mkdir()
+
+    # when
+    reply, seen = runner.prompt("a1", "hi", turn="t1")
+
+    # then
+    assert reply["error"]["code"] == "brain_error"
+    assert "cannot write native state" in reply["error"]["message"]
+    assert seen == []
+    assert provider.requests() == []

@@ -87,6 +87,10 @@ def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
     assert [r["wire"] for r in requests] == [wire, wire]
     assert _tool_results_in(wire, requests[1]["body"]) == ['{"text": "hi"}', '{"a": 2, "b": 3}']
     assert requests[0]["body"]["stream"] is True
+    expected_key_header = (
+        "api-key" if model.startswith("azure/") else "x-api-key" if wire == "anthropic-messages" else "authorization"
+    )
+    assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key")
 
 
 def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
