@@ -121,6 +121,10 @@ class Host:
         except RunnerFailure as exc:
             await self._reply_error(frame, exc)
             return
+        except Exception as exc:  # supervision boundary: a bug fails this request, not every session
+            traceback.print_exc(file=sys.stderr)
+            await self._reply_error(frame, BrainFailure(f"runner failure: {type(exc).__name__}: {exc}"))
+            return
         if result is not None:
             await self._reply(frame, result)
 

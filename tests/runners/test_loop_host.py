@@ -186,3 +186,32 @@ def test_it_exits_0_on_stdin_eof_and_2_on_broken_framing(spawn_runner: Callable[
     # then
     assert clean.process.wait(timeout=10) == 0
     assert broken.process.wait(timeout=10) == 2
+
+
+def test_at_most_32_tool_calls_are_outstanding_per_process(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given one generation asking for 40 parallel calls
+    runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url, tools=[ECHO_TOOL])
+    prompt_id = runner.start(
+        "a1", "prompt", {"text": "\n".join(f'call echo {{"n": {i}}}' for i in range(40))}, turn="t1"
+    )
+
+    # when
+    first_wave = [runner.wait_for(lambda f: f.get("method") == "tool.call") for _ in range(32)]
+    held_back = [f for f in runner.drain(quiet_for=0.5) if f.get("method") == "tool.call"]
+    runner.send(
+        {"attachment": "a1", "turn": "t1", "id": first_wave[0]["id"], "result": echo_tool_handler(first_wave[0])}
+    )
+    next_call = runner.wait_for(lambda f: f.get("method") == "tool.call")
+
+    # then
+    assert held_back == []
+    assert next_call["params"]["arguments"] == {"n": 32}
+    for call in [*first_wave[1:], next_call]:
+        runner.send({"attachment": "a1", "turn": "t1", "id": call["id"], "result": echo_tool_handler(call)})
+    for _ in range(7):
+        call = runner.wait_for(lambda f: f.get("method") == "tool.call")
+        runner.send({"attachment": "a1", "turn": "t1", "id": call["id"], "result": echo_tool_handler(call)})
+    assert runner.reply_to("a1", prompt_id)["result"] == {}
+    assert len(provider.bodies()[1]["input"]) == 2 + 40 + 40  # prompt, text, 40 calls, 40 results
