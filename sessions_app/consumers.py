@@ -18,7 +18,7 @@ from brainsite.errors import BrainError
 
 from . import services
 from .auth import authenticate_header
-from .models import SessionStatus
+from .records import SessionStatus
 
 if TYPE_CHECKING:
     from .runtime.pubsub import Subscriber

@@ -40,7 +40,12 @@ _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 
 
 class RecordTooLarge(ValueError):
-    """A retained event over the 4 MiB record cap."""
+    """A retained event over the 4 MiB record cap, or past the log's session_bytes limit."""
+
+
+# Status and error records stay writable past session_bytes, so a turn that fills the log can
+# still end with its session.error and session.status: they are small and bounded per turn.
+ALWAYS_WRITABLE = frozenset({"session.status", "session.error"})
 
 
 def new_id() -> str:
@@ -149,6 +154,8 @@ class EventLog:
         record = event.line + b"\n"
         if len(record) > MAX_RECORD_BYTES:
             raise RecordTooLarge(f"{event.type} record of {len(record)} bytes exceeds 4 MiB")
+        if self.size + len(record) > self.max_bytes and event.type not in ALWAYS_WRITABLE:
+            raise RecordTooLarge(f"event log reached its session_bytes limit of {self.max_bytes} bytes")
         written = os.write(self._descriptor(), record)
         if written != len(record):  # a short write leaves a torn line; repair() trims it
             raise OSError(f"short write to {self.path}")

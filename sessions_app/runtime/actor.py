@@ -19,7 +19,7 @@ from brainsite.logs import logger
 from sessions_app.eventlog import LIVE_ONLY, MAX_RECORD_BYTES, Event, EventLog, RecordTooLarge, new_id, now_rfc3339
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
-from sessions_app.models import SessionStatus
+from sessions_app.records import SessionStatus
 from sessions_app.records import SessionRecord
 from tools_app import registry
 

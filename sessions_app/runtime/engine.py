@@ -21,7 +21,7 @@ from brainsite.logs import logger
 from sessions_app import db
 from sessions_app.eventlog import EventLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment, HostPool
-from sessions_app.models import SessionStatus
+from sessions_app.records import SessionStatus
 from sessions_app.records import SessionRecord
 
 from .actor import QUEUED_INPUT_CANCELLED, SessionActor, rebuild_from_log

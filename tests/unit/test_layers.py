@@ -24,11 +24,6 @@ PURE_MODULES = frozenset({"eventlog", "services", "registry", "sync", "archive",
 PURE_PACKAGES = frozenset({"runtime", "harness", "transports", "stores"})
 ORM_MODULES = frozenset({"db", "models", "admin"})
 # Modules that still import SessionStatus through models; sessions_app.records owns it now.
-PENDING_MODEL_IMPORTS = frozenset(
-    {"sessions_app.runtime.actor", "sessions_app.runtime.engine", "sessions_app.consumers"}
-)
-
-
 @dataclass(frozen=True, slots=True)
 class Module:
     name: str
@@ -180,22 +175,9 @@ def test_only_db_models_admin_and_migrations_import_models() -> None:
     violations = sorted(
         f"{module.name} imports {app}.models"
         for module in _modules()
-        if not _is_orm_module(module) and module.name not in PENDING_MODEL_IMPORTS
+        if not _is_orm_module(module)
         for app in APPS
         if module.imports_module(f"{app}.models")
-    )
-
-    # then
-    assert violations == []
-
-
-@pytest.mark.xfail(reason="these modules still import SessionStatus from models", strict=False)
-def test_the_runtime_and_consumers_take_session_status_from_records() -> None:
-    # when
-    violations = sorted(
-        module.name
-        for module in _modules()
-        if module.name in PENDING_MODEL_IMPORTS and any(module.imports_module(f"{app}.models") for app in APPS)
     )
 
     # then

@@ -637,3 +637,17 @@ def test_scan_of_an_empty_log_is_empty(tmp_path: Path) -> None:
 
     # then
     assert records == []
+
+
+def test_append_refuses_turn_events_past_session_bytes_but_keeps_status_writable(tmp_path: Path) -> None:
+    # given
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=300)
+    log.append(Event.build("user.message", {"text": "x" * 100}))
+    size = log.size
+    # when
+    with pytest.raises(RecordTooLarge):
+        log.append(Event.build("assistant.message", {"text": "y" * 100}))
+    status = log.append(Event.build("session.status", {"status": "failed"}))
+    # then
+    assert status.offset == size
+    assert [event.type for event in log.read(0)] == ["user.message", "session.status"]
