@@ -168,6 +168,10 @@ class ToolBindingConfig(_Strict):
             schema = getattr(self, key)
             if schema is not None and _has_external_ref(schema):
                 raise _FieldProblem(key, "must not use an external $ref")
+            if schema is not None:
+                problem = _schema_problem(schema)
+                if problem:
+                    raise _FieldProblem(key, f"is not a valid JSON Schema: {problem}")
         return self
 
     @property
@@ -183,6 +187,18 @@ class ToolBindingConfig(_Strict):
         if self.output_schema is not None:
             value["output_schema"] = self.output_schema
         return value
+
+
+def _schema_problem(schema: dict[str, Any]) -> str:
+    """Why `schema` does not compile under its own metaschema, or "" when it does."""
+    from jsonschema.exceptions import SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(schema).check_schema(schema)
+    except SchemaError as exc:
+        return exc.message[:200]
+    return ""
 
 
 def _has_external_ref(schema: Any) -> bool:

@@ -62,7 +62,7 @@ async def ensure_started() -> None:
         config, secrets = _ensure_configured()
         await database_sync_to_async(db.mirror_config_tokens)(config, secrets.tokens)
         await database_sync_to_async(tools_db.mirror_config_bindings)(config.tools)
-        registry.install(config.tools)
+        registry.install(config.tools, tool_tokens=secrets.tool_tokens, public_url=config.public_url)
         engine = Engine(config, secrets)
         install_engine(engine)
         await engine.start()
@@ -76,4 +76,7 @@ async def shutdown() -> None:
         return
     logger.info("brain shutting down")
     await current_engine().shutdown()
+    from tools_app import registry
+
+    await registry.aclose()
     logger.info("brain stopped")

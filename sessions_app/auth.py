@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 import time
 
 from django.http import HttpRequest
@@ -12,18 +13,38 @@ from brainsite.errors import Forbidden, Unauthorized
 from . import db
 from .records import Principal
 
-__all__ = ["BearerAuth", "authenticate_header", "forget_tokens", "require_manage", "require_write"]
+__all__ = [
+    "BearerAuth",
+    "authenticate_header",
+    "forget_tokens",
+    "grant_inspection",
+    "require_manage",
+    "require_write",
+    "revoke_inspection",
+]
 
 MAX_AUTHORIZATION_CHARS = 1024  # spec: longer Authorization headers are 401
 CACHE_SECONDS = 30.0  # admin changes clear the cache at once; this bounds other drift
 CACHE_ENTRIES = 10_000  # bounded: an attacker's random tokens cannot grow memory
 
 _cache: dict[str, tuple[Principal | None, float]] = {}
+_inspections: dict[str, Principal] = {}  # digest -> grant, only while its tool call runs
 
 
 def forget_tokens() -> None:
     """Drop cached grants (a token was created, changed or deleted in the admin)."""
     _cache.clear()
+
+
+def grant_inspection(session_id: str, tenant: str) -> str:
+    """A read-only token limited to one session, for an `inspect_session` tool call."""
+    token = secrets.token_urlsafe(32)
+    _inspections[db.digest_token(token)] = Principal(tenant=tenant, read_only=True, session=session_id)
+    return token
+
+
+def revoke_inspection(token: str) -> None:
+    _inspections.pop(db.digest_token(token), None)
 
 
 async def authenticate_header(header: str | None) -> Principal:
@@ -33,6 +54,9 @@ async def authenticate_header(header: str | None) -> Principal:
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("missing or invalid bearer token")
     digest = db.digest_token(token.strip())
+    inspection = _inspections.get(digest)
+    if inspection is not None:
+        return inspection
     now = time.monotonic()
     cached = _cache.get(digest)
     if cached is not None and cached[1] > now:

@@ -36,7 +36,7 @@ SESSION_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
 
 def _session_id(principal: Principal, session_id: str) -> str:
-    if not SESSION_ID.match(session_id):
+    if not SESSION_ID.fullmatch(session_id):
         raise NotFound("session not found")
     session_id = session_id.lower()
     if principal.session and principal.session != session_id:
@@ -72,7 +72,7 @@ async def create_session(
     if config.get("bindings") or credentials:
         raise Unsupported("tool bindings and credentials are not enabled on this server")
     config.pop("bindings", None)
-    descriptors = registry.descriptors_for(principal.tenant, tools)
+    descriptors = await registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
         raise Forbidden("a requested tool is not available to this tenant")
     record = new_session_record(tenant=principal.tenant, harness=harness, config=config, descriptors=descriptors)

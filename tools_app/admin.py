@@ -1,15 +1,69 @@
-"""Admin for tool bindings. Config-declared bindings are mirrored and read-only."""
+"""Admin for tool bindings. Config-declared bindings are mirrored read-only; admin-created ones
+are validated exactly like the host config and serve new sessions as soon as they are saved."""
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from pydantic import ValidationError
 
+from brainsite.hostconfig import ToolBindingConfig
+
+from . import registry
 from .models import ToolBinding
+
+# The config fields an admin edits; form errors name the same fields as startup errors.
+_FORM_FIELDS = (
+    "name",
+    "description",
+    "input_schema",
+    "output_schema",
+    "url",
+    "tenants",
+    "token_env",
+    "transport",
+    "mcp_tool",
+    "timeout_seconds",
+    "max_output_bytes",
+    "inspect_session",
+)
+
+
+class ToolBindingForm(forms.ModelForm):  # type: ignore[type-arg]
+    class Meta:
+        model = ToolBinding
+        fields = _FORM_FIELDS
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if self.errors:
+            return data
+        candidate: dict[str, Any] = {key: data[key] for key in _FORM_FIELDS if data.get(key) not in (None, "")}
+        candidate.setdefault("inspect_session", False)
+        try:
+            ToolBindingConfig.model_validate(candidate)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            problem = first.get("ctx", {}).get("error")
+            field = getattr(problem, "field", None) or next((str(p) for p in first["loc"] if p in _FORM_FIELDS), None)
+            message = str(problem) if problem is not None else first["msg"]
+            if first["type"] == "extra_forbidden":
+                message = "unknown field"
+            self.add_error(field if field in _FORM_FIELDS else None, message)
+            return data
+        token_env = data.get("token_env")
+        if token_env and not os.environ.get(token_env):
+            self.add_error("token_env", f"environment variable {token_env} is not set for this server")
+        return data
 
 
 @admin.register(ToolBinding)
 class ToolBindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    form = ToolBindingForm
     list_display = ("name", "transport", "url", "timeout_seconds", "from_config")
     search_fields = ("name",)
 
@@ -18,3 +72,15 @@ class ToolBindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def has_delete_permission(self, request: HttpRequest, obj: ToolBinding | None = None) -> bool:
         return obj is None or not obj.from_config
+
+    def save_model(self, request: HttpRequest, obj: ToolBinding, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        registry.forget_bindings()
+
+    def delete_model(self, request: HttpRequest, obj: ToolBinding) -> None:
+        super().delete_model(request, obj)
+        registry.forget_bindings()
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        super().delete_queryset(request, queryset)
+        registry.forget_bindings()

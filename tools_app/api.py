@@ -16,4 +16,4 @@ router = Router(auth=BearerAuth(), tags=["tools"])
 
 @router.get("/catalog")
 async def catalog(request: HttpRequest) -> dict[str, Any]:
-    return {"tools": registry.catalog_for(request.auth.tenant)}  # type: ignore[attr-defined]
+    return {"tools": await registry.acatalog_for(request.auth.tenant)}  # type: ignore[attr-defined]

@@ -1,0 +1,86 @@
+"""Loopback tool services shared by the tool tests, and a registry installed per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+
+from brainsite.hostconfig import ToolBindingConfig
+from tests.tools.mcp_server import MCP_TOKEN, build_app
+from tests.tools.servers import LoopbackServer, ToolZoo
+from tools_app import registry
+
+TENANT = "acme"
+OPEN_SCHEMA: dict[str, Any] = {"type": "object"}
+
+
+@pytest.fixture(scope="session")
+def zoo_server() -> Iterator[tuple[ToolZoo, LoopbackServer]]:
+    zoo = ToolZoo()
+    server = LoopbackServer(zoo).start()
+    yield zoo, server
+    server.stop()
+
+
+@pytest.fixture
+def zoo(zoo_server: tuple[ToolZoo, LoopbackServer]) -> ToolZoo:
+    zoo_server[0].received.clear()
+    return zoo_server[0]
+
+
+@pytest.fixture
+def zoo_url(zoo_server: tuple[ToolZoo, LoopbackServer]) -> str:
+    return zoo_server[1].url
+
+
+@pytest.fixture(scope="session")
+def mcp_url() -> Iterator[str]:
+    server = LoopbackServer(build_app(), lifespan="on").start()
+    yield server.url + "/mcp"
+    server.stop()
+
+
+def binding(name: str, url: str, **fields: Any) -> ToolBindingConfig:
+    fields.setdefault("input_schema", OPEN_SCHEMA)
+    return ToolBindingConfig.model_validate(
+        {"name": name, "description": f"the {name} tool", "url": url, "tenants": [TENANT], **fields}
+    )
+
+
+Install = Callable[..., None]
+
+
+@pytest.fixture
+async def install() -> AsyncIterator[Install]:
+    """Install bindings (config-style, no admin store); tokens default to MCP_TOKEN for token_env."""
+
+    def installer(*bindings: ToolBindingConfig, tokens: dict[str, str] | None = None, **options: Any) -> None:
+        if tokens is None:
+            tokens = {item.name: MCP_TOKEN for item in bindings if item.token_env}
+        registry.install(bindings, tool_tokens=tokens, admin_loader=None, **options)
+
+    yield installer
+    await registry.aclose()
+    registry.install([], admin_loader=None)
+
+
+class Progress(list[Any]):
+    def __call__(self, data: Any) -> None:
+        self.append(data)
+
+
+def context(*tools: str, tenant: str = TENANT, progress: Progress | None = None, **fields: Any) -> registry.CallContext:
+    return registry.CallContext(
+        tenant=tenant,
+        session_id=fields.pop("session_id", "5" * 32),
+        call_id=fields.pop("call_id", "c" * 32),
+        tools=tools,
+        progress=progress if progress is not None else Progress(),
+        **fields,
+    )
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return " ".join(item.get("text", "") for item in result["content"])

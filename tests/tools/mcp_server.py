@@ -1,0 +1,81 @@
+"""An MCP server built with the mcp SDK for the tool tests (Streamable HTTP, served by uvicorn)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
+from pydantic import BaseModel
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-not-really-an-image").decode()
+MCP_TOKEN = "mcp-test-token-0123456789abcdef"
+
+
+class Answer(BaseModel):
+    approved: bool
+
+
+def build_server() -> MCPServer:
+    server = MCPServer("brain-test-tools")
+
+    @server.tool(description="Echo text back.")
+    def echo(text: str) -> str:
+        return text
+
+    @server.tool(description="Report the scope metadata and the progress token Brain sent.")
+    def whoami(ctx: Context) -> str:
+        meta = ctx.request_context.meta or {}
+        scope = meta.get("brain.dev/scope") if isinstance(meta, dict) else getattr(meta, "brain.dev/scope", None)
+        dumped = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
+        return repr({"scope": scope or dumped.get("brain.dev/scope"), "progress_token": dumped.get("progressToken")})
+
+    @server.tool(description="Report progress three times, then finish.")
+    async def work(steps: int, ctx: Context) -> str:
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step}")
+        return f"done after {steps} steps"
+
+    @server.tool(description="Return an image.")
+    def picture() -> CallToolResult:
+        return CallToolResult(content=[ImageContent(type="image", data=PNG, mime_type="image/png")])
+
+    @server.tool(description="Return structured content.")
+    def measure(text: str) -> dict[str, Any]:
+        return {"length": len(text)}
+
+    @server.tool(description="Fail as a tool error.")
+    def broken() -> CallToolResult:
+        return CallToolResult(content=[TextContent(type="text", text="it broke")], is_error=True)
+
+    @server.tool(description="Return audio, which Brain does not support.")
+    def sound() -> CallToolResult:
+        return CallToolResult(content=[AudioContent(type="audio", data=PNG, mime_type="audio/wav")])
+
+    @server.tool(description="Ask the user for input.")
+    async def ask(ctx: Context) -> str:
+        answer = await ctx.elicit("Approve?", Answer)
+        return f"answered {answer.action}"
+
+    @server.tool(description="Return a lot of text.")
+    def big(n: int) -> str:
+        return "y" * n
+
+    return server
+
+
+def build_app(*, token: str = MCP_TOKEN) -> Any:
+    """The Streamable HTTP app at /mcp, refusing requests without the bearer token."""
+    app = build_server().streamable_http_app()
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            if headers.get(b"authorization") != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+        await app(scope, receive, send)
+
+    return guarded

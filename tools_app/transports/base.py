@@ -1,0 +1,85 @@
+"""What every tool transport shares: the outbound call, the error it raises, the registry of names.
+
+Transports know nothing about tenants, sessions or schemas; the registry authorizes and validates.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["TRANSPORTS", "OutboundCall", "Transport", "TransportError", "close_transports", "transport_for"]
+
+# Dotted paths, so a transport's dependencies load only when a binding uses it.
+TRANSPORTS: dict[str, str] = {
+    "http": "tools_app.transports.http_sse.HttpSseTransport",
+    "mcp": "tools_app.transports.mcp.McpTransport",
+}
+
+
+class TransportError(Exception):
+    """A call that produced no usable result.
+
+    `reached` means the request may have reached the tool (the model sees `unknown_outcome`);
+    `permanent` means repeating the same call cannot help (Brain never retries either way).
+    """
+
+    def __init__(self, message: str, *, reached: bool, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.reached = reached
+        self.permanent = permanent
+
+
+@dataclass(frozen=True, slots=True)
+class OutboundCall:
+    """One dispatch: where to send it, with which credential, identity and limits."""
+
+    url: str
+    remote_name: str  # the tool's name at the service (mcp_tool for MCP bindings)
+    token: str  # bearer token, empty for none; never logged
+    tenant: str
+    session_id: str
+    call_id: str
+    arguments: dict[str, Any]
+    progress: Callable[[Any], None]
+    max_output_bytes: int
+    header_timeout: float  # seconds until response headers must have arrived
+    traceparent: str = ""
+    inspection_token: str = ""
+    brain_url: str = ""
+
+    def __repr__(self) -> str:
+        return f"OutboundCall(url={self.url!r}, call_id={self.call_id!r})"
+
+
+class Transport(ABC):
+    """Sends one call and returns the tool's raw result object (validated by the registry)."""
+
+    @abstractmethod
+    async def call(self, call: OutboundCall) -> Any: ...
+
+    async def aclose(self) -> None:  # noqa: B027  # optional hook: transports without pools have nothing to close
+        pass
+
+
+_instances: dict[str, Transport] = {}
+
+
+def transport_for(name: str) -> Transport:
+    """The process-wide transport instance for a binding's `transport` name."""
+    instance = _instances.get(name)
+    if instance is None:
+        module_name, _, class_name = TRANSPORTS[name].rpartition(".")
+        factory: Callable[[], Transport] = getattr(importlib.import_module(module_name), class_name)
+        instance = _instances[name] = factory()
+    return instance
+
+
+async def close_transports() -> None:
+    instances = list(_instances.values())
+    _instances.clear()
+    for instance in instances:
+        await instance.aclose()

@@ -1,0 +1,160 @@
+"""HTTP JSON and SSE tools: POST the identity envelope, read one JSON result or an SSE stream.
+
+Owns the egress policy for tool services: no redirects, proxies from the environment, the
+header deadline and the output limit. Imports nothing from Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import orjson
+
+from .base import OutboundCall, Transport, TransportError
+
+__all__ = ["HttpSseTransport", "make_client"]
+
+# A pool big enough that 32 parallel calls per service never wait for a connection.
+MAX_CONNECTIONS = 512
+MAX_KEEPALIVE_CONNECTIONS = 128
+ACCEPT = "application/json, text/event-stream"
+
+
+def make_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The one client for tool calls. Deadlines come from the registry (header deadline and
+    timeout_seconds), so httpx's own per-operation timeouts are off; redirects are never
+    followed and HTTP(S)_PROXY / NO_PROXY are honoured (trust_env)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(None),
+        follow_redirects=False,
+        trust_env=True,
+        limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_KEEPALIVE_CONNECTIONS),
+        transport=transport,
+    )
+
+
+def _envelope(call: OutboundCall) -> bytes:
+    body: dict[str, Any] = {"tenant_id": call.tenant, "session_id": call.session_id, "call_id": call.call_id}
+    if call.inspection_token:
+        body["inspection_token"] = call.inspection_token
+        body["brain_url"] = call.brain_url
+    body["arguments"] = call.arguments
+    return orjson.dumps(body)
+
+
+def _media_type(response: httpx.Response) -> str:
+    return response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+
+
+class _Budget:
+    """Counts response bytes against max_output_bytes."""
+
+    def __init__(self, limit: int) -> None:
+        self.left = limit
+        self.limit = limit
+
+    def take(self, chunk: bytes) -> None:
+        self.left -= len(chunk)
+        if self.left < 0:
+            raise TransportError(f"tool output exceeds max_output_bytes ({self.limit})", reached=True)
+
+
+class HttpSseTransport(Transport):
+    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
+        self._client = client
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _client_for_loop(self) -> httpx.AsyncClient:
+        # Pooled connections belong to the loop that opened them (tests run one loop each).
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            self._client = make_client()
+            self._loop = loop
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def call(self, call: OutboundCall) -> Any:
+        client = self._client_for_loop()
+        headers = {"Content-Type": "application/json", "Accept": ACCEPT}
+        if call.token:
+            headers["Authorization"] = f"Bearer {call.token}"
+        if call.traceparent:
+            headers["traceparent"] = call.traceparent
+        request = client.build_request("POST", call.url, content=_envelope(call), headers=headers)
+        try:
+            try:
+                async with asyncio.timeout(call.header_timeout):
+                    response = await client.send(request, stream=True)
+            except TimeoutError:
+                raise TransportError(
+                    f"tool response headers did not arrive within {call.header_timeout:g} s", reached=True
+                ) from None
+            try:
+                return await self._read(response, call)
+            finally:
+                await response.aclose()
+        except httpx.HTTPError as exc:
+            raise TransportError(f"tool transport failed: {type(exc).__name__}", reached=True) from exc
+
+    async def _read(self, response: httpx.Response, call: OutboundCall) -> Any:
+        if not 200 <= response.status_code < 300:
+            # The body of a non-2xx answer is ignored: handled failures come as 200 + is_error.
+            raise TransportError(f"tool returned HTTP {response.status_code}", reached=True)
+        budget = _Budget(call.max_output_bytes)
+        media_type = _media_type(response)
+        if media_type == "application/json":
+            body = bytearray()
+            async for chunk in response.aiter_bytes():
+                budget.take(chunk)
+                body += chunk
+            return _parse_json(bytes(body), "result")
+        if media_type == "text/event-stream":
+            return await _read_stream(response, call, budget)
+        raise TransportError(f"tool returned unsupported content type {media_type or 'none'!r}", reached=True)
+
+
+def _parse_json(raw: bytes | str, what: str) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise TransportError(f"tool {what} is not valid JSON", reached=True) from None
+
+
+async def _read_stream(response: httpx.Response, call: OutboundCall, budget: _Budget) -> Any:
+    """Zero or more `progress` events, then the `result` event's data (the call ends there)."""
+    pending = b""
+    event = ""
+    data: list[str] = []
+    async for chunk in response.aiter_bytes():
+        budget.take(chunk)
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw_line in lines:
+            line = raw_line.removesuffix(b"\r").decode("utf-8", errors="replace")
+            if not line:
+                if not data and not event:
+                    continue
+                name, payload = event or "message", "\n".join(data)
+                event, data = "", []
+                if name == "progress":
+                    call.progress(_parse_json(payload, "progress event"))
+                elif name == "result":
+                    return _parse_json(payload, "result event")
+                else:
+                    raise TransportError(f"tool stream sent an unexpected {name!r} event", reached=True)
+            elif line.startswith(":"):
+                continue  # SSE comment (keepalive)
+            else:
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "event":
+                    event = value
+                elif field == "data":
+                    data.append(value)
+    raise TransportError("tool stream ended without a result event", reached=True)
