@@ -61,6 +61,8 @@ class RequestView:
     tool_results: tuple[ToolResultView, ...]
     body_size: int
     reasoning: bool = False  # the request asks for reasoning / extended thinking
+    first_user_text: str = ""  # of the whole conversation, for replies that show memory
+    user_message_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +145,7 @@ class Script:
     def _from_rule(self, view: RequestView, rule: Rule) -> Plan:
         if rule.status:
             return Plan(fail_status=rule.status, fail_message=rule.message)
-        plan = self._finish(view, rule.reply, rule.tool_calls)
+        plan = self._finish(view, _fill_placeholders(rule.reply, view), rule.tool_calls)
         return _replace(plan, delay_ms=rule.delay_ms or plan.delay_ms, stall=rule.stall)
 
     def _from_directives(self, view: RequestView, text: str) -> Plan:
@@ -186,6 +188,18 @@ class Script:
             input_tokens=max(1, math.ceil(view.body_size / CHARS_PER_TOKEN)),
             output_tokens=max(1, math.ceil((len(text) + arguments_size) / CHARS_PER_TOKEN)),
         )
+
+
+def _fill_placeholders(reply: str, view: RequestView) -> str:
+    """Rule replies may quote the conversation: {first_user_text}, {last_user_text}, {user_message_count}."""
+    values = {
+        "{first_user_text}": view.first_user_text,
+        "{last_user_text}": view.user_texts[-1] if view.user_texts else "",
+        "{user_message_count}": str(view.user_message_count),
+    }
+    for placeholder, value in values.items():
+        reply = reply.replace(placeholder, value)
+    return reply
 
 
 def _replace(plan: Plan, **changes: Any) -> Plan:

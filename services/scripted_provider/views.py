@@ -23,11 +23,11 @@ WIRES = {
 
 def view_request(wire: str, body: dict[str, Any], *, body_size: int) -> RequestView:
     if wire == "openai-completions":
-        system, users, results = _view_chat(body)
+        system, users, results, every_user = _view_chat(body)
     elif wire == "openai-responses":
-        system, users, results = _view_responses(body)
+        system, users, results, every_user = _view_responses(body)
     else:
-        system, users, results = _view_messages(body)
+        system, users, results, every_user = _view_messages(body)
     return RequestView(
         wire=wire,
         model=str(body.get("model", "")),
@@ -37,6 +37,8 @@ def view_request(wire: str, body: dict[str, Any], *, body_size: int) -> RequestV
         tool_results=tuple(results),
         body_size=body_size,
         reasoning=_asks_for_reasoning(wire, body),
+        first_user_text=every_user[0] if every_user else "",
+        user_message_count=len(every_user),
     )
 
 
@@ -119,12 +121,13 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _view_chat(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView]]:
+def _view_chat(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView], list[str]]:
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
     system = "\n".join(_text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
     names: dict[str, str] = {}
     users: list[str] = []
     results: list[ToolResultView] = []
+    every_user: list[str] = []
     for message in messages:
         role = message.get("role")
         if role == "assistant":
@@ -133,21 +136,23 @@ def _view_chat(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultVie
                 names[str(call.get("id"))] = str(call.get("function", {}).get("name"))
         elif role == "user":
             users.append(_text_of(message.get("content")))
+            every_user.append(users[-1])
         elif role == "tool":
             call_id = str(message.get("tool_call_id"))
             text = _text_of(message.get("content"))
             results.append(ToolResultView(names.get(call_id, call_id), text, text.startswith("Error:")))
-    return system, users, results
+    return system, users, results, every_user
 
 
-def _view_responses(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView]]:
+def _view_responses(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView], list[str]]:
     system = str(body.get("instructions") or "")
     items = body.get("input")
     if isinstance(items, str):
-        return system, [items], []
+        return system, [items], [], [items]
     names: dict[str, str] = {}
     users: list[str] = []
     results: list[ToolResultView] = []
+    every_user: list[str] = []
     for item in items or []:
         if not isinstance(item, dict):
             continue
@@ -161,18 +166,20 @@ def _view_responses(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResu
             system += _text_of(item.get("content"))
         elif kind == "message" and role == "user":
             users.append(_text_of(item.get("content")))
+            every_user.append(users[-1])
         elif kind == "function_call_output":
             call_id = str(item.get("call_id"))
             text = _text_of(item.get("output"))
             results.append(ToolResultView(names.get(call_id, call_id), text, text.startswith("Error:")))
-    return system, users, results
+    return system, users, results, every_user
 
 
-def _view_messages(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView]]:
+def _view_messages(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResultView], list[str]]:
     system = _text_of(body.get("system"))
     names: dict[str, str] = {}
     users: list[str] = []
     results: list[ToolResultView] = []
+    every_user: list[str] = []
     for message in body.get("messages") or []:
         if not isinstance(message, dict):
             continue
@@ -189,11 +196,12 @@ def _view_messages(body: dict[str, Any]) -> tuple[str, list[str], list[ToolResul
                 continue
             if block.get("type") == "text":
                 users.append(str(block.get("text", "")))
+                every_user.append(users[-1])
             elif block.get("type") == "tool_result":
                 call_id = str(block.get("tool_use_id"))
                 text = _text_of(block.get("content"))
                 results.append(ToolResultView(names.get(call_id, call_id), text, bool(block.get("is_error"))))
-    return system, users, results
+    return system, users, results, every_user
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import anthropic
@@ -72,3 +74,29 @@ def test_reset_clears_the_request_log(provider: ScriptedProviderServer) -> None:
     assert len(provider.requests()) == 1
     provider.reset()
     assert provider.requests() == []
+
+
+def test_the_default_demo_script_remembers_the_first_message(scripted_provider: ScriptedProviderServer) -> None:
+    # given the demo script the server starts with
+    demo = json.loads(
+        (Path(__file__).resolve().parents[2] / "services/scripted_provider/default_script.json").read_text()
+    )
+    scripted_provider.reset()
+    scripted_provider.set_script({**demo, "delay_ms": 0})
+    client = openai.OpenAI(api_key="k", base_url=scripted_provider.openai_base_url, max_retries=0)
+    history: list[dict[str, Any]] = []
+    replies = []
+
+    # when
+    for text in ("Hello! What can you do?", "Tell me a fun fact about octopuses.", "What was my first message?"):
+        history.append({"role": "user", "content": [{"type": "input_text", "text": text}]})
+        reply = client.responses.create(model="gpt-4.1-mini", input=history).output_text  # type: ignore[arg-type]  # plain dict items
+        history.append({"role": "assistant", "content": reply})
+        replies.append(reply)
+
+    # then
+    assert replies[0].startswith("Hello! I am the scripted demo model")
+    assert "three hearts" in replies[1]
+    assert replies[2] == (
+        'Your first message in this conversation was: "Hello! What can you do?". You have sent 3 messages so far.'
+    )
