@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 from mcp.types import AudioContent, CallToolResult, ImageContent, TextContent
 from pydantic import BaseModel
 
@@ -26,10 +29,10 @@ def build_server() -> MCPServer:
 
     @server.tool(description="Report the scope metadata and the progress token Brain sent.")
     def whoami(ctx: Context) -> str:
-        meta = ctx.request_context.meta or {}
-        scope = meta.get("brain.dev/scope") if isinstance(meta, dict) else getattr(meta, "brain.dev/scope", None)
-        dumped = meta if isinstance(meta, dict) else meta.model_dump(by_alias=True)
-        return repr({"scope": scope or dumped.get("brain.dev/scope"), "progress_token": dumped.get("progressToken")})
+        meta = ctx.request_context.meta
+        dumped = meta if isinstance(meta, dict) else (meta.model_dump(by_alias=True) if meta is not None else {})
+        token = dumped.get("progressToken", dumped.get("progress_token"))
+        return json.dumps({"scope": dumped.get("brain.dev/scope"), "progress_token": token})
 
     @server.tool(description="Report progress three times, then finish.")
     async def work(steps: int, ctx: Context) -> str:
@@ -57,6 +60,15 @@ def build_server() -> MCPServer:
     async def ask(ctx: Context) -> str:
         answer = await ctx.elicit("Approve?", Answer)
         return f"answered {answer.action}"
+
+    @server.tool(description="Fail with a JSON-RPC error instead of a result.")
+    def protocol() -> str:
+        raise MCPError(code=-32603, message="server exploded")
+
+    @server.tool(description="Sleep, then answer.")
+    async def nap(seconds: float) -> str:
+        await asyncio.sleep(seconds)
+        return "rested"
 
     @server.tool(description="Return a lot of text.")
     def big(n: int) -> str:

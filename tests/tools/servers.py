@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import uvicorn
 
 Scope = MutableMapping[str, Any]
@@ -134,6 +135,29 @@ class ToolZoo:
             await send({"type": "http.response.body", "body": b""})
         elif path == "/status/500":
             await _raw(send, 500, "application/json", b'{"content":[{"type":"text","text":"ignored"}],"is_error":true}')
+        elif path == "/inspect":
+            # What an inspection token may do during the call: read its session, nothing else.
+            base, token = body["brain_url"], body["inspection_token"]
+            auth = {"Authorization": f"Bearer {token}"}
+            async with httpx.AsyncClient(base_url=base, headers=auth, timeout=10) as client:
+                own = await client.get(f"/sessions/{body['session_id']}")
+                events = await client.get(f"/sessions/{body['session_id']}/events")
+                other = await client.get(f"/sessions/{arguments['other']}")
+                listing = await client.get("/sessions")
+                write = await client.post(f"/sessions/{body['session_id']}/events", json={"type": "user.interrupt"})
+                await _json(
+                    send,
+                    {
+                        "structured_content": {
+                            "own": own.status_code,
+                            "status": own.json().get("status"),
+                            "events": events.status_code,
+                            "other": other.status_code,
+                            "listed": [item["id"] for item in listing.json().get("sessions", [])],
+                            "write": write.status_code,
+                        }
+                    },
+                )
         elif path == "/big":
             await _json(send, {"content": [{"type": "text", "text": "x" * arguments.get("n", 0)}]})
         else:

@@ -1,0 +1,180 @@
+"""MCP tools over Streamable HTTP against an MCP server built with the mcp SDK (tools-mcp.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from tests.tools.conftest import Install, Progress, binding, context, text_of
+from tests.tools.mcp_server import PNG
+from tests.tools.servers import free_port
+from tools_app import registry
+
+
+def mcp(name: str, url: str, remote: str | None = None, **fields: Any) -> Any:
+    fields.setdefault("token_env", "MCP_KEY")
+    return binding(name, url, mcp_tool=remote or name, **fields)
+
+
+async def test_an_mcp_text_result_becomes_a_text_block(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("docs_echo", mcp_url, "echo"))
+
+    # when
+    result = await registry.invoke(context("docs_echo"), "docs_echo", {"text": "hello"})
+
+    # then: MCPServer also returns the str as structured {"result": ...}
+    assert result == {"content": [{"type": "text", "text": "hello"}], "structured_content": {"result": "hello"}}
+
+
+async def test_the_scope_metadata_carries_the_identity_and_the_call_id_is_the_progress_token(
+    install: Install, mcp_url: str
+) -> None:
+    # given
+    install(mcp("whoami", mcp_url))
+
+    # when
+    result = await registry.invoke(context("whoami", call_id="a" * 32), "whoami", {})
+
+    # then
+    seen = json.loads(result["structured_content"]["result"])
+    assert seen == {
+        "scope": {"tenant_id": "acme", "session_id": "5" * 32, "call_id": "a" * 32},
+        "progress_token": "a" * 32,
+    }
+
+
+async def test_mcp_progress_notifications_become_progress_in_order(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("work", mcp_url))
+    progress = Progress()
+
+    # when
+    result = await registry.invoke(context("work", progress=progress), "work", {"steps": 3})
+
+    # then
+    assert text_of(result) == "done after 3 steps"
+    assert progress == [{"progress": step, "total": 3, "message": f"step {step}"} for step in (1, 2, 3)]
+
+
+async def test_an_mcp_image_becomes_an_image_block(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("picture", mcp_url))
+
+    # when
+    result = await registry.invoke(context("picture"), "picture", {})
+
+    # then
+    assert result == {"content": [{"type": "image", "data": PNG, "mime_type": "image/png"}]}
+
+
+async def test_structured_content_is_kept_and_checked_against_output_schema(install: Install, mcp_url: str) -> None:
+    # given
+    schema = {"type": "object", "properties": {"length": {"type": "integer"}}, "required": ["length"]}
+    install(mcp("measure", mcp_url, output_schema=schema))
+
+    # when
+    result = await registry.invoke(context("measure"), "measure", {"text": "abcd"})
+
+    # then
+    assert result["structured_content"] == {"length": 4}
+    assert json.loads(text_of(result)) == {"length": 4}
+    assert "is_error" not in result
+
+
+async def test_an_mcp_is_error_result_is_a_tool_error_with_a_known_outcome(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("broken", mcp_url))
+
+    # when
+    result = await registry.invoke(context("broken"), "broken", {})
+
+    # then
+    assert result == {"content": [{"type": "text", "text": "it broke"}], "is_error": True}
+
+
+@pytest.mark.parametrize(
+    ("url", "token", "expected"),
+    [
+        pytest.param("closed", "MCP", "could not reach the MCP server", id="connection_refused_case"),
+        pytest.param(
+            "server", "wrong-token-0123456789abcdef", "could not reach the MCP server", id="unauthorized_case"
+        ),
+    ],
+)
+async def test_failing_to_reach_the_server_is_an_error_with_a_known_outcome(
+    install: Install, mcp_url: str, url: str, token: str, expected: str
+) -> None:
+    # given
+    target = mcp_url if url == "server" else f"http://127.0.0.1:{free_port()}/mcp"
+    tokens = None if token == "MCP" else {"echo": token}
+    install(mcp("echo", target), tokens=tokens)
+
+    # when
+    result = await registry.invoke(context("echo"), "echo", {"text": "x"})
+
+    # then
+    assert result["is_error"] is True and "unknown_outcome" not in result
+    assert expected in text_of(result)
+
+
+async def test_a_refused_mcp_call_is_never_sent(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("echo", mcp_url, input_schema={"type": "object", "required": ["text"]}))
+
+    # when
+    other_tenant = await registry.invoke(context("echo", tenant="globex"), "echo", {"text": "x"})
+    invalid = await registry.invoke(context("echo"), "echo", {})
+
+    # then
+    for result in (other_tenant, invalid):
+        assert result["is_error"] is True and "unknown_outcome" not in result
+
+
+@pytest.mark.parametrize(
+    ("remote", "arguments", "fields", "expected"),
+    [
+        pytest.param("protocol", {}, {}, "server exploded", id="protocol_error_case"),
+        pytest.param("ask", {}, {}, "asked for user input", id="elicitation_case"),
+        pytest.param("sound", {}, {}, "unsupported 'audio' content", id="unsupported_content_case"),
+        pytest.param(
+            "big", {"n": 5000}, {"max_output_bytes": 1024}, "exceeds max_output_bytes (1024)", id="too_big_case"
+        ),
+        pytest.param(
+            "measure",
+            {"text": "a"},
+            {"output_schema": {"type": "object", "required": ["size"]}},
+            "does not match output_schema",
+            id="output_schema_case",
+        ),
+        pytest.param("nap", {"seconds": 5}, {"timeout_seconds": 1}, "timed out after 1 s", id="timeout_case"),
+    ],
+)
+async def test_failures_after_the_call_was_sent_are_unknown_outcomes(
+    install: Install, mcp_url: str, remote: str, arguments: dict[str, Any], fields: dict[str, Any], expected: str
+) -> None:
+    # given
+    install(mcp("tool", mcp_url, remote, **fields))
+    started = time.monotonic()
+
+    # when
+    result = await registry.invoke(context("tool"), "tool", arguments)
+
+    # then
+    assert time.monotonic() - started < 3
+    assert result["is_error"] is True and result["unknown_outcome"] is True
+    assert expected in text_of(result)
+
+
+async def test_each_call_opens_a_fresh_mcp_session(install: Install, mcp_url: str) -> None:
+    # given
+    install(mcp("echo", mcp_url))
+
+    # when
+    results = [await registry.invoke(context("echo"), "echo", {"text": str(n)}) for n in range(3)]
+
+    # then
+    assert [text_of(result) for result in results] == ["0", "1", "2"]
