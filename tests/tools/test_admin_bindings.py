@@ -1,0 +1,152 @@
+"""Tool bindings in the admin: validated like the host config, served to new sessions at once."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from brainsite.hostconfig import ToolBindingConfig
+from tools_app import registry
+from tools_app.admin import ToolBindingForm
+from tools_app.db import mirror_config_bindings
+from tools_app.models import ToolBinding
+
+VALID: dict[str, Any] = {
+    "name": "lookup",
+    "description": "Look something up.",
+    "input_schema": json.dumps({"type": "object", "properties": {"q": {"type": "string"}}}),
+    "output_schema": "null",
+    "url": "http://127.0.0.1:9/tools/lookup",
+    "tenants": json.dumps(["acme"]),
+    "token_env": "",
+    "transport": "",
+    "mcp_tool": "",
+    "timeout_seconds": "300",
+    "max_output_bytes": "1048576",
+}
+
+
+def form(**changes: Any) -> ToolBindingForm:
+    return ToolBindingForm(data={**VALID, **changes})
+
+
+@pytest.mark.django_db
+def test_a_valid_binding_passes_the_admin_form() -> None:
+    assert form().is_valid(), form().errors
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("changes", "field", "message"),
+    [
+        pytest.param({"name": "9lives"}, "name", "must match", id="name_pattern_case"),
+        pytest.param({"name": "a" * 65}, "name", "", id="name_length_case"),
+        pytest.param(
+            {"input_schema": json.dumps({"type": "nope"})},
+            "input_schema",
+            "not a valid JSON Schema",
+            id="schema_compile_case",
+        ),
+        pytest.param(
+            {"input_schema": json.dumps({"$ref": "https://example.com/s.json"})},
+            "input_schema",
+            "external $ref",
+            id="external_ref_case",
+        ),
+        pytest.param(
+            {"output_schema": json.dumps({"minimum": "x"})},
+            "output_schema",
+            "not a valid JSON Schema",
+            id="output_schema_case",
+        ),
+        pytest.param({"input_schema": json.dumps("text")}, "input_schema", "", id="schema_not_object_case"),
+        pytest.param({"url": "http://user:pw@127.0.0.1/x"}, "url", "credentials", id="url_credentials_case"),
+        pytest.param({"url": "http://127.0.0.1/x#frag"}, "url", "fragment", id="url_fragment_case"),
+        pytest.param({"url": "ftp://127.0.0.1/x"}, "url", "", id="url_scheme_case"),
+        pytest.param({"tenants": "[]"}, "tenants", "", id="no_tenants_case"),
+        pytest.param({"timeout_seconds": "0"}, "timeout_seconds", "", id="timeout_low_case"),
+        pytest.param({"timeout_seconds": "86401"}, "timeout_seconds", "", id="timeout_high_case"),
+        pytest.param({"max_output_bytes": str((2 << 20) + 1)}, "max_output_bytes", "", id="output_bytes_case"),
+        pytest.param(
+            {"inspect_session": "on", "mcp_tool": "search"}, "inspect_session", "mcp_tool", id="inspect_with_mcp_case"
+        ),
+        pytest.param({"transport": "grpc"}, "transport", "unknown transport", id="transport_case"),
+        pytest.param({"token_env": "SURELY_UNSET_TOOL_TOKEN"}, "token_env", "not set", id="token_env_unset_case"),
+    ],
+)
+def test_the_admin_form_is_as_strict_as_startup(changes: dict[str, Any], field: str, message: str) -> None:
+    # when
+    candidate = form(**changes)
+
+    # then
+    assert not candidate.is_valid()
+    assert field in candidate.errors, candidate.errors
+    assert message in " ".join(candidate.errors[field])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_admin_created_binding_serves_new_sessions_at_once(admin_client: Client) -> None:
+    # given: a running registry whose admin cache is warm
+    registry.install([], admin_loader=True)
+    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is None
+
+    # when
+    response = admin_client.post("/admin/tools_app/toolbinding/add/", data=VALID)
+
+    # then
+    assert response.status_code == 302, response.content[:2000]
+    descriptors = asyncio.run(registry.adescriptors_for("acme", ["lookup"]))
+    assert descriptors == [
+        {
+            "name": "lookup",
+            "description": "Look something up.",
+            "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
+        }
+    ]
+    assert asyncio.run(registry.acatalog_for("globex")) == []
+    registry.install([], admin_loader=None)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deleting_an_admin_binding_removes_it_from_new_sessions(admin_client: Client) -> None:
+    # given
+    registry.install([], admin_loader=True)
+    admin_client.post("/admin/tools_app/toolbinding/add/", data=VALID)
+    row = ToolBinding.objects.get(name="lookup")
+    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is not None
+
+    # when
+    admin_client.post(f"/admin/tools_app/toolbinding/{row.pk}/delete/", data={"post": "yes"})
+
+    # then
+    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is None
+    registry.install([], admin_loader=None)
+
+
+@pytest.mark.django_db
+def test_config_bindings_are_mirrored_read_only(admin_client: Client) -> None:
+    # given
+    config = ToolBindingConfig.model_validate(
+        {
+            **{k: v for k, v in VALID.items() if k in ("name", "description", "url")},
+            "input_schema": {"type": "object"},
+            "tenants": ["acme"],
+        }
+    )
+    mirror_config_bindings([config])
+    row = ToolBinding.objects.get(name="lookup")
+
+    # when
+    change = admin_client.post(
+        f"/admin/tools_app/toolbinding/{row.pk}/change/", data={**VALID, "description": "edited"}
+    )
+    delete = admin_client.post(f"/admin/tools_app/toolbinding/{row.pk}/delete/", data={"post": "yes"})
+
+    # then
+    assert row.from_config is True
+    assert change.status_code == 403 and delete.status_code == 403
+    assert ToolBinding.objects.get(name="lookup").description == "Look something up."
