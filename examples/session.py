@@ -32,8 +32,10 @@ def _follow(brain: Brain, session_id: str, events: Queue[dict[str, Any] | None])
     events.put(None)
 
 
-def run_conversation(brain: Brain, *, harness: str, model: str, messages: list[str]) -> str:
-    session = brain.create({"harness": harness, "config": {"model": model, "tools": []}})
+def run_conversation(
+    brain: Brain, *, harness: str, model: str, messages: list[str], tools: list[str] | None = None
+) -> str:
+    session = brain.create({"harness": harness, "config": {"model": model, "tools": tools or []}})
     print(f"session {session['id']} ({harness}, {model})\n")
     events: Queue[dict[str, Any] | None] = Queue()
     threading.Thread(target=_follow, args=(brain, session["id"], events), daemon=True).start()

@@ -33,6 +33,18 @@ def _token(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
+def _secret(data_dir: Path, name: str) -> str:
+    """$name from the environment, else one generated once and kept in data_dir."""
+    if os.environ.get(name):
+        return os.environ[name]
+    path = data_dir / f"dev-{name.lower().replace('_', '-')}"
+    if not path.exists():
+        data_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
 def _wait(process: subprocess.Popen[bytes], url: str, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -52,6 +64,9 @@ def main() -> None:
     env = dict(os.environ)
     env["BRAIN_API_KEY"] = _token(data_dir)
     env.setdefault("SCRIPTED_PROVIDER_KEY", "scripted-demo-key")
+    env["BRAIN_TOOLS_KEY"] = _secret(data_dir, "BRAIN_TOOLS_KEY")
+    env["BRAIN_APPROVAL_KEY"] = _secret(data_dir, "BRAIN_APPROVAL_KEY")
+    tools_port = os.environ.get("EXAMPLE_TOOLS_PORT", "8092")  # examples/local.json binds echo here
     port = os.environ.get("SCRIPTED_PROVIDER_PORT", "8091")
     python = sys.executable
     log_path = data_dir / "brain.log"
@@ -60,6 +75,9 @@ def main() -> None:
         provider = subprocess.Popen([python, "-m", "services.scripted_provider", "--port", port], cwd=ROOT, env=env)
         children.append(provider)
         _wait(provider, f"http://127.0.0.1:{port}/_requests", "scripted provider")
+        tools = subprocess.Popen([python, "-m", "examples.tools", "--port", tools_port], cwd=ROOT, env=env)
+        children.append(tools)
+        _wait(tools, f"http://127.0.0.1:{tools_port}/health", "example tool service")
         with log_path.open("ab") as log:
             brain = subprocess.Popen(
                 [python, "manage.py", "runbrain", "--config", str(CONFIG)], cwd=ROOT, env=env, stderr=log
@@ -73,8 +91,15 @@ def main() -> None:
 
         from examples.session import DEFAULT_MESSAGES, run_conversation
 
+        # The scripted model turns `call TOOL {json}` into a tool call: the echo turn shows
+        # tool.call and tool.result events from the example tool service.
+        messages = [*DEFAULT_MESSAGES, 'call echo {"text": "hello from the example tool service"}']
         run_conversation(
-            Brain(url, env["BRAIN_API_KEY"]), harness="loop", model="openai/gpt-4.1-mini", messages=DEFAULT_MESSAGES
+            Brain(url, env["BRAIN_API_KEY"]),
+            harness="loop",
+            model="openai/gpt-4.1-mini",
+            messages=messages,
+            tools=["echo"],
         )
         print("Try it yourself:  BRAIN_API_KEY=... .venv/bin/python examples/session.py 'Hi there'")
         print("Admin:            .venv/bin/python manage.py createsuperuser --config examples/local.json,")
