@@ -32,6 +32,8 @@ async def _main(host: str, port: int, script_path: str) -> None:
             loop.add_signal_handler(signum, stop.set)
     async with server:
         await stop.wait()
+        server.close()
+        await provider.close_connections()
 
 
 def main() -> None:

@@ -45,8 +45,18 @@ class ScriptedProvider:
         self.script = script
         self.requests: list[dict[str, Any]] = []
         self.ids = IdSource()
+        self._connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
+
+    async def close_connections(self) -> None:
+        """Hang up on every client and wait for the handlers: a quiet shutdown, nothing cancelled."""
+        for writer in self._connections.values():
+            writer.close()
+        await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def handle_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None  # always called inside the connection's task
+        self._connections[task] = writer
         try:
             while True:
                 request = await _read_request(reader)
@@ -59,6 +69,7 @@ class ScriptedProvider:
             print(f"scripted provider: connection dropped: {exc!r}", file=sys.stderr)
         finally:
             writer.close()
+            self._connections.pop(task, None)
 
     async def _respond(self, request: _Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         path = request.path.split("?", 1)[0].rstrip("/")
