@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,23 @@ def test_a_steer_without_a_running_turn_is_refused(
     # then
     assert reply["error"]["code"] == "brain_error"
     assert provider.requests() == []
+
+
+def test_an_interrupt_right_behind_its_prompt_still_settles_the_prompt(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given prompt and interrupt arriving in the same pipe write, before the turn could start
+    runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
+    prompt = {"attachment": "a1", "turn": "t1", "id": "p1", "method": "prompt", "params": {"text": "hi"}}
+    interrupt = {"attachment": "a1", "turn": "t1", "id": "i1", "method": "interrupt", "params": None}
+    assert runner.process.stdin is not None
+
+    # when
+    runner.process.stdin.write((json.dumps(prompt) + "\n" + json.dumps(interrupt) + "\n").encode())
+    runner.process.stdin.flush()
+
+    # then
+    frames = [runner.reply_to("a1", "p1"), runner.reply_to("a1", "i1")]
+    assert [f["result"] for f in frames] == [{"interrupted": True}, {}]
+    assert provider.requests() == []
+    assert runner.checkpoint("a1") == [{"path": "conversation.jsonl", "size": 0, "append_only": True}]
