@@ -33,13 +33,13 @@ _FORM_FIELDS = (
 )
 
 
-class ToolBindingForm(forms.ModelForm):  # type: ignore[type-arg]
+class ToolBindingForm(forms.ModelForm):
     class Meta:
         model = ToolBinding
         fields = _FORM_FIELDS
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         if self.errors:
             return data
         candidate: dict[str, Any] = {key: data[key] for key in _FORM_FIELDS if data.get(key) not in (None, "")}
@@ -62,7 +62,7 @@ class ToolBindingForm(forms.ModelForm):  # type: ignore[type-arg]
 
 
 @admin.register(ToolBinding)
-class ToolBindingAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ToolBindingAdmin(admin.ModelAdmin):
     form = ToolBindingForm
     list_display = ("name", "transport", "url", "timeout_seconds", "from_config")
     search_fields = ("name",)

@@ -88,7 +88,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
     """A validator for `schema` that checks `format`; raises jsonschema.SchemaError if invalid."""
     cls = validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema, format_checker=_format_checker)  # type: ignore[no-any-return]
+    return cls(schema, format_checker=_format_checker)
 
 
 def _entry(binding: ToolBindingConfig, token: str | None) -> _Entry:
@@ -118,8 +118,9 @@ def install(
     if admin_loader is True:
         from . import db
 
-        admin_loader = db.aload_admin_bindings
-    _admin_loader = admin_loader or None
+        _admin_loader = db.aload_admin_bindings
+    else:
+        _admin_loader = admin_loader or None
     _public_url = public_url.rstrip("/")
     if header_timeout is None:
         header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)

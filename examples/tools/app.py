@@ -267,8 +267,9 @@ class ToolService:
                 return _text("No operator answered within the approval window; treat this as denied.", error=True)
             progress = {"status": "waiting_for_operator", "call_id": approval.call_id, "expires_in": round(left)}
             await _event(send, "progress", progress)
+            waiters: set[asyncio.Future[Any]] = {approval.answer, watcher}
             done, _ = await asyncio.wait(
-                {approval.answer, watcher},
+                waiters,
                 timeout=min(left, self.progress_seconds),
                 return_when=asyncio.FIRST_COMPLETED,
             )

@@ -133,7 +133,8 @@ class McpTransport(Transport):
                         },
                     }
                     stage["sent"] = True
-                    result = await session.call_tool(
+                    # RequestParamsMeta is a TypedDict; the scope key is an extension it does not list.
+                    result = await session.call_tool(  # type: ignore[call-overload]
                         call.remote_name, call.arguments, meta=meta, allow_input_required=True
                     )
         except TransportError:
