@@ -111,3 +111,49 @@ def test_sessions_take_turns_on_one_active_slot(brain_factory: Callable[..., Bra
     for session, message in zip(sessions, messages, strict=True):
         assert wait_for_turn_end(server, session["id"], message["id"])[-1]["data"] == {"status": "idle"}
         assert wait_for_status(server, session["id"], "idle")["status"] == "idle"
+
+
+def test_an_interrupt_of_a_turn_still_waiting_for_a_slot_stops_it(brain_factory: Callable[..., BrainServer]) -> None:
+    # given
+    server = brain_factory(limits={"active": 1})
+    holder, waiter = create_session(server), create_session(server)
+    holding = send_ok(server, holder["id"], "sleep:30")
+    waiting = send_ok(server, waiter["id"], "never runs")
+    # when
+    server.sdk().interrupt(waiter["id"])
+    events = wait_for_turn_end(server, waiter["id"], waiting["id"])
+    # then
+    assert outline(events[2:]) == [
+        ("session.error", waiting["id"], {"code": "conflict", "message": "turn interrupted"}),
+        ("session.status", waiting["id"], {"status": "interrupted"}),
+    ]
+    assert server.sdk().get(holder["id"])["status"] == "running"
+    server.sdk().interrupt(holder["id"])
+    wait_for_turn_end(server, holder["id"], holding["id"])
+    server.sdk().resume(waiter["id"])
+    again = send_ok(server, waiter["id"], "runs now")
+    assert wait_for_turn_end(server, waiter["id"], again["id"])[-1]["data"] == {"status": "idle"}
+
+
+def test_a_session_near_session_bytes_answers_429(brain_factory: Callable[..., BrainServer]) -> None:
+    # given: the smallest log allowed and the largest messages
+    server = brain_factory(limits={"session_bytes": 16 << 20, "input_bytes": 1 << 20})
+    session = create_session(server)
+    text = "x" * (1 << 20)
+    # when
+    statuses = []
+    for _ in range(12):
+        response = send(server, session["id"], text)
+        statuses.append(response.status_code)
+        if response.status_code != 202:
+            break
+        wait_for_turn_end(server, session["id"], response.json()["id"])
+    before = history(server, session["id"])
+    refused = send(server, session["id"], text)
+    # then
+    assert statuses[-1] == 429
+    assert set(statuses[:-1]) == {202}
+    assert (refused.status_code, refused.headers["retry-after"]) == (429, "1")
+    assert refused.json()["error"]["code"] == "overloaded"
+    assert history(server, session["id"]) == before
+    assert server.sdk().get(session["id"])["status"] == "idle"

@@ -223,3 +223,20 @@ def test_a_send_to_a_closed_session_is_409_even_with_a_known_key(small_brain: Br
     # then
     assert outcomes == [(409, "conflict"), (409, "conflict")]
     assert history(small_brain, session["id"]) == before
+
+
+def test_a_retry_with_a_known_key_while_the_queue_is_full_returns_the_original(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given
+    server = brain_factory(limits={"queue": 1})
+    session = create_session(server)
+    running = send_ok(server, session["id"], "sleep:30")
+    queued = send_ok(server, session["id"], "queued", key="retry-me")
+    # when
+    retried = send(server, session["id"], "queued", key="retry-me")
+    # then
+    assert (retried.status_code, retried.json()) == (202, queued)
+    assert _user_messages(server, session["id"]) == [running["id"], queued["id"]]
+    server.sdk().interrupt(session["id"])
+    wait_for_turn_end(server, session["id"], running["id"])

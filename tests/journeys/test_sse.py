@@ -172,6 +172,20 @@ def test_a_stream_with_a_bad_cursor_is_a_409_json_envelope(
     }
 
 
+def test_a_replay_longer_than_one_batch_is_complete_and_in_order(module_brain: BrainServer) -> None:
+    # given: more than 100 retained events
+    session = create_session(module_brain)
+    for index in range(27):
+        _run_turn(module_brain, session["id"], f"turn {index}")
+    retained = history(module_brain, session["id"])
+    # when
+    with open_stream(module_brain, session["id"]) as stream:
+        events = stream.wait_for(lambda seen: len(seen) >= len(retained))
+    # then
+    assert len(retained) == 108
+    assert events == retained
+
+
 def test_a_stream_stays_open_across_turns(module_brain: BrainServer) -> None:
     # given
     session = create_session(module_brain)
