@@ -118,7 +118,6 @@ STATIC_URL = "/static/"
 # The API enforces its own body limit (input_bytes + 16 KiB, 413); let it see the body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 APPEND_SLASH = False
-FORMS_URLFIELD_ASSUME_HTTPS = True  # Django 6 default; silences its deprecation warning
 
 LOGGING = {
     "version": 1,
