@@ -53,7 +53,7 @@ def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpRespo
     # ninja answers 422; the spec wants 400 invalid_request naming the field.
     first = exc.errors[0] if exc.errors else {}
     location = ".".join(str(part) for part in first.get("loc", ())[1:] if part != "body") or "body"
-    message = first.get("msg", "invalid request")
+    message = first.get("msg", "invalid request").removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         message = "unknown field"
     return error_response(request, InvalidRequest(f"{location}: {message}"))

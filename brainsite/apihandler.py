@@ -8,6 +8,7 @@ The admin keeps the full Django stack.
 
 from __future__ import annotations
 
+import inspect
 from io import BytesIO
 from typing import Any
 
@@ -42,7 +43,9 @@ class ApiHandler:
         except Resolver404:
             return error_response(request, NotFound("not found"))
         try:
-            response: HttpResponseBase = await match.func(request, *match.args, **match.kwargs)
+            response: HttpResponseBase = match.func(request, *match.args, **match.kwargs)
+            if inspect.isawaitable(response):  # ninja's operations are async; its openapi view is not
+                response = await response
         except Exception as exc:  # ninja renders view errors; this guards the wiring itself
             logger.error("request failed", exc_info=exc, extra={"request_id": request.scope["brain_request_id"]})
             return error_response(request, BrainError())

@@ -5,11 +5,34 @@ from __future__ import annotations
 from typing import Any
 
 from ninja import Schema
-from pydantic import ConfigDict
+from pydantic import ConfigDict, model_validator
+
+
+def _reject_lone_surrogates(value: Any) -> None:
+    # JSON may escape half of a UTF-16 pair ("\ud800"); such a string cannot be written as
+    # UTF-8 to the event log or the database, so it is a bad request, not a server error.
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError("strings must be valid Unicode (no lone surrogates)") from exc
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _reject_lone_surrogates(key)
+            _reject_lone_surrogates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _reject_lone_surrogates(item)
 
 
 class StrictSchema(Schema):
     model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data: Any) -> Any:
+        _reject_lone_surrogates(data)
+        return data
 
 
 class ToolBindingIn(StrictSchema):

@@ -143,6 +143,22 @@ def test_an_invalid_create_is_refused_and_creates_nothing(
     assert _ids(api_brain) == before
 
 
+def test_a_create_with_a_lone_surrogate_is_400_and_creates_nothing(api_brain: BrainServer) -> None:
+    # given: JSON may escape half of a UTF-16 pair, which no UTF-8 log can hold
+    before = _ids(api_brain)
+    content = b'{"harness":"instant","config":{"model":"openai/gpt\\ud800","tools":[],"instructions":"\\ud800"}}'
+    # when
+    with api_brain.client() as client:
+        response = client.post("/sessions", content=content, headers={"Content-Type": "application/json"})
+    # then
+    assert response.status_code == 400
+    assert response.json()["error"] == {
+        "code": "invalid_request",
+        "message": "body: strings must be valid Unicode (no lone surrogates)",
+    }
+    assert _ids(api_brain) == before
+
+
 def test_instructions_of_exactly_input_bytes_are_accepted(api_brain: BrainServer) -> None:
     # when
     response = _create(api_brain, _config(instructions="é" * (INPUT_BYTES // 2)))
@@ -180,6 +196,8 @@ def test_the_sdk_raises_the_spec_codes_for_create(api_brain: BrainServer) -> Non
         pytest.param(b'{"type":"user.message","text":42}', id="text_number_case"),
         pytest.param(b'{"type":"user.message","text":"hi","key":7}', id="key_number_case"),
         pytest.param(b'{"type":["user.message"],"text":"hi"}', id="type_list_case"),
+        pytest.param(b'{"type":"user.message","text":"half a pair \\ud800"}', id="lone_surrogate_case"),
+        pytest.param(b'{"type":"user.message","text":"hi","key":"\\udfff"}', id="lone_surrogate_key_case"),
     ],
 )
 def test_a_body_that_is_not_one_strict_json_object_is_400(api_brain: BrainServer, content: bytes) -> None:
@@ -362,6 +380,15 @@ def test_health_routes_are_public(api_brain: BrainServer) -> None:
     assert (live.status_code, live.json()) == (200, {"status": "ok"})
     assert (ready.status_code, ready.json()) == (200, {"status": "ready"})
     assert live.headers["content-type"].split(";")[0] == "application/json"
+
+
+def test_the_openapi_document_is_served(api_brain: BrainServer) -> None:
+    # when
+    response = httpx.get(api_brain.url + "/openapi.json")
+    # then
+    assert response.status_code == 200
+    assert response.json()["openapi"].startswith("3.")
+    assert "/sessions/{session_id}/events" in response.json()["paths"]
 
 
 def test_an_unknown_route_is_a_404_envelope(api_brain: BrainServer) -> None:
