@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.db.models import Q
 
 from brainsite.hostconfig import HostConfig
 
@@ -133,9 +134,11 @@ def save_session_states(records: list[SessionRecord]) -> None:
             )
 
 
-def claim_running_sessions() -> list[SessionRecord]:
-    """Sessions the database last saw running: after a restart their turns are gone."""
-    return [_record(row) for row in Session.objects.filter(status=SessionStatus.RUNNING).order_by("id")]
+def claim_running_sessions(marked: Iterable[str] = ()) -> list[SessionRecord]:
+    """Sessions the database last saw running, or `marked` running on disk: after a restart
+    their turns are gone."""
+    rows = Session.objects.filter(Q(status=SessionStatus.RUNNING) | Q(id__in=list(marked))).order_by("id")
+    return [_record(row) for row in rows]
 
 
 afind_grant = database_sync_to_async(find_grant)

@@ -29,13 +29,14 @@ from .pubsub import Subscriber
 if TYPE_CHECKING:
     from .engine import Engine
 
-__all__ = ["PendingInput", "SessionActor", "TurnFailure"]
+__all__ = ["RUNNING_MARKER", "PendingInput", "SessionActor", "TurnFailure"]
 
 INTERRUPT_GRACE_SECONDS = 5.0  # a runner that ignores `interrupt` this long loses its attachment
 CHECKPOINT_TIMEOUT_SECONDS = 30.0
 # Room kept in the log for the running turn's last events when a send is near session_bytes.
 LOG_RESERVE_BYTES = MAX_RECORD_BYTES
 QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
+RUNNING_MARKER = "running"  # in the session directory while a turn may run; restarts settle these
 
 
 class TurnFailure(Exception):
@@ -90,7 +91,13 @@ class SessionActor:
         self.record.status = status
         self.record.updated_at = now_rfc3339()
         self.engine.mark_dirty(self)
+        # The database hears of statuses write-behind; the marker is on disk before the 202 of
+        # the message that starts a turn, so a kill -9 right after it cannot hide the lost turn.
+        if status == SessionStatus.RUNNING:
+            (self.directory / RUNNING_MARKER).touch()
         self.emit("session.status", {"status": status.value}, input_id=input_id)
+        if status != SessionStatus.RUNNING:
+            (self.directory / RUNNING_MARKER).unlink(missing_ok=True)
         if status == SessionStatus.CLOSED:
             for subscriber in list(self.subscribers):
                 subscriber.close()  # spec: streams end when the session is closed

@@ -24,7 +24,7 @@ from sessions_app.harness.pool import Attachment, HostPool
 from sessions_app.records import SessionStatus
 from sessions_app.records import SessionRecord
 
-from .actor import QUEUED_INPUT_CANCELLED, SessionActor, rebuild_from_log
+from .actor import QUEUED_INPUT_CANCELLED, RUNNING_MARKER, SessionActor, rebuild_from_log
 from .checkpoints import CheckpointStore
 from .pubsub import SubscriberSlots
 
@@ -69,7 +69,9 @@ class Engine:
     async def start(self) -> None:
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
-        for record in await db.aclaim_running_sessions():
+        markers = await asyncio.to_thread(lambda: list(self.sessions_dir.glob(f"*/{RUNNING_MARKER}")))
+        marked = [marker.parent.name for marker in markers]
+        for record in await db.aclaim_running_sessions(marked):
             with contextlib.suppress(NotFound, Overloaded):
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
@@ -190,6 +192,7 @@ class Engine:
             self._settle_lost_turn(actor, unsettled)
         elif status == SessionStatus.RUNNING:
             actor._set_status(SessionStatus.INTERRUPTED)
+        (directory / RUNNING_MARKER).unlink(missing_ok=True)  # a loaded actor has no running turn yet
         self.mark_dirty(actor)
         return actor
 

@@ -71,6 +71,25 @@ def test_an_accepted_message_and_its_key_survive_a_kill_9(brain_factory: Callabl
     assert [e["id"] for e in history(server, session["id"]) if e["type"] == "user.message"] == [accepted["id"]]
 
 
+def test_a_session_killed_right_after_a_send_is_listed_interrupted(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given: no time for the status to reach the database before the kill
+    server = brain_factory()
+    session = create_session(server)
+    message = send_ok(server, session["id"], "sleep:30")
+    # when
+    server.kill()
+    server.start()
+    listed = server.sdk().list()["sessions"]
+    # then
+    assert [(s["id"], s["status"]) for s in listed] == [(session["id"], "interrupted")]
+    assert outline(history(server, session["id"])[-2:]) == [
+        ("session.error", message["id"], {"code": "conflict", "message": RESTARTED}),
+        ("session.status", message["id"], {"status": "interrupted"}),
+    ]
+
+
 def test_idle_and_closed_sessions_keep_their_state_across_a_kill_9(brain_factory: Callable[..., BrainServer]) -> None:
     # given
     server = brain_factory()
