@@ -78,7 +78,9 @@ def _set(path: str, value: Any) -> Any:
             "harnesses.instant",
             id="active_turns_over_shared_case",
         ),
-        pytest.param(_set("harnesses", {"instant": {"command": []}}), "harnesses.instant.command", id="no_command_case"),
+        pytest.param(
+            _set("harnesses", {"instant": {"command": []}}), "harnesses.instant.command", id="no_command_case"
+        ),
         pytest.param(_set("tokens", []), "tokens", id="no_tokens_case"),
         pytest.param(_set("tokens.0.session", "ABC"), "tokens[0].session", id="bad_session_id_case"),
         pytest.param(_set("public_url", "http://user:pw@example.com"), "public_url", id="credentials_in_url_case"),
@@ -123,9 +125,24 @@ def test_a_config_over_4_mib_fails(valid: tuple[Path, dict[str, Any], dict[str, 
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        pytest.param("TEST_ALICE_TOKEN", "short-token", "tokens[0].token_env: TEST_ALICE_TOKEN must hold at least 24 bytes", id="short_token_case"),
-        pytest.param("TEST_ALICE_TOKEN", "", "tokens[0].token_env: environment variable TEST_ALICE_TOKEN is not set", id="missing_token_case"),
-        pytest.param("TEST_OPENAI_KEY", "", "providers.openai.api_key_env: environment variable TEST_OPENAI_KEY is not set", id="missing_provider_key_case"),
+        pytest.param(
+            "TEST_ALICE_TOKEN",
+            "short-token",
+            "tokens[0].token_env: TEST_ALICE_TOKEN must hold at least 24 bytes",
+            id="short_token_case",
+        ),
+        pytest.param(
+            "TEST_ALICE_TOKEN",
+            "",
+            "tokens[0].token_env: environment variable TEST_ALICE_TOKEN is not set",
+            id="missing_token_case",
+        ),
+        pytest.param(
+            "TEST_OPENAI_KEY",
+            "",
+            "providers.openai.api_key_env: environment variable TEST_OPENAI_KEY is not set",
+            id="missing_provider_key_case",
+        ),
     ],
 )
 def test_a_bad_environment_fails_naming_the_field(

@@ -61,7 +61,9 @@ def test_the_sdk_history_pages_the_same_way(two_turns: tuple[BrainServer, str]) 
     first = client.history(session_id, limit=5)
     second = client.history(session_id, after=first["next_cursor"], limit=5)
     # then
-    assert [event["id"] for event in first["events"] + second["events"]] == [e["id"] for e in history(server, session_id)]
+    assert [event["id"] for event in first["events"] + second["events"]] == [
+        e["id"] for e in history(server, session_id)
+    ]
 
 
 def test_an_empty_session_has_an_empty_page_with_an_empty_cursor(module_brain: BrainServer) -> None:

@@ -50,9 +50,7 @@ def test_a_provider_error_interrupts_the_session(module_brain: BrainServer) -> N
     [
         pytest.param("brain_error", "model not in catalog", id="error_reply_case"),
         pytest.param("crash", "harness process exited", id="crash_case"),
-        pytest.param(
-            "garbage", "harness broke the frame protocol", id="broken_framing_case"
-        ),
+        pytest.param("garbage", "harness broke the frame protocol", id="broken_framing_case"),
         pytest.param("badcheckpoint", "checkpoint file 'conversation.jsonl' has", id="bad_checkpoint_case"),
     ],
 )
@@ -177,7 +175,7 @@ def test_each_tool_call_gets_its_own_brain_call_id(brain_factory: Callable[..., 
     ids = []
     # when
     for value in ("one", "two"):
-        message = send_ok(server, session["id"], 'tool:echo {"value": "%s"}' % value)
+        message = send_ok(server, session["id"], f'tool:echo {{"value": "{value}"}}')
         events = wait_for_turn_end(server, session["id"], message["id"])
         calls = [e for e in events if e["type"] == "tool.call" and e["input_id"] == message["id"]]
         results = [e for e in events if e["type"] == "tool.result" and e["input_id"] == message["id"]]
@@ -189,4 +187,3 @@ def test_each_tool_call_gets_its_own_brain_call_id(brain_factory: Callable[..., 
     assert all(HEX32.match(call_id) for call_id in ids)
     assert len(set(ids)) == 2
     assert wait_for_status(server, session["id"], "idle")["status"] == "idle"
-

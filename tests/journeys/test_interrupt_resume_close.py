@@ -133,7 +133,10 @@ def test_resume_of_a_running_or_closed_session_is_409(module_brain: BrainServer)
     running_before = history(module_brain, running_session["id"])
     closed_before = history(module_brain, closed["id"])
     # when
-    outcomes = [_status_code(lambda: client.resume(running_session["id"])), _status_code(lambda: client.resume(closed["id"]))]
+    outcomes = [
+        _status_code(lambda: client.resume(running_session["id"])),
+        _status_code(lambda: client.resume(closed["id"])),
+    ]
     # then
     assert outcomes == [(409, "conflict"), (409, "conflict")]
     assert history(module_brain, running_session["id"]) == running_before
@@ -159,7 +162,10 @@ def test_closing_an_idle_session_is_202_and_final(module_brain: BrainServer) -> 
     events = history(module_brain, session["id"], "reader")
     assert outline(events[-1:]) == [("session.status", None, {"status": "closed"})]
     assert [e["data"].get("status") for e in events].count("closed") == 1
-    assert _status_code(lambda: client.send(session["id"], {"type": "user.message", "text": "late"})) == (409, "conflict")
+    assert _status_code(lambda: client.send(session["id"], {"type": "user.message", "text": "late"})) == (
+        409,
+        "conflict",
+    )
     assert history(module_brain, session["id"]) == events
 
 

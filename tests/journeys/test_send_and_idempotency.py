@@ -137,7 +137,12 @@ def test_the_same_key_and_text_returns_the_original_event_without_a_second_turn(
     assert again_running == first
     assert again_idle == first
     events = history(small_brain, session["id"])
-    assert [event["type"] for event in events] == ["user.message", "session.status", "assistant.message", "session.status"]
+    assert [event["type"] for event in events] == [
+        "user.message",
+        "session.status",
+        "assistant.message",
+        "session.status",
+    ]
     assert client.get(session["id"])["status"] == "idle"
 
 
@@ -183,7 +188,10 @@ def test_a_key_rejected_with_429_is_not_consumed(brain_factory: Callable[..., Br
     assert rejected.status_code == 429
     assert rejected.headers["retry-after"] == "1"
     assert rejected.json()["error"]["code"] == "overloaded"
-    assert [event["id"] for event in after_rejection if event["type"] == "user.message"] == [running["id"], queued["id"]]
+    assert [event["id"] for event in after_rejection if event["type"] == "user.message"] == [
+        running["id"],
+        queued["id"],
+    ]
     assert accepted.status_code == 202
     assert accepted.json()["data"] == {"type": "user.message", "text": "retry me", "delivery": "queue", "key": "k-429"}
     assert _user_messages(server, session["id"]) == [running["id"], queued["id"], accepted.json()["id"]]

@@ -63,10 +63,23 @@ def test_create_returns_201_with_the_idle_session_and_its_first_checkpoint(api_b
     # then
     assert response.status_code == 201
     session = response.json()
-    assert set(session) == {"id", "harness", "config", "descriptors", "status", "created_at", "updated_at", "checkpoint"}
+    assert set(session) == {
+        "id",
+        "harness",
+        "config",
+        "descriptors",
+        "status",
+        "created_at",
+        "updated_at",
+        "checkpoint",
+    }
     assert HEX32.match(session["id"])
     assert session["harness"] == "instant"
-    assert session["config"] == {"model": "openai/gpt-4.1-mini", "tools": [], "instructions": "Answer in one paragraph."}
+    assert session["config"] == {
+        "model": "openai/gpt-4.1-mini",
+        "tools": [],
+        "instructions": "Answer in one paragraph.",
+    }
     assert session["descriptors"] == []
     assert session["status"] == "idle"
     assert RFC3339.match(session["created_at"])
@@ -118,11 +131,15 @@ def test_every_reasoning_effort_of_the_set_is_accepted(api_brain: BrainServer, e
         pytest.param(_config(tools=["echo", "echo"]), 400, "invalid_request", id="duplicate_tool_case"),
         pytest.param(_config(tools=["nope"]), 403, "forbidden", id="unknown_tool_case"),
         pytest.param(_config(tools=["globex_only"]), 403, "forbidden", id="other_tenants_tool_case"),
-        pytest.param(_config(instructions="i" * (INPUT_BYTES + 1)), 400, "invalid_request", id="long_instructions_case"),
+        pytest.param(
+            _config(instructions="i" * (INPUT_BYTES + 1)), 400, "invalid_request", id="long_instructions_case"
+        ),
         pytest.param(
             _config(instructions="é" * (INPUT_BYTES // 2 + 1)), 400, "invalid_request", id="instructions_bytes_case"
         ),
-        pytest.param({"harness": "instant", "config": {"model": "openai/x"}}, 400, "invalid_request", id="no_tools_case"),
+        pytest.param(
+            {"harness": "instant", "config": {"model": "openai/x"}}, 400, "invalid_request", id="no_tools_case"
+        ),
         pytest.param({"harness": "instant"}, 400, "invalid_request", id="no_config_case"),
         pytest.param({**_config(), "extra": 1}, 400, "invalid_request", id="unknown_field_case"),
         pytest.param(_config(temperature=0.2), 400, "invalid_request", id="unknown_config_field_case"),

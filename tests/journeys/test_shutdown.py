@@ -21,7 +21,9 @@ from tests.fixtures.server import (
 EXIT_SECONDS = 25  # spec: exits within about 20 seconds; a little slack for a loaded machine
 
 
-@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="sigterm_case"), pytest.param(signal.SIGINT, id="sigint_case")])
+@pytest.mark.parametrize(
+    "sig", [pytest.param(signal.SIGTERM, id="sigterm_case"), pytest.param(signal.SIGINT, id="sigint_case")]
+)
 def test_a_signal_interrupts_the_running_turn_and_ends_streams(
     brain_factory: Callable[..., BrainServer], sig: signal.Signals
 ) -> None:

@@ -272,7 +272,9 @@ class EventStream:
     def retained(self) -> list[dict[str, Any]]:
         return [event for event in self.events() if "cursor" in event]
 
-    def wait_for(self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = WAIT_SECONDS) -> list[dict[str, Any]]:
+    def wait_for(
+        self, predicate: Callable[[list[dict[str, Any]]], bool], timeout: float = WAIT_SECONDS
+    ) -> list[dict[str, Any]]:
         """Wait until `predicate(events so far)` holds; returns those events."""
         with self._changed:
             ok = self._changed.wait_for(lambda: predicate(self.events()) or self.ended, timeout)
