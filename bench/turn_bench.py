@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.rawhttp import Connection, SseReader  # noqa: E402
+
 INSTANT_RUNNER = ["python", str(ROOT / "tests" / "support" / "instant_runner.py")]
 
 
@@ -57,7 +58,7 @@ def wait_http(url: str, timeout: float = 30) -> None:
 
 
 def start_brain(
-    directory: Path, *, harness: list[str], active: int, token: str = ""
+    directory: Path, *, harness: list[str], active: int, token: str = "", provider_url: str = ""
 ) -> tuple[subprocess.Popen[bytes], str, str]:
     port, token = free_port(), token or secrets.token_hex(24)
     config = {
@@ -65,7 +66,9 @@ def start_brain(
         "data_dir": str(directory / "data"),
         "tokens": [{"token_env": "BENCH_TOKEN", "tenant": "bench", "manage": True}],
         "harnesses": {"bench": {"command": harness, "max_shared": 64, "max_hosts": 4}},
-        "providers": {"openai": {"api_key_env": "BENCH_PROVIDER_KEY"}},
+        "providers": {
+            "openai": {"api_key_env": "BENCH_PROVIDER_KEY", **({"base_url": provider_url} if provider_url else {})}
+        },
         "limits": {"active": active, "loaded": 4096, "queue": 64, "subscribers": 4096},
     }
     directory.mkdir(parents=True, exist_ok=True)
@@ -119,14 +122,20 @@ class Stream:
 async def brain_turn_latencies(url: str, token: str, turns: int) -> list[float]:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
-        session = (await client.post("/sessions", json={"harness": "bench", "config": {"model": "openai/m", "tools": []}})).json()
+        session = (
+            await client.post("/sessions", json={"harness": "bench", "config": {"model": "openai/gpt-4.1-mini", "tools": []}})
+        ).json()
         stream = Stream(client, f"/sessions/{session['id']}/events", headers)
         await stream.ready.wait()
         samples = []
         for index in range(turns + 10):
             start = time.perf_counter()
-            sent = (await client.post(f"/sessions/{session['id']}/events", json={"type": "user.message", "text": "hi"})).json()
-            await stream.until("session.status", lambda e: e["data"]["status"] == "idle" and e.get("input_id") == sent["id"])
+            sent = (
+                await client.post(f"/sessions/{session['id']}/events", json={"type": "user.message", "text": "hi"})
+            ).json()
+            await stream.until(
+                "session.status", lambda e: e["data"]["status"] == "idle" and e.get("input_id") == sent["id"]
+            )
             if index >= 10:  # the first turns start the harness host
                 samples.append(time.perf_counter() - start)
         stream.close()
@@ -152,7 +161,7 @@ async def floor_latencies(url: str, turns: int) -> list[float]:
 async def throughput(url: str, token: str, parallel: int, seconds: float) -> tuple[float, float]:
     """Turns/s with `parallel` sessions each running turns back to back; also server CPU %."""
     host, port = url.removeprefix("http://").split(":")
-    body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
+    body = {"harness": "bench", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
     setup = Connection(host, int(port), token)
     await setup.open()
     sessions = [json.loads((await setup.request("POST", "/sessions", body))[1])["id"] for _ in range(parallel)]
@@ -196,7 +205,7 @@ def _server_cpu() -> float:
 
 async def create_sessions(url: str, token: str, count: int) -> list[str]:
     headers = {"Authorization": f"Bearer {token}"}
-    body = {"harness": "bench", "config": {"model": "openai/m", "tools": []}}
+    body = {"harness": "bench", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=60) as client:
         return [(await client.post("/sessions", json=body)).json()["id"] for _ in range(count)]
 
@@ -237,44 +246,86 @@ def summarize(name: str, samples: list[float]) -> tuple[float, float]:
     return median, p95
 
 
+LOOP_RUNNER = ["python", "-m", "runners.loop"]
+# The scripted provider with no pauses: what remains is the runner's and Brain's own cost.
+INSTANT_SCRIPT = {"echo_prefix": "You said: ", "chunk_words": 3, "delay_ms": 0, "rules": []}
+
+
+def start_scripted_provider(directory: Path) -> tuple[subprocess.Popen[str], str]:
+    script = directory / "instant-script.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    script.write_text(json.dumps(INSTANT_SCRIPT))
+    process = subprocess.Popen(
+        [sys.executable, "-m", "services.scripted_provider", "--port", "0", "--script", str(script)],
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stderr is not None
+    line = process.stderr.readline()
+    return process, line.strip().rsplit(" ", 1)[-1] + "/v1"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--idle", type=int, default=1000)
-    parser.add_argument("--runner", choices=["instant", "loop"], default="instant")
     arguments = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
+    global _SERVER_PID
     with tempfile.TemporaryDirectory(prefix="brain-bench-") as tmp:
         directory = Path(tmp)
         floor_port = free_port()
         floor = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "--access-log", "/dev/null", "-b", "127.0.0.1", "-p", str(floor_port), "bench.floor_app:app"],
+            [sys.executable, "-m", "daphne", "--access-log", "/dev/null", "-b", "127.0.0.1", "-p", str(floor_port)]
+            + ["bench.floor_app:app"],
             cwd=ROOT,
             stderr=subprocess.DEVNULL,
         )
-        brain, url, token = start_brain(directory, harness=INSTANT_RUNNER, active=args_active(arguments))
+        brain, url, token = start_brain(
+            directory / "instant", harness=INSTANT_RUNNER, active=max(16, arguments.parallel)
+        )
         try:
             wait_http(f"http://127.0.0.1:{floor_port}/ping")
-            floor_median, _ = summarize("floor (bare ASGI POST -> SSE)", asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns)))
-            brain_median, _ = summarize("brain turn (instant runner)", asyncio.run(brain_turn_latencies(url, token, arguments.turns)))
-            print(f"{'ratio brain / floor':<34} {brain_median / floor_median:.2f}x")
-            global _SERVER_PID
+            floor_samples = asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns))
+            floor_median, _ = summarize("floor (bare ASGI POST -> SSE)", floor_samples)
+            instant_median, _ = summarize(
+                "brain turn, instant runner", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
+            )
+            print(f"{'ratio instant runner / floor':<34} {instant_median / floor_median:.2f}x")
             _SERVER_PID = brain.pid
             rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
-            print(f"{'throughput':<34} {rate:7.1f} turns/s with {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)")
+            print(
+                f"{'throughput, instant runner':<34} {rate:7.1f} turns/s, {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)"
+            )
         finally:
             brain.terminate()
             floor.terminate()
             brain.wait(30)
             floor.wait(10)
+        provider, provider_url = start_scripted_provider(directory / "provider")
+        brain, url, token = start_brain(
+            directory / "loop", harness=LOOP_RUNNER, active=max(16, arguments.parallel), provider_url=provider_url
+        )
+        try:
+            loop_median, _ = summarize(
+                "brain turn, loop runner + scripted", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
+            )
+            print(f"{'ratio loop runner / instant runner':<34} {loop_median / instant_median:.2f}x")
+            _SERVER_PID = brain.pid
+            rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
+            print(
+                f"{'throughput, loop runner':<34} {rate:7.1f} turns/s, {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)"
+            )
+        finally:
+            brain.terminate()
+            provider.terminate()
+            brain.wait(30)
+            provider.wait(10)
         per_session = idle_memory(directory / "memory", arguments.idle)
         print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
-
-
-def args_active(arguments: argparse.Namespace) -> int:
-    return max(16, arguments.parallel)
 
 
 if __name__ == "__main__":

@@ -97,6 +97,7 @@ class HarnessHost:
         self.turn_slots = asyncio.Semaphore(max_active_turns)
         self.attachments: dict[str, AttachmentHandler] = {}
         self.lost = False
+        self._stopping = False
         self._on_exit = on_exit
         self._process: asyncio.subprocess.Process | None = None
         self._pending: dict[str, asyncio.Future[Any]] = {}
@@ -230,6 +231,8 @@ class HarnessHost:
     def _lose(self, reason: str) -> None:
         if self.lost:
             return
+        if self._stopping:
+            reason = "harness host stopped"
         self.lost = True
         for future in self._pending.values():
             if not future.done():
@@ -255,6 +258,7 @@ class HarnessHost:
         process = self._process
         if process is None:
             return
+        self._stopping = True
         if process.returncode is None and process.stdin is not None:
             with contextlib.suppress(Exception):
                 process.stdin.close()
