@@ -4,10 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-installed
 DEBIAN_PACKAGES := redis-server postgresql
-export BRAIN_DEV_PORT ?= 8080
-export SCRIPTED_PROVIDER_PORT ?= 8091
 
-.PHONY: run test bootstrap system-packages lint bench clean
+.PHONY: run test bootstrap system-packages lint typecheck bench clean
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,15 +26,20 @@ system-packages:
 run: $(STAMP)
 	$(BIN)/python scripts/run_demo.py
 
-test: $(STAMP) system-packages
+test: $(STAMP) system-packages lint typecheck
 	$(BIN)/python -m pytest -q --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+typecheck: $(STAMP)
+	$(BIN)/mypy .
+
 bench: $(STAMP)
 	$(BIN)/python bench/turn_bench.py
+	$(BIN)/python bench/runner_bench.py
+	$(BIN)/python bench/tool_bench.py
 
 clean:
 	rm -rf $(VENV) .brain

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import sys
 
-
 CONFIG_COMMANDS = ("runbrain", "check_brain_config")  # commands that take --config themselves
 
 

@@ -22,8 +22,8 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["method"] == "POST":
         message = await receive()
         body = message.get("body", b"")
-        for queue in _streams:
-            queue.put_nowait(b"event: idle\ndata: " + body + b"\n\n")
+        for stream in _streams:
+            stream.put_nowait(b"event: idle\ndata: " + body + b"\n\n")
         await send({"type": "http.response.start", "status": 202, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": b'{"ok":true}'})
         return

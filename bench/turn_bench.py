@@ -74,7 +74,12 @@ def start_brain(
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "brain.json"
     path.write_text(json.dumps(config))
-    env = {**os.environ, "BENCH_TOKEN": token, "BENCH_PROVIDER_KEY": "bench-key", "BRAIN_DATA_DIR": config["data_dir"]}
+    env = {
+        **os.environ,
+        "BENCH_TOKEN": token,
+        "BENCH_PROVIDER_KEY": "bench-key",
+        "BRAIN_DATA_DIR": str(directory / "data"),
+    }
     process = subprocess.Popen(
         [sys.executable, "manage.py", "runbrain", "--config", str(path)],
         cwd=ROOT,
@@ -123,7 +128,9 @@ async def brain_turn_latencies(url: str, token: str, turns: int) -> list[float]:
     headers = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
         session = (
-            await client.post("/sessions", json={"harness": "bench", "config": {"model": "openai/gpt-4.1-mini", "tools": []}})
+            await client.post(
+                "/sessions", json={"harness": "bench", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
+            )
         ).json()
         stream = Stream(client, f"/sessions/{session['id']}/events", headers)
         await stream.ready.wait()
@@ -133,13 +140,15 @@ async def brain_turn_latencies(url: str, token: str, turns: int) -> list[float]:
             sent = (
                 await client.post(f"/sessions/{session['id']}/events", json={"type": "user.message", "text": "hi"})
             ).json()
-            await stream.until(
-                "session.status", lambda e: e["data"]["status"] == "idle" and e.get("input_id") == sent["id"]
-            )
+            await stream.until("session.status", _idle_of(sent["id"]))
             if index >= 10:  # the first turns start the harness host
                 samples.append(time.perf_counter() - start)
         stream.close()
         return samples
+
+
+def _idle_of(input_id: str) -> Any:
+    return lambda e: e["data"]["status"] == "idle" and e.get("input_id") == input_id
 
 
 async def floor_latencies(url: str, turns: int) -> list[float]:
@@ -266,6 +275,10 @@ def start_scripted_provider(directory: Path) -> tuple[subprocess.Popen[str], str
     return process, line.strip().rsplit(" ", 1)[-1] + "/v1"
 
 
+def _print_throughput(name: str, rate: float, parallel: int, cpu: float) -> None:
+    print(f"{name:<34} {rate:7.1f} turns/s, {parallel} parallel sessions (server CPU {cpu:.0f}%)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
@@ -297,9 +310,7 @@ def main() -> None:
             print(f"{'ratio instant runner / floor':<34} {instant_median / floor_median:.2f}x")
             _SERVER_PID = brain.pid
             rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
-            print(
-                f"{'throughput, instant runner':<34} {rate:7.1f} turns/s, {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)"
-            )
+            _print_throughput("throughput, instant runner", rate, arguments.parallel, cpu)
         finally:
             brain.terminate()
             floor.terminate()
@@ -316,9 +327,7 @@ def main() -> None:
             print(f"{'ratio loop runner / instant runner':<34} {loop_median / instant_median:.2f}x")
             _SERVER_PID = brain.pid
             rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
-            print(
-                f"{'throughput, loop runner':<34} {rate:7.1f} turns/s, {arguments.parallel} parallel sessions (server CPU {cpu:.0f}%)"
-            )
+            _print_throughput("throughput, loop runner", rate, arguments.parallel, cpu)
         finally:
             brain.terminate()
             provider.terminate()

@@ -1,15 +1,15 @@
 """Errors with a spec code and HTTP status. Domain code raises them; only the API layer renders.
 
-    BrainError (500 brain_error)
-    ├── InvalidRequest (400 invalid_request)
-    │   └── PayloadTooLarge (413 invalid_request)
-    ├── Unauthorized (401 forbidden, WWW-Authenticate: Bearer)
-    ├── Forbidden (403 forbidden)
-    ├── NotFound (404 not_found)
-    ├── Conflict (409 conflict)
-    ├── CursorUnavailable (409 cursor_unavailable)
-    ├── Unsupported (422 unsupported)
-    └── Overloaded (429 overloaded, Retry-After: 1)
+BrainError (500 brain_error)
+├── InvalidRequest (400 invalid_request)
+│   └── PayloadTooLarge (413 invalid_request)
+├── Unauthorized (401 forbidden, WWW-Authenticate: Bearer)
+├── Forbidden (403 forbidden)
+├── NotFound (404 not_found)
+├── Conflict (409 conflict)
+├── CursorUnavailable (409 cursor_unavailable)
+├── Unsupported (422 unsupported)
+└── Overloaded (429 overloaded, Retry-After: 1)
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ DEFAULT_MESSAGES = [
 ]
 
 
-def _follow(brain: Brain, session_id: str, events: Queue[dict[str, Any] | None]) -> None:
+def _follow(brain: Brain, session_id: str, events: Queue[Any]) -> None:
     try:
         for event in brain.observe(session_id):
             events.put(event)
@@ -72,7 +72,9 @@ def main() -> None:
     if not token:
         sys.exit("set BRAIN_API_KEY to a token from the host config")
     brain = Brain(arguments.url, token)
-    run_conversation(brain, harness=arguments.harness, model=arguments.model, messages=arguments.message or DEFAULT_MESSAGES)
+    run_conversation(
+        brain, harness=arguments.harness, model=arguments.model, messages=arguments.message or DEFAULT_MESSAGES
+    )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,8 @@ def main() -> None:
     env.setdefault("SCRIPTED_PROVIDER_KEY", "scripted-demo-key")
     env["BRAIN_TOOLS_KEY"] = _secret(data_dir, "BRAIN_TOOLS_KEY")
     env["BRAIN_APPROVAL_KEY"] = _secret(data_dir, "BRAIN_APPROVAL_KEY")
-    tools_port = os.environ.get("EXAMPLE_TOOLS_PORT", "8092")  # examples/local.json binds echo here
-    port = os.environ.get("SCRIPTED_PROVIDER_PORT", "8091")
+    tools_port = "8092"  # examples/local.json binds echo here
+    port = "8091"  # and points the openai and anthropic providers here
     python = sys.executable
     log_path = data_dir / "brain.log"
     children: list[subprocess.Popen[bytes]] = []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.http import HttpRequest
@@ -11,12 +12,19 @@ from brainsite.errors import InvalidRequest
 
 from . import services
 from .auth import BearerAuth, require_manage, require_write
+from .records import Principal
 from .schemas import CreateSessionIn, InputIn
 
 router = Router(auth=BearerAuth(), tags=["sessions"])
 
 MAX_PAGE = 1000  # spec: limit is 1-1000 (out of range is 400, never clamped)
 DEFAULT_PAGE = 100
+
+
+def _principal(request: HttpRequest) -> Principal:
+    """The grant BearerAuth attached to the request."""
+    principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth
+    return principal
 
 
 def _limit(request: HttpRequest) -> int:
@@ -28,29 +36,41 @@ def _limit(request: HttpRequest) -> int:
     return int(raw)
 
 
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")  # W3C trace context
+
+
+def _traceparent(request: HttpRequest) -> str:
+    """A well-formed `traceparent` header, joined by the turn and its tool calls; else ""."""
+    value = request.headers.get("traceparent", "").strip().lower()
+    return value if TRACEPARENT.fullmatch(value) else ""
+
+
 @router.post("/sessions", response={201: dict[str, Any]})
 async def create_session(request: HttpRequest, body: CreateSessionIn) -> tuple[int, dict[str, Any]]:
     config = body.config.model_dump(exclude_none=True)
     credentials = body.credentials
     return 201, await services.create_session(
-        request.auth, harness=body.harness, config=config, credentials=credentials  # type: ignore[attr-defined]
+        _principal(request),
+        harness=body.harness,
+        config=config,
+        credentials=credentials,
     )
 
 
 @router.get("/sessions")
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     after = request.GET.get("after", "")
-    return await services.list_sessions(request.auth, after=after, limit=_limit(request))  # type: ignore[attr-defined]
+    return await services.list_sessions(_principal(request), after=after, limit=_limit(request))
 
 
 @router.get("/sessions/{session_id}")
 async def get_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    return await services.get_session(request.auth, session_id)  # type: ignore[attr-defined]
+    return await services.get_session(_principal(request), session_id)
 
 
 @router.post("/sessions/{session_id}/events", response={202: dict[str, Any]})
 async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tuple[int, dict[str, Any]]:
-    principal = request.auth  # type: ignore[attr-defined]
+    principal = _principal(request)
     require_write(principal)
     if body.type == "user.interrupt":
         if body.model_fields_set - {"type"}:
@@ -59,7 +79,12 @@ async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tu
     if body.type != "user.message":
         raise InvalidRequest("type must be user.message or user.interrupt")
     return 202, await services.send_message(
-        principal, session_id, text=body.text, key=body.key, delivery=body.delivery
+        principal,
+        session_id,
+        text=body.text,
+        key=body.key,
+        delivery=body.delivery,
+        traceparent=_traceparent(request),
     )
 
 
@@ -67,17 +92,20 @@ async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tu
 async def read_events(request: HttpRequest, session_id: str) -> dict[str, Any]:
     after = request.GET.get("after", "")
     return await services.read_events(
-        request.auth, session_id, after=after, limit=_limit(request)  # type: ignore[attr-defined]
+        _principal(request),
+        session_id,
+        after=after,
+        limit=_limit(request),
     )
 
 
 @router.post("/sessions/{session_id}/resume")
 async def resume_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    require_manage(request.auth)  # type: ignore[attr-defined]
-    return await services.resume_session(request.auth, session_id)  # type: ignore[attr-defined]
+    require_manage(_principal(request))
+    return await services.resume_session(_principal(request), session_id)
 
 
 @router.post("/sessions/{session_id}/close", response={202: dict[str, Any]})
 async def close_session(request: HttpRequest, session_id: str) -> tuple[int, dict[str, str]]:
-    require_manage(request.auth)  # type: ignore[attr-defined]
-    return 202, await services.close_session(request.auth, session_id)  # type: ignore[attr-defined]
+    require_manage(_principal(request))
+    return 202, await services.close_session(_principal(request), session_id)

@@ -60,7 +60,10 @@ class EventStreamConsumer(AsyncHttpConsumer):
 
     async def _send_error(self, error: BrainError) -> None:
         body = orjson.dumps(
-            {"error": {"code": error.code, "message": error.message}, "request_id": self.scope.get("brain_request_id", "")}
+            {
+                "error": {"code": error.code, "message": error.message},
+                "request_id": self.scope.get("brain_request_id", ""),
+            }
         )
         headers = [(b"content-type", b"application/json")]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]

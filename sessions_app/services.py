@@ -109,12 +109,18 @@ def _validate_message(text: str | None, key: str | None, delivery: str | None, *
 
 
 async def send_message(
-    principal: Principal, session_id: str, *, text: str | None, key: str | None, delivery: str | None
+    principal: Principal,
+    session_id: str,
+    *,
+    text: str | None,
+    key: str | None,
+    delivery: str | None,
+    traceparent: str = "",
 ) -> dict[str, Any]:
     _validate_message(text, key, delivery, input_bytes=current_engine().limits.input_bytes)
     actor = await _actor(principal, session_id)
     assert text is not None
-    return actor.send(text, key=key or None).as_dict()
+    return actor.send(text, key=key or None, traceparent=traceparent).as_dict()
 
 
 async def interrupt_session(principal: Principal, session_id: str) -> dict[str, str]:
@@ -142,7 +148,9 @@ async def read_events(principal: Principal, session_id: str, *, after: str, limi
     return {"events": [event.as_dict() for event in events], "next_cursor": next_cursor}
 
 
-async def open_stream(principal: Principal, session_id: str, *, after: str) -> tuple[SessionActor, Subscriber, int, int]:
+async def open_stream(
+    principal: Principal, session_id: str, *, after: str
+) -> tuple[SessionActor, Subscriber, int, int]:
     """Register a live subscriber, then return what to replay: log bytes [start, end)."""
     engine = current_engine()
     actor = await _actor(principal, session_id)

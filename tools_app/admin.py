@@ -34,6 +34,9 @@ _FORM_FIELDS = (
 
 
 class ToolBindingForm(forms.ModelForm):
+    # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
+    url = forms.URLField(max_length=2048, assume_scheme="https")
+
     class Meta:
         model = ToolBinding
         fields = _FORM_FIELDS

@@ -220,9 +220,7 @@ class HarnessHost:
         self._calls.add(task)
         task.add_done_callback(self._calls.discard)
 
-    async def _answer_call(
-        self, handler: AttachmentHandler, turn: str, params: dict[str, Any], reply: Frame
-    ) -> None:
+    async def _answer_call(self, handler: AttachmentHandler, turn: str, params: dict[str, Any], reply: Frame) -> None:
         result = await handler.on_tool_call(turn, params)
         reply["result"] = result
         with contextlib.suppress(HostLost):
@@ -277,5 +275,3 @@ class HarnessHost:
                 await self._reader
         self._lose("harness host stopped")
         shutil.rmtree(self.workdir, ignore_errors=True)
-
-

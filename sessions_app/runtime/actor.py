@@ -13,14 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-
 from brainsite.errors import BrainError, Conflict, Overloaded
 from brainsite.logs import logger
 from sessions_app.eventlog import LIVE_ONLY, MAX_RECORD_BYTES, Event, EventLog, RecordTooLarge, new_id, now_rfc3339
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
-from sessions_app.records import SessionStatus
-from sessions_app.records import SessionRecord
+from sessions_app.records import SessionRecord, SessionStatus
 from tools_app import registry
 
 from .checkpoints import CheckpointError, CheckpointStore
@@ -52,6 +50,7 @@ class TurnFailure(Exception):
 class PendingInput:
     id: str
     text: str
+    traceparent: str = ""  # W3C trace context of the request that sent it
 
 
 class SessionActor:
@@ -128,7 +127,7 @@ class SessionActor:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def send(self, text: str, *, key: str | None) -> Event:
+    def send(self, text: str, *, key: str | None, traceparent: str = "") -> Event:
         """Accept a user.message: on disk before return, then queued. Raises Conflict/Overloaded."""
         if self.status == SessionStatus.CLOSED:
             raise Conflict("session is closed")
@@ -155,7 +154,7 @@ class SessionActor:
             raise BrainError() from exc
         if key is not None:
             self.keys[key] = event.offset
-        self.queue.append(PendingInput(event.id, text))
+        self.queue.append(PendingInput(event.id, text, traceparent))
         if self.status == SessionStatus.IDLE:
             self._start_next()
         return event
@@ -298,23 +297,22 @@ class SessionActor:
             self._mark_failed_without_log(exc)
 
     async def _fail_turn(self, pending: PendingInput, failure: TurnFailure) -> None:
-        logger.warning(
-            "turn stopped", extra={"session_id": self.id, "code": failure.code, "error": failure.message}
-        )
+        logger.warning("turn stopped", extra={"session_id": self.id, "code": failure.code, "error": failure.message})
         closing = self._stop_reason == "close"
         status = SessionStatus.INTERRUPTED
         if failure.code == "brain_error":
             status = SessionStatus.FAILED
         if closing:
             status = SessionStatus.CLOSED
-        await self.engine.adetach(self)  # native state is reloaded from the checkpoint on resume
+        # Settle the status before any await, so a close or resume arriving meanwhile sees it.
+        self._stop_reason = ""
         try:
             self.emit("session.error", {"code": failure.code, "message": failure.message}, input_id=pending.id)
             self._cancel_queue()
             self._set_status(status, input_id=None if closing else pending.id)
         except (OSError, RecordTooLarge) as exc:
             self._mark_failed_without_log(exc)
-        self._stop_reason = ""
+        await self.engine.adetach(self)  # native state is reloaded from the checkpoint on resume
 
     def _cancel_queue(self) -> None:
         while self.queue:
@@ -371,6 +369,7 @@ class SessionActor:
                     call_id=call_id,
                     tools=tuple(self.record.config.get("tools", ())),
                     progress=lambda data: self._tool_progress(call_id, input_id, data),
+                    traceparent=self.current.traceparent,
                 ),
                 name,
                 arguments,
@@ -439,5 +438,3 @@ def rebuild_from_log(records: list[dict[str, Any]]) -> tuple[dict[str, int], lis
             if running == record.get("input_id"):
                 running = ""
     return keys, unsettled, status
-
-

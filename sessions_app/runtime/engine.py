@@ -21,8 +21,7 @@ from brainsite.logs import logger
 from sessions_app import db
 from sessions_app.eventlog import EventLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment, HostPool
-from sessions_app.records import SessionStatus
-from sessions_app.records import SessionRecord
+from sessions_app.records import SessionRecord, SessionStatus
 
 from .actor import QUEUED_INPUT_CANCELLED, RUNNING_MARKER, SessionActor, rebuild_from_log
 from .checkpoints import CheckpointStore
@@ -52,7 +51,8 @@ class Engine:
         self.sessions_dir = self.data_dir / "sessions"
         self.actors: dict[str, SessionActor] = {}
         self.pools = {
-            name: HostPool(name, harness, workroot=self.data_dir / "hosts") for name, harness in config.harnesses.items()
+            name: HostPool(name, harness, workroot=self.data_dir / "hosts")
+            for name, harness in config.harnesses.items()
         }
         self.subscriber_slots = SubscriberSlots(self.limits.subscribers)
         self.draining = False

@@ -52,7 +52,7 @@ def _limits(**limits: int) -> Any:
 
 def _set(path: str, value: Any) -> Any:
     def change(config: dict[str, Any]) -> None:
-        target = config
+        target: Any = config
         *parents, last = path.split(".")
         for part in parents:
             target = target[int(part)] if part.isdigit() else target[part]

@@ -90,15 +90,33 @@ class Runner:
                 call_id = f"c{self.next_call}"
                 future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
                 self.calls[call_id] = future
-                self.write({**base, "id": call_id, "method": "tool.call",
-                            "params": {"id": f"tc{self.next_call}", "name": name,
-                                       "arguments": json.loads(arguments or "{}")}})
+                self.write(
+                    {
+                        **base,
+                        "id": call_id,
+                        "method": "tool.call",
+                        "params": {
+                            "id": f"tc{self.next_call}",
+                            "name": name,
+                            "arguments": json.loads(arguments or "{}"),
+                        },
+                    }
+                )
                 result = await future
                 answer = "tool said: " + json.dumps(result)
             for chunk in (answer[: len(answer) // 2], answer[len(answer) // 2 :]):
                 self.write({**base, "event": "assistant.delta", "data": {"text": chunk}})
-            self.write({**base, "event": "assistant.message",
-                        "data": {"text": answer, "usage": {"input": len(text), "output": len(answer)}, "stop_reason": "stop"}})
+            self.write(
+                {
+                    **base,
+                    "event": "assistant.message",
+                    "data": {
+                        "text": answer,
+                        "usage": {"input": len(text), "output": len(answer)},
+                        "stop_reason": "stop",
+                    },
+                }
+            )
             attachment.remember({"role": "assistant", "text": answer})
             self.reply(request, result={})
         except asyncio.CancelledError:

@@ -57,7 +57,7 @@ def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
 def raw_request(url: str, request: bytes, *, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
     """Send bytes as they are and read the whole (non-chunked or chunked) response."""
     parts = urlsplit(url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+    with socket.create_connection((parts.hostname, parts.port or 80), timeout=timeout) as sock:
         sock.sendall(request)
         data = b""
         while True:

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -33,7 +33,7 @@ def free_port() -> int:
 class LoopbackServer:
     """uvicorn serving `app` on 127.0.0.1 from a daemon thread (its own event loop)."""
 
-    def __init__(self, app: Any, *, lifespan: str = "off") -> None:
+    def __init__(self, app: Any, *, lifespan: Literal["auto", "on", "off"] = "off") -> None:
         self.port = free_port()
         config = uvicorn.Config(
             app,

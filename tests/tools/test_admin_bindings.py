@@ -85,7 +85,7 @@ def test_the_admin_form_is_as_strict_as_startup(changes: dict[str, Any], field: 
     # then
     assert not candidate.is_valid()
     assert field in candidate.errors, candidate.errors
-    assert message in " ".join(candidate.errors[field])
+    assert message in " ".join(str(error) for error in candidate.errors[field])
 
 
 @pytest.mark.django_db(transaction=True)

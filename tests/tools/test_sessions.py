@@ -290,3 +290,22 @@ def test_interrupting_the_session_cancels_the_pending_tool_call(
         time.sleep(0.05)
     assert example_tools[0].pending == {}
     wait_for_status(tool_brain, session["id"], "interrupted")
+
+
+def test_the_traceparent_of_a_send_reaches_the_tools_of_its_turn(tool_brain: BrainServer, zoo: ToolZoo) -> None:
+    # given
+    session = create_session(tool_brain, tools=["whoami"])
+    trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    text = 'tool:whoami {"probe": "trace"}'
+    # when
+    with tool_brain.client() as client:
+        sent = client.post(
+            f"/sessions/{session['id']}/events",
+            json={"type": "user.message", "text": text},
+            headers={"traceparent": trace},
+        ).json()
+        wait_for_turn_end(tool_brain, session["id"], sent["id"])
+    probe = [call for call in zoo.calls("/identity") if call.body["arguments"] == {"probe": "trace"}]
+    # then
+    assert len(probe) == 1
+    assert probe[0].headers["traceparent"] == trace

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("brainsite", "sessions_app", "tools_app", "persistence_app", "runners")
 APPS = ("sessions_app", "tools_app", "persistence_app")
@@ -23,6 +21,8 @@ WIRING = frozenset({"brainsite.urls", "brainsite.asgi", "brainsite.api", "brains
 PURE_MODULES = frozenset({"eventlog", "services", "registry", "sync", "archive", "records"})
 PURE_PACKAGES = frozenset({"runtime", "harness", "transports", "stores"})
 ORM_MODULES = frozenset({"db", "models", "admin"})
+
+
 # Modules that still import SessionStatus through models; sessions_app.records owns it now.
 @dataclass(frozen=True, slots=True)
 class Module:

@@ -32,10 +32,9 @@ class Command(BaseCommand):
 
             call_command("migrate", verbosity=0, interactive=False)
 
-        from daphne.server import Server  # installs Twisted's asyncio reactor first
-
         import asyncio
 
+        from daphne.server import Server  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
         from brainsite import runtime_host
@@ -47,7 +46,9 @@ class Command(BaseCommand):
         def stop_runtime() -> defer.Deferred[None]:
             coroutine = asyncio.wait_for(runtime_host.shutdown(), SHUTDOWN_SECONDS)
             deferred: defer.Deferred[None] = defer.Deferred.fromFuture(asyncio.ensure_future(coroutine))
-            deferred.addErrback(lambda failure: logger.error("shutdown incomplete", extra={"error": str(failure.value)}))
+            deferred.addErrback(
+                lambda failure: logger.error("shutdown incomplete", extra={"error": str(failure.value)})
+            )
             return deferred
 
         class BrainServer(Server):  # type: ignore[misc]  # daphne ships no type hints
@@ -67,5 +68,5 @@ class Command(BaseCommand):
             application_close_timeout=5,
             server_name="brain",
         )
-        reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)
+        reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)  # type: ignore[arg-type]  # stubs mistype the phase
         server.run()
