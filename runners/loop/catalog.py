@@ -33,7 +33,13 @@ REASONING_EFFORTS = ("off", "minimal", "low", "medium", "high", "xhigh", "max")
 
 # Transports with a provider module in runners/loop/providers.
 IMPLEMENTED_TRANSPORTS = frozenset(
-    {"openai-completions", "openai-responses", "azure-openai-responses", "anthropic-messages"}
+    {
+        "openai-completions",
+        "openai-responses",
+        "azure-openai-responses",
+        "anthropic-messages",
+        "bedrock-converse-stream",
+    }
 )
 # Transports that tests/runners drives end to end against the scripted provider.
 TESTED_TRANSPORTS = IMPLEMENTED_TRANSPORTS

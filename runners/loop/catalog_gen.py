@@ -35,6 +35,7 @@ REASONING_PROFILES: dict[str, list[str]] = {
 BASE_URLS: dict[str, dict[str, str]] = {
     "openai": {"openai-responses": "https://api.openai.com/v1"},
     "anthropic": {"anthropic-messages": "https://api.anthropic.com"},
+    "amazon-bedrock": {"bedrock-converse-stream": "https://bedrock-runtime.us-east-1.amazonaws.com"},
     "baseten": {"openai-completions": "https://inference.baseten.co/v1"},
     "cerebras": {"openai-completions": "https://api.cerebras.ai/v1"},
     "deepseek": {"openai-completions": "https://api.deepseek.com/v1"},

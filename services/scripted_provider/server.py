@@ -1,6 +1,7 @@
 """A small asyncio HTTP/1.1 server in front of the script: model routes, request log, controls.
 
-Routes: POST `…/chat/completions`, `…/responses`, `…/messages` (any prefix, any model name);
+Routes: POST `…/chat/completions`, `…/responses`, `…/messages`, `/model/{id}/converse-stream` (any
+prefix, any model name);
 GET `/_requests` (every model request received, oldest first); POST `/_reset` (clear the log);
 POST `/_script` (replace the rules); GET `/_health`.
 """
@@ -14,8 +15,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from .script import Plan, Script, parse_script
-from .views import WIRES, find_request_error, parse_json_body, view_request
-from .wire import IdSource, error_body, error_event, render_json, render_stream
+from .views import WIRES, find_request_error, parse_json_body, request_model, streams, view_request
+from .wire import (
+    IdSource,
+    error_body,
+    error_event,
+    error_headers,
+    render_json,
+    render_stream,
+    stream_content_type,
+)
 
 __all__ = ["ScriptedProvider", "serve"]
 
@@ -25,7 +34,7 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # Servers answer 429/5xx with this hint; the SDKs honour it, which keeps their retries fast.
 RETRY_AFTER_MS = 20
 # Headers worth keeping in the request log (the key shows which credential the client sent).
-_LOGGED_HEADERS = ("authorization", "x-api-key", "api-key", "anthropic-version", "content-type")
+_LOGGED_HEADERS = ("authorization", "x-api-key", "api-key", "anthropic-version", "content-type", "x-amz-date")
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required", 413: "Payload Too Large"}
 
@@ -94,15 +103,15 @@ class ScriptedProvider:
         self.requests.append({"path": path, "wire": wire, "headers": headers, "body": body})
         problem = find_request_error(wire, body)
         if problem is not None:
-            return await _send_json(writer, 400, error_body(wire, 400, problem))
-        plan = self.script.plan(view_request(wire, body, body_size=len(request.body)))
-        model = str(body.get("model", ""))
+            return await _send_json(writer, 400, error_body(wire, 400, problem), error_headers(wire, 400))
+        model = request_model(wire, path, body)
+        plan = self.script.plan(view_request(wire, body, body_size=len(request.body), model=model))
         if plan.fail_status:
-            extra = {"retry-after-ms": str(RETRY_AFTER_MS)}
+            extra = {"retry-after-ms": str(RETRY_AFTER_MS), **error_headers(wire, plan.fail_status)}
             return await _send_json(
                 writer, plan.fail_status, error_body(wire, plan.fail_status, plan.fail_message), extra
             )
-        if not body.get("stream"):
+        if not streams(wire, body):
             return await _send_json(writer, 200, render_json(wire, plan, model, self.ids))
         return await _stream(writer, reader, wire, plan, render_stream(wire, plan, model, self.ids))
 
@@ -164,8 +173,8 @@ def _chunk(data: bytes) -> bytes:
 async def _stream(
     writer: asyncio.StreamWriter, reader: asyncio.StreamReader, wire: str, plan: Plan, steps: list[Any]
 ) -> bool:
-    """Send SSE steps with chunked encoding; returns False when the connection must close."""
-    headers = {"content-type": "text/event-stream", "cache-control": "no-cache", "transfer-encoding": "chunked"}
+    """Send stream steps (SSE or event-stream) chunked; returns False when the connection must close."""
+    headers = {"content-type": stream_content_type(wire), "cache-control": "no-cache", "transfer-encoding": "chunked"}
     writer.write(_head(200, headers))
     seen_text = False
     for step in steps:

@@ -7,48 +7,30 @@ them unmodified.
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
+from . import bedrock
+from .framing import IdSource, Step, pieces, signature, sse
 from .script import Plan
 
-__all__ = ["IdSource", "Step", "error_body", "error_event", "render_json", "render_stream"]
-
-# Tool call arguments stream in this many pieces, so clients must accumulate them.
-ARGUMENT_PIECES = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    data: bytes
-    is_text_delta: bool = False
-
-
-class IdSource:
-    """Deterministic, process-unique ids (`call_1`, `msg_2`, ...) for one server run."""
-
-    def __init__(self) -> None:
-        self._counter = itertools.count(1)
-
-    def next(self, prefix: str) -> str:
-        return f"{prefix}_{next(self._counter)}"
-
-
-def _sse(data: dict[str, Any], *, event: str | None = None) -> bytes:
-    head = f"event: {event}\n" if event else ""
-    return (head + "data: " + json.dumps(data, separators=(",", ":")) + "\n\n").encode()
-
-
-def _pieces(text: str) -> list[str]:
-    size = max(1, -(-len(text) // ARGUMENT_PIECES))
-    return [text[start : start + size] for start in range(0, len(text), size)] or [""]
+__all__ = [
+    "IdSource",
+    "Step",
+    "error_body",
+    "error_event",
+    "error_headers",
+    "render_json",
+    "render_stream",
+    "stream_content_type",
+]
 
 
 def render_stream(wire: str, plan: Plan, model: str, ids: IdSource) -> list[Step]:
+    if wire == bedrock.WIRE:
+        return bedrock.render_stream(plan, ids)
     if wire == "openai-completions":
         return _chat_stream(plan, model, ids)
     if wire == "openai-responses":
@@ -82,7 +64,17 @@ def render_json(wire: str, plan: Plan, model: str, ids: IdSource) -> dict[str, A
     return _message_object(plan, model, ids.next("msg"), _message_content(plan, ids), final=True)
 
 
+def stream_content_type(wire: str) -> str:
+    return bedrock.CONTENT_TYPE if wire == bedrock.WIRE else "text/event-stream"
+
+
+def error_headers(wire: str, status: int) -> dict[str, str]:
+    return bedrock.error_headers(status) if wire == bedrock.WIRE else {}
+
+
 def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
+    if wire == bedrock.WIRE:
+        return bedrock.error_body(status, message)
     client_error = 400 <= status < 500
     if wire == "anthropic-messages":
         default = "invalid_request_error" if client_error else "api_error"
@@ -94,14 +86,16 @@ def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
 
 def error_event(wire: str, message: str) -> bytes:
     """A mid-stream failure event in the wire's own format."""
+    if wire == bedrock.WIRE:
+        return bedrock.error_event(message)
     if wire == "openai-completions":
-        return _sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
+        return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
     if wire == "openai-responses":
-        return _sse(
+        return sse(
             {"type": "error", "code": "server_error", "message": message, "param": None, "sequence_number": 0},
             event="error",
         )
-    return _sse({"type": "error", "error": {"type": "api_error", "message": message}}, event="error")
+    return sse({"type": "error", "error": {"type": "api_error", "message": message}}, event="error")
 
 
 # OpenAI Chat Completions ---------------------------------------------------------------------
@@ -119,7 +113,7 @@ def _chat_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     completion_id, created = ids.next("chatcmpl"), int(time.time())
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return _sse(
+        return sse(
             {
                 "id": completion_id,
                 "object": "chat.completion.chunk",
@@ -139,11 +133,11 @@ def _chat_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
             "function": {"name": call.name, "arguments": ""},
         }
         steps.append(Step(chunk({"tool_calls": [head]})))
-        for piece in _pieces(json.dumps(call.arguments)):
+        for piece in pieces(json.dumps(call.arguments)):
             steps.append(Step(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})))
     steps.append(Step(chunk({}, "tool_calls" if plan.tool_calls else "stop")))
     usage = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model, "choices": []}
-    steps.append(Step(_sse({**usage, "usage": _chat_usage(plan)})))
+    steps.append(Step(sse({**usage, "usage": _chat_usage(plan)})))
     steps.append(Step(b"data: [DONE]\n\n"))
     return steps
 
@@ -176,11 +170,6 @@ def _response_object(plan: Plan, model: str, response_id: str, output: list[Any]
     }
 
 
-def _signature(text: str) -> str:
-    """Stands in for the provider's opaque signature / encrypted reasoning blob."""
-    return "sig:" + base64.b64encode(text.encode()).decode()
-
-
 def _response_output(plan: Plan, ids: IdSource) -> list[dict[str, Any]]:
     output: list[dict[str, Any]] = []
     if plan.reasoning:
@@ -189,7 +178,7 @@ def _response_output(plan: Plan, ids: IdSource) -> list[dict[str, Any]]:
                 "type": "reasoning",
                 "id": ids.next("rs"),
                 "summary": [{"type": "summary_text", "text": plan.reasoning}],
-                "encrypted_content": _signature(plan.reasoning),
+                "encrypted_content": signature(plan.reasoning),
             }
         )
     if plan.text:
@@ -223,7 +212,7 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
 
     def emit(kind: str, payload: dict[str, Any], *, is_text_delta: bool = False) -> None:
         data = {"type": kind, "sequence_number": next(sequence), **payload}
-        steps.append(Step(_sse(data, event=kind), is_text_delta=is_text_delta))
+        steps.append(Step(sse(data, event=kind), is_text_delta=is_text_delta))
 
     emit("response.created", {"response": _response_object(plan, model, response_id, [], status="in_progress")})
     emit("response.in_progress", {"response": _response_object(plan, model, response_id, [], status="in_progress")})
@@ -248,7 +237,7 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
                 "response.output_item.added",
                 {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
             )
-            for piece in _pieces(item["arguments"]):
+            for piece in pieces(item["arguments"]):
                 emit(
                     "response.function_call_arguments.delta",
                     {"item_id": item["id"], "output_index": index, "delta": piece},
@@ -268,7 +257,7 @@ def _responses_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
 def _message_content(plan: Plan, ids: IdSource) -> list[dict[str, Any]]:
     content: list[dict[str, Any]] = []
     if plan.reasoning:
-        content.append({"type": "thinking", "thinking": plan.reasoning, "signature": _signature(plan.reasoning)})
+        content.append({"type": "thinking", "thinking": plan.reasoning, "signature": signature(plan.reasoning)})
     if plan.text:
         content.append({"type": "text", "text": plan.text})
     for call in plan.tool_calls:
@@ -299,7 +288,7 @@ def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     message_id = ids.next("msg")
     steps = [
         Step(
-            _sse(
+            sse(
                 {"type": "message_start", "message": _message_object(plan, model, message_id, [], final=False)},
                 event="message_start",
             )
@@ -320,24 +309,24 @@ def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
         else:
             start = {**block, "input": {}}
             deltas = [
-                ({"type": "input_json_delta", "partial_json": p}, False) for p in _pieces(json.dumps(block["input"]))
+                ({"type": "input_json_delta", "partial_json": p}, False) for p in pieces(json.dumps(block["input"]))
             ]
         steps.append(
             Step(
-                _sse(
+                sse(
                     {"type": "content_block_start", "index": index, "content_block": start}, event="content_block_start"
                 )
             )
         )
         for delta, is_text in deltas:
             data = {"type": "content_block_delta", "index": index, "delta": delta}
-            steps.append(Step(_sse(data, event="content_block_delta"), is_text_delta=is_text))
-        steps.append(Step(_sse({"type": "content_block_stop", "index": index}, event="content_block_stop")))
+            steps.append(Step(sse(data, event="content_block_delta"), is_text_delta=is_text))
+        steps.append(Step(sse({"type": "content_block_stop", "index": index}, event="content_block_stop")))
     delta = {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use" if plan.tool_calls else "end_turn", "stop_sequence": None},
         "usage": {"output_tokens": plan.output_tokens},
     }
-    steps.append(Step(_sse(delta, event="message_delta")))
-    steps.append(Step(_sse({"type": "message_stop"}, event="message_stop")))
+    steps.append(Step(sse(delta, event="message_delta")))
+    steps.append(Step(sse({"type": "message_stop"}, event="message_stop")))
     return steps

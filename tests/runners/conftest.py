@@ -52,6 +52,7 @@ class ScriptedProviderServer:
         self.root = f"http://{match.group(1)}:{match.group(2)}"
         self.openai_base_url = self.root + "/v1"
         self.anthropic_base_url = self.root
+        self.bedrock_base_url = self.root  # boto3 endpoint_url: `/model/{id}/converse-stream` below it
         threading.Thread(target=self.process.stderr.read, daemon=True).start()
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:

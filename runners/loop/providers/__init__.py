@@ -21,6 +21,7 @@ TRANSPORTS = {
     "openai-responses": ("runners.loop.providers.openai_responses", "OpenAIResponses"),
     "azure-openai-responses": ("runners.loop.providers.openai_responses", "AzureOpenAIResponses"),
     "anthropic-messages": ("runners.loop.providers.anthropic_messages", "AnthropicMessages"),
+    "bedrock-converse-stream": ("runners.loop.providers.bedrock_converse", "BedrockConverse"),
 }
 # Open connections kept across all sessions of the host.
 MAX_CONNECTIONS = 64

@@ -13,15 +13,19 @@ import httpx
 from anthropic.types import Message, RawMessageStreamEvent
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
-from .base import MAX_RETRIES, Endpoint, TextSink, parse_arguments, provider_failure
+from .base import (
+    MAX_RETRIES,
+    OUTPUT_TOKENS,
+    THINKING_BUDGETS,
+    Endpoint,
+    TextSink,
+    parse_arguments,
+    provider_failure,
+)
 
 __all__ = ["AnthropicMessages"]
 
 TRANSPORT = "anthropic-messages"
-# Room for the visible answer; thinking budgets come on top (the API wants max_tokens > budget).
-OUTPUT_TOKENS = 8192
-# reasoning_effort → extended-thinking budget in tokens (1024 is the API's minimum).
-THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 24576, "max": 32768}
 _CACHE = {"type": "ephemeral"}
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_use", "max_tokens": "length"}
 

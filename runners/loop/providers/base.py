@@ -20,6 +20,8 @@ from ..messages import Generation, ModelRequest, ToolResult
 
 __all__ = [
     "MAX_RETRIES",
+    "OUTPUT_TOKENS",
+    "THINKING_BUDGETS",
     "Endpoint",
     "Provider",
     "TextSink",
@@ -36,6 +38,12 @@ CONNECT_TIMEOUT = 10.0
 READ_TIMEOUT = 600.0
 WRITE_TIMEOUT = 60.0
 POOL_TIMEOUT = 60.0
+
+# Room for the visible answer where the API wants a limit; thinking budgets come on top (Claude
+# wants max_tokens > budget).
+OUTPUT_TOKENS = 8192
+# reasoning_effort → Claude extended-thinking budget in tokens (1024 is the API's minimum).
+THINKING_BUDGETS = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384, "xhigh": 24576, "max": 32768}
 
 TextSink = Callable[[str], Awaitable[None]]
 
