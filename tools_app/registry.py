@@ -29,6 +29,7 @@ from .transports.base import OutboundCall, TransportError, close_transports, tra
 
 __all__ = [
     "HEADER_TIMEOUT_SECONDS",
+    "CallCancelled",
     "CallContext",
     "acatalog_for",
     "adescriptors_for",
@@ -263,10 +264,16 @@ def _detail(message: str) -> str:
     return message if len(message) <= MAX_ERROR_DETAIL else message[: MAX_ERROR_DETAIL - 1] + "…"
 
 
+class CallCancelled(Exception):
+    """The call was cancelled (interrupt, close) after its request went to the service."""
+
+
 async def invoke(context: CallContext, name: str, arguments: Any) -> dict[str, Any]:
     """Run one call and return the model-visible result. Never raises for tool failures.
 
-    Cancellation (interrupt, close) propagates after the inspection token is revoked.
+    Cancellation (interrupt, close) propagates after the inspection token is revoked: as
+    CancelledError before the request is sent, as CallCancelled once it may have reached the
+    service, so the caller can set `unknown_outcome` exactly.
     """
     entry = (await _entries()).get(name) if name in context.tools else None
     if entry is None or context.tenant not in entry.binding.tenants:
@@ -306,6 +313,8 @@ async def invoke(context: CallContext, name: str, arguments: Any) -> dict[str, A
         try:
             async with asyncio.timeout(binding.timeout_seconds):
                 raw = await transport_for(binding.effective_transport).call(call)
+        except asyncio.CancelledError:
+            raise CallCancelled(name) from None
         except TimeoutError:
             return error_result(
                 f"tool {name!r} timed out after {binding.timeout_seconds} s; remote outcome unknown",

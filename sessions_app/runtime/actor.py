@@ -378,8 +378,12 @@ class SessionActor:
         self._tool_tasks.add(task)
         try:
             result = await task
-        except asyncio.CancelledError:
-            result = registry.error_result("tool call cancelled: turn interrupted", unknown_outcome=True)
+        except asyncio.CancelledError:  # before the request was sent: nothing happened remotely
+            result = registry.error_result("tool call cancelled before dispatch: turn interrupted")
+        except registry.CallCancelled:
+            result = registry.error_result(
+                "tool call cancelled: turn interrupted; remote outcome may be unknown", unknown_outcome=True
+            )
         finally:
             self._tool_tasks.discard(task)
         try:

@@ -5,6 +5,7 @@ tools.md "Handle errors": is_error / unknown_outcome per row; reference-errors "
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -424,3 +425,34 @@ async def test_http_proxy_from_the_environment_carries_tool_calls(
     assert result == {"content": [{"type": "text", "text": "via proxy"}]}
     (call,) = zoo.calls("/echo")
     assert call.headers["host"] == "tools.invalid"
+
+
+async def test_a_call_cancelled_after_it_reached_the_service_reports_that_it_was_sent(
+    install: Install, zoo: ToolZoo, zoo_url: str
+) -> None:
+    # given
+    install(binding("stall", zoo_url + "/stall"))
+    task = asyncio.get_running_loop().create_task(registry.invoke(context("stall"), "stall", {"seconds": 30}))
+    deadline = time.monotonic() + 10
+    while not zoo.calls("/stall") and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
+    # when
+    task.cancel()
+    # then
+    with pytest.raises(registry.CallCancelled):
+        await task
+    assert len(zoo.calls("/stall")) == 1
+
+
+async def test_a_call_cancelled_before_dispatch_stays_a_plain_cancellation(
+    install: Install, zoo: ToolZoo, zoo_url: str
+) -> None:
+    # given
+    install(binding("stall", zoo_url + "/stall"))
+    task = asyncio.get_running_loop().create_task(registry.invoke(context("stall"), "stall", {"seconds": 30}))
+    # when: cancelled before the task ever ran
+    task.cancel()
+    # then
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert zoo.calls("/stall") == []
