@@ -39,6 +39,8 @@ IMPLEMENTED_TRANSPORTS = frozenset(
         "azure-openai-responses",
         "anthropic-messages",
         "bedrock-converse-stream",
+        "google-generative-ai",
+        "google-vertex",
     }
 )
 # Transports that tests/runners drives end to end against the scripted provider.

@@ -40,6 +40,8 @@ BASE_URLS: dict[str, dict[str, str]] = {
     "cerebras": {"openai-completions": "https://api.cerebras.ai/v1"},
     "deepseek": {"openai-completions": "https://api.deepseek.com/v1"},
     "fireworks": {"openai-completions": "https://api.fireworks.ai/inference/v1"},
+    "google": {"google-generative-ai": "https://generativelanguage.googleapis.com"},
+    "google-vertex": {"google-vertex": "https://aiplatform.googleapis.com"},
     "groq": {"openai-completions": "https://api.groq.com/openai/v1"},
     "huggingface": {"openai-completions": "https://router.huggingface.co/v1"},
     "kimi-coding": {"anthropic-messages": "https://api.kimi.com/coding"},

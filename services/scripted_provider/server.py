@@ -1,7 +1,7 @@
 """A small asyncio HTTP/1.1 server in front of the script: model routes, request log, controls.
 
-Routes: POST `…/chat/completions`, `…/responses`, `…/messages`, `/model/{id}/converse-stream` (any
-prefix, any model name);
+Routes: POST `…/chat/completions`, `…/responses`, `…/messages`, `/model/{id}/converse-stream`,
+`…/models/{model}:streamGenerateContent` (any prefix, any model name);
 GET `/_requests` (every model request received, oldest first); POST `/_reset` (clear the log);
 POST `/_script` (replace the rules); GET `/_health`.
 """
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .script import Plan, Script, parse_script
-from .views import WIRES, find_request_error, parse_json_body, request_model, streams, view_request
+from .views import find_request_error, find_wire, parse_json_body, request_model, streams, view_request
 from .wire import (
     IdSource,
     error_body,
@@ -34,7 +34,15 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 # Servers answer 429/5xx with this hint; the SDKs honour it, which keeps their retries fast.
 RETRY_AFTER_MS = 20
 # Headers worth keeping in the request log (the key shows which credential the client sent).
-_LOGGED_HEADERS = ("authorization", "x-api-key", "api-key", "anthropic-version", "content-type", "x-amz-date")
+_LOGGED_HEADERS = (
+    "authorization",
+    "x-api-key",
+    "api-key",
+    "x-goog-api-key",
+    "anthropic-version",
+    "content-type",
+    "x-amz-date",
+)
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required", 413: "Payload Too Large"}
 
@@ -92,7 +100,7 @@ class ScriptedProvider:
         if request.method == "POST" and path == "/_script":
             self.script = parse_script(parse_json_body(request.body))
             return await _send_json(writer, 200, {"ok": True})
-        wire = next((name for suffix, name in WIRES.items() if path.endswith(suffix)), None)
+        wire = find_wire(path)
         if request.method != "POST" or wire is None:
             return await _send_json(writer, 404, {"error": {"message": f"no route {request.method} {path}"}})
         try:

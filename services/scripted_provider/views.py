@@ -9,10 +9,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import bedrock
+from . import bedrock, google
 from .script import RequestView, ToolResultView
 
-__all__ = ["WIRES", "find_request_error", "parse_json_body", "request_model", "streams", "view_request"]
+__all__ = [
+    "WIRES",
+    "find_request_error",
+    "find_wire",
+    "parse_json_body",
+    "request_model",
+    "streams",
+    "view_request",
+]
 
 # Path suffix → wire format name.
 WIRES = {
@@ -20,24 +28,37 @@ WIRES = {
     "/responses": "openai-responses",
     "/messages": "anthropic-messages",
     "/converse-stream": bedrock.WIRE,
+    ":streamGenerateContent": google.WIRE,
 }
+
+
+def find_wire(path: str) -> str | None:
+    """The wire a model route speaks, from its path (query string removed)."""
+    wire = next((name for suffix, name in WIRES.items() if path.endswith(suffix)), None)
+    if wire == google.WIRE and "/publishers/google/models/" in path:
+        return google.VERTEX_WIRE
+    return wire
 
 
 def request_model(wire: str, path: str, body: dict[str, Any]) -> str:
     """Bedrock names the model in the path; the others in the body."""
     if wire == bedrock.WIRE:
         return bedrock.model_from_path(path)
+    if wire in google.WIRES:
+        return google.model_from_path(path)
     return str(body.get("model", ""))
 
 
 def streams(wire: str, body: dict[str, Any]) -> bool:
-    """Whether the reply is a stream: the route says so for Bedrock, the body's flag elsewhere."""
-    return wire == bedrock.WIRE or bool(body.get("stream"))
+    """Whether the reply is a stream: the route says so for Bedrock and Gemini, the body's flag elsewhere."""
+    return wire == bedrock.WIRE or wire in google.WIRES or bool(body.get("stream"))
 
 
 def view_request(wire: str, body: dict[str, Any], *, body_size: int, model: str = "") -> RequestView:
     if wire == bedrock.WIRE:
         return bedrock.view_request(body, model=model, body_size=body_size)
+    if wire in google.WIRES:
+        return google.view_request(wire, body, model=model, body_size=body_size)
     if wire == "openai-completions":
         system, users, results, every_user = _view_chat(body)
     elif wire == "openai-responses":
@@ -71,6 +92,8 @@ def find_request_error(wire: str, body: dict[str, Any]) -> str | None:
     """The structural checks the real APIs make, so a client bug fails here as it would there."""
     if wire == bedrock.WIRE:
         return bedrock.request_error(body)
+    if wire in google.WIRES:
+        return google.request_error(body)
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "model is required"
     if wire == "openai-completions":

@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from . import bedrock
+from . import bedrock, google
 from .framing import IdSource, Step, pieces, signature, sse
 from .script import Plan
 
@@ -31,6 +31,8 @@ __all__ = [
 def render_stream(wire: str, plan: Plan, model: str, ids: IdSource) -> list[Step]:
     if wire == bedrock.WIRE:
         return bedrock.render_stream(plan, ids)
+    if wire in google.WIRES:
+        return google.render_stream(plan, model, ids)
     if wire == "openai-completions":
         return _chat_stream(plan, model, ids)
     if wire == "openai-responses":
@@ -75,6 +77,8 @@ def error_headers(wire: str, status: int) -> dict[str, str]:
 def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
     if wire == bedrock.WIRE:
         return bedrock.error_body(status, message)
+    if wire in google.WIRES:
+        return google.error_body(status, message)
     client_error = 400 <= status < 500
     if wire == "anthropic-messages":
         default = "invalid_request_error" if client_error else "api_error"
@@ -88,6 +92,8 @@ def error_event(wire: str, message: str) -> bytes:
     """A mid-stream failure event in the wire's own format."""
     if wire == bedrock.WIRE:
         return bedrock.error_event(message)
+    if wire in google.WIRES:
+        return google.error_event(message)
     if wire == "openai-completions":
         return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
     if wire == "openai-responses":

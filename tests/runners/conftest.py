@@ -53,6 +53,7 @@ class ScriptedProviderServer:
         self.openai_base_url = self.root + "/v1"
         self.anthropic_base_url = self.root
         self.bedrock_base_url = self.root  # boto3 endpoint_url: `/model/{id}/converse-stream` below it
+        self.google_base_url = self.root  # google-genai http_options.base_url (Gemini API and Vertex AI)
         threading.Thread(target=self.process.stderr.read, daemon=True).start()
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:

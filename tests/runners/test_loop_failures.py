@@ -38,8 +38,10 @@ def test_a_tool_error_goes_back_to_the_model_as_a_tool_result(
         ("completions_case", "deepseek/deepseek-flash", "openai_base_url"),
         ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url"),
         ("bedrock_case", "amazon-bedrock/us.anthropic.claude-haiku-4-5-20251001-v1:0", "bedrock_base_url"),
+        ("gemini_case", "google/gemini-2.5-flash", "google_base_url"),
+        ("vertex_case", "google-vertex/gemini-2.5-flash", "google_base_url"),
     ],
-    ids=["responses_case", "completions_case", "anthropic_case", "bedrock_case"],
+    ids=["responses_case", "completions_case", "anthropic_case", "bedrock_case", "gemini_case", "vertex_case"],
 )
 def test_a_provider_500_fails_the_turn_with_provider_error_after_bounded_retries(
     label: str, model: str, base: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
@@ -64,8 +66,10 @@ def test_a_provider_500_fails_the_turn_with_provider_error_after_bounded_retries
         ("completions_case", "deepseek/deepseek-flash", "openai_base_url"),
         ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url"),
         ("bedrock_case", "amazon-bedrock/us.anthropic.claude-haiku-4-5-20251001-v1:0", "bedrock_base_url"),
+        ("gemini_case", "google/gemini-2.5-flash", "google_base_url"),
+        ("vertex_case", "google-vertex/gemini-2.5-flash", "google_base_url"),
     ],
-    ids=["responses_case", "completions_case", "anthropic_case", "bedrock_case"],
+    ids=["responses_case", "completions_case", "anthropic_case", "bedrock_case", "gemini_case", "vertex_case"],
 )
 def test_a_broken_stream_fails_the_turn_with_provider_error_and_leaves_no_trace(
     label: str, model: str, base: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path

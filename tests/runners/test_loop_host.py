@@ -65,9 +65,8 @@ def test_importing_every_runner_module_loads_no_django() -> None:
 
 def test_startup_imports_no_provider_sdk() -> None:
     # when
-    code = (
-        "import sys, runners.loop.host; print(sorted(m for m in ('openai', 'anthropic', 'httpx') if m in sys.modules))"
-    )
+    sdks = ("openai", "anthropic", "httpx", "boto3", "botocore", "google.genai", "mistralai")
+    code = f"import sys, runners.loop.host; print(sorted(m for m in {sdks!r} if m in sys.modules))"
     output = subprocess.run(
         [sys.executable, "-c", code], cwd=PROJECT_ROOT, env=runner_env(), capture_output=True, text=True, check=True
     )

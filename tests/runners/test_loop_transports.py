@@ -45,6 +45,13 @@ def _tool_results_in(wire: str, body: dict[str, Any]) -> list[str]:
         return [m["content"] for m in body["messages"] if m["role"] == "tool"]
     if wire == "openai-responses":
         return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
+    if wire in ("google-generative-ai", "google-vertex"):
+        return [
+            part["functionResponse"]["response"]["output"]
+            for content in body["contents"]
+            for part in content["parts"]
+            if "functionResponse" in part
+        ]
     if wire == "bedrock-converse-stream":
         return [
             block["toolResult"]["content"][0]["text"]
@@ -109,7 +116,13 @@ def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
     assert _tool_results_in(wire, requests[1]["body"]) == ['{"text": "hi"}', '{"a": 2, "b": 3}']
     assert requests[0]["body"].get("stream", True) is True  # Bedrock streams by route, not by flag
     expected_key_header = (
-        "api-key" if model.startswith("azure/") else "x-api-key" if wire == "anthropic-messages" else "authorization"
+        "api-key"
+        if model.startswith("azure/")
+        else "x-api-key"
+        if wire == "anthropic-messages"
+        else "x-goog-api-key"
+        if wire.startswith("google")
+        else "authorization"
     )
     assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key")
 
@@ -193,6 +206,13 @@ def test_it_uses_the_configured_instructions_and_the_key_from_open(
             "high",
             ("additionalModelRequestFields", {"reasoning_effort": "high"}),
         ),
+        (
+            "gemini_case",
+            "google/gemini-2.5-flash",
+            "google_base_url",
+            "low",
+            ("generationConfig", {"thinkingConfig": {"thinking_budget": 2048}}),
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
 )
@@ -253,8 +273,10 @@ def test_tool_results_with_structured_content_and_unknown_outcome_reach_the_mode
             "low",
             "reasoningContent",
         ),
+        ("gemini_case", "google/gemini-2.5-pro", "google_base_url", "medium", "thoughtSignature"),
+        ("vertex_case", "google-vertex/gemini-3-flash-preview", "google_base_url", "high", "thoughtSignature"),
     ],
-    ids=["responses_case", "anthropic_case", "bedrock_case"],
+    ids=["responses_case", "anthropic_case", "bedrock_case", "gemini_case", "vertex_case"],
 )
 def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
     label: str,
@@ -286,6 +308,14 @@ def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
         assistant = follow_up["messages"][1]["content"]
         assert [b["type"] for b in assistant] == ["thinking", "text", "tool_use"]
         assert assistant[0]["signature"].startswith("sig:")
+    elif replayed == "thoughtSignature":
+        model_turn = follow_up["contents"][1]["parts"]
+        assert [next(iter(p)) for p in model_turn] == ["text", "functionCall"]
+        assert model_turn[1]["thoughtSignature"]
+        assert follow_up["generationConfig"]["thinkingConfig"] in (
+            {"thinking_budget": 8192},
+            {"thinking_level": "HIGH"},
+        )
     elif replayed == "reasoningContent":
         assistant = follow_up["messages"][1]["content"]
         assert [next(iter(b)) for b in assistant] == ["reasoningContent", "text", "toolUse"]

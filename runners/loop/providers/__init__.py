@@ -22,6 +22,8 @@ TRANSPORTS = {
     "azure-openai-responses": ("runners.loop.providers.openai_responses", "AzureOpenAIResponses"),
     "anthropic-messages": ("runners.loop.providers.anthropic_messages", "AnthropicMessages"),
     "bedrock-converse-stream": ("runners.loop.providers.bedrock_converse", "BedrockConverse"),
+    "google-generative-ai": ("runners.loop.providers.google_genai", "GoogleGenerativeAI"),
+    "google-vertex": ("runners.loop.providers.google_genai", "GoogleVertex"),
 }
 # Open connections kept across all sessions of the host.
 MAX_CONNECTIONS = 64
