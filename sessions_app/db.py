@@ -121,17 +121,25 @@ def list_sessions(tenant: str, *, after: str, limit: int, only: str = "") -> lis
     return [_record(row) for row in rows[:limit]]
 
 
+WRITE_BATCH = 200  # rows per UPDATE statement; SQLite caps bound parameters per statement
+
+
 def save_session_states(records: list[SessionRecord]) -> None:
-    """Write-behind of runtime state: status, updated_at and checkpoint, one transaction."""
+    """Write-behind of runtime state: status, updated_at and checkpoint, one UPDATE per batch."""
+    rows = [
+        Session(
+            id=record.id,
+            status=record.status,
+            updated_at=parse_time(record.updated_at),
+            checkpoint_id=record.checkpoint["id"],
+            checkpoint_offset=record.checkpoint["offset"],
+            checkpoint_time=parse_time(record.checkpoint["time"]),
+        )
+        for record in records
+    ]
+    fields = ["status", "updated_at", "checkpoint_id", "checkpoint_offset", "checkpoint_time"]
     with transaction.atomic():
-        for record in records:
-            Session.objects.filter(id=record.id).update(
-                status=record.status,
-                updated_at=parse_time(record.updated_at),
-                checkpoint_id=record.checkpoint["id"],
-                checkpoint_offset=record.checkpoint["offset"],
-                checkpoint_time=parse_time(record.checkpoint["time"]),
-            )
+        Session.objects.bulk_update(rows, fields, batch_size=WRITE_BATCH)
 
 
 def claim_running_sessions(marked: Iterable[str] = ()) -> list[SessionRecord]:

@@ -29,7 +29,9 @@ from .pubsub import SubscriberSlots
 
 __all__ = ["Engine"]
 
-WRITE_BEHIND_SECONDS = 0.05  # status rows reach the database at most this long after a change
+# Status rows reach the database at most this long after a change. Crash recovery does not
+# depend on it (the event log and the running marker do); the admin and lists see it.
+WRITE_BEHIND_SECONDS = 0.2
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
 RESTART_MESSAGE = "turn interrupted: server restarted"
 
