@@ -97,6 +97,7 @@ class SessionActor:
         self.emit("session.status", {"status": status.value}, input_id=input_id)
         if status != SessionStatus.RUNNING:
             (self.directory / RUNNING_MARKER).unlink(missing_ok=True)
+            self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
         if status == SessionStatus.CLOSED:
             for subscriber in list(self.subscribers):
                 subscriber.close()  # spec: streams end when the session is closed
