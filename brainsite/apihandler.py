@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import inspect
 from io import BytesIO
-from typing import Any
+from typing import Any, cast
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponseBase
@@ -42,6 +42,7 @@ class ApiHandler:
             match = self.resolver.resolve(request.path_info)
         except Resolver404:
             return error_response(request, NotFound("not found"))
+        cast(dict[str, Any], request.scope)["brain_route"] = match.route  # labels the request's metrics
         try:
             response: HttpResponseBase = match.func(request, *match.args, **match.kwargs)
             if inspect.isawaitable(response):  # ninja's operations are async; its openapi view is not

@@ -8,6 +8,7 @@ import functools
 import os
 import re
 import secrets
+import time
 from typing import Any
 
 import django
@@ -18,7 +19,7 @@ django.setup()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from brainsite import runtime_host  # noqa: E402
+from brainsite import runtime_host, telemetry  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
@@ -52,6 +53,8 @@ class BrainHttpMiddleware:
         scope["brain_request_id"] = request_id
         scope["brain_pending_bytes"] = pending_bytes_probe(send)
         scope["brain_abort_connection"] = functools.partial(abort_connection, send)
+        if telemetry.enabled():
+            send = _observed(scope, send)
         extra = [(b"x-request-id", request_id.encode()), (b"x-content-type-options", b"nosniff")]
 
         async def send_with_headers(message: dict[str, Any]) -> None:
@@ -68,10 +71,15 @@ class BrainHttpMiddleware:
         match = _EVENTS_PATH.match(scope.get("path", ""))
         if match and scope.get("method") == "GET" and self._wants_stream(scope):
             scope["url_route"] = {"kwargs": {"session_id": match.group(1)}}
+            scope["brain_route"] = "sessions/<session_id>/events"
             await self.stream_app(scope, receive, send_with_headers)
             return
         path = scope.get("path", "")
-        app = self.django_app if path.startswith(DJANGO_PREFIXES) else self.api_app
+        if path.startswith(DJANGO_PREFIXES):
+            app = self.django_app
+            scope["brain_route"] = next(prefix for prefix in DJANGO_PREFIXES if path.startswith(prefix))
+        else:
+            app = self.api_app
         await app(scope, self._limited_receive(receive, limit), send_with_headers)
 
     @staticmethod
@@ -102,6 +110,42 @@ class BrainHttpMiddleware:
             return message  # noqa: RET504
 
         return limited
+
+
+def _observed(scope: Scope, send: Any) -> Any:
+    """`send`, recording the request's metrics as its response ends; an SSE stream is counted
+    when it starts, and never timed."""
+    started = time.monotonic()
+    status = 0
+
+    async def observed(message: dict[str, Any]) -> None:
+        nonlocal status
+        await send(message)
+        if message["type"] == "http.response.start":
+            status = message["status"]
+            if status == 200 and (b"content-type", b"text/event-stream") in message.get("headers", ()):
+                telemetry.record_request(_route(scope), scope["method"], status, "", None)
+                status = 0
+        elif status and not message.get("more_body"):
+            code = _error_code(message.get("body", b"")) if status >= 400 else ""
+            telemetry.record_request(_route(scope), scope["method"], status, code, time.monotonic() - started)
+            status = 0
+
+    return observed
+
+
+def _route(scope: Scope) -> str:
+    route = scope.get("brain_route")
+    return telemetry.route_template(route) if route is not None else telemetry.UNMATCHED_ROUTE
+
+
+def _error_code(body: bytes) -> str:
+    import orjson
+
+    try:
+        return str(orjson.loads(body)["error"]["code"])
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        return ""
 
 
 class _TooLargeGuard:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from brainsite import telemetry
 from brainsite.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
 from brainsite.logs import logger
 
@@ -60,6 +61,7 @@ async def ensure_started() -> None:
         from tools_app import registry
 
         config, secrets = _ensure_configured()
+        telemetry.setup()
         await database_sync_to_async(db.mirror_config_tokens)(config, secrets.tokens)
         await database_sync_to_async(tools_db.mirror_config_bindings)(config.tools)
         registry.install(config.tools, tool_tokens=secrets.tool_tokens, public_url=config.public_url)
@@ -79,4 +81,5 @@ async def shutdown() -> None:
     from tools_app import registry
 
     await registry.aclose()
+    await telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
     logger.info("brain stopped")

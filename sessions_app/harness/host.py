@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,6 +105,7 @@ class HarnessHost:
         self._calls: set[asyncio.Task[None]] = set()
         self._reader: asyncio.Task[None] | None = None
         self._next_request = 0
+        self.spawned_at = 0.0  # time.monotonic() of the spawn, until its first `open` is answered
 
     @property
     def pid(self) -> int | None:
@@ -113,6 +115,7 @@ class HarnessHost:
         work, home = self.workdir / "work", self.workdir / "home"
         work.mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
+        self.spawned_at = time.monotonic()
         self._process = await asyncio.create_subprocess_exec(
             *self.command,
             stdin=asyncio.subprocess.PIPE,

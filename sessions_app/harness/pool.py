@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from brainsite import telemetry
 from brainsite.hostconfig import Harness
 
 from .host import AttachmentHandler, HarnessHost, HostLost, RunnerError
@@ -58,6 +60,9 @@ class HostPool:
             host.forget(attachment.id)
             await self._release_if_empty(host)
             raise
+        if host.spawned_at:  # the host's first reply: it has started
+            telemetry.record_runner_startup(self.name, time.monotonic() - host.spawned_at)
+            host.spawned_at = 0.0
         return attachment
 
     async def _reserve_host(self) -> HarnessHost:

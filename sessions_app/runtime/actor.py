@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from brainsite import telemetry
 from brainsite.errors import BrainError, Conflict, Overloaded
 from brainsite.logs import logger
 from sessions_app.eventlog import LIVE_ONLY, MAX_RECORD_BYTES, Event, EventLog, RecordTooLarge, new_id, now_rfc3339
@@ -51,6 +53,7 @@ class PendingInput:
     id: str
     text: str
     traceparent: str = ""  # W3C trace context of the request that sent it
+    accepted: float = 0.0  # time.monotonic() when it was accepted
 
 
 class SessionActor:
@@ -70,6 +73,9 @@ class SessionActor:
         self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
         self._failure: TurnFailure | None = None
         self._tool_tasks: set[asyncio.Task[Any]] = set()
+        self._trace: telemetry.TurnTrace | None = None  # the running turn's, while telemetry is on
+        self._reported_log_size = log.size  # event log bytes already counted in brain.transcript.bytes
+        self._native_sizes: dict[str, int] | None = None  # native file sizes of the last checkpoint
 
     # -- state -------------------------------------------------------------------------------
 
@@ -155,7 +161,7 @@ class SessionActor:
             raise BrainError() from exc
         if key is not None:
             self.keys[key] = event.offset
-        self.queue.append(PendingInput(event.id, text, traceparent))
+        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic()))
         if self.status == SessionStatus.IDLE:
             self._start_next()
         return event
@@ -239,8 +245,13 @@ class SessionActor:
 
     async def _run_turn(self, pending: PendingInput) -> None:
         failure: TurnFailure | None = None
+        trace = self._trace = telemetry.start_turn(
+            self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
+        )
         try:
             async with self.engine.turn_slot():
+                if trace is not None:
+                    trace.started()
                 attachment = await self.engine.attach(self)
                 async with attachment.host.turn_slots:
                     if self._stop_reason:
@@ -270,6 +281,10 @@ class SessionActor:
         finally:
             self.task = None
             self.current = None
+            if trace is not None:
+                self._trace = None
+                trace.end(failure.code if failure is not None else "")
+                self._record_log_growth()
         if failure is None:
             self._finish_turn(pending)
         else:
@@ -328,6 +343,9 @@ class SessionActor:
         self.engine.mark_dirty(self)
 
     async def _record_checkpoint(self, reported: Any) -> None:
+        if self._trace is not None and self._native_sizes is None:  # first checkpoint since loading
+            last = await asyncio.to_thread(self.checkpoints.last)
+            self._native_sizes = {item["path"]: item["size"] for item in last["files"]} if last else {}
         checkpoint_id, time = new_id(), now_rfc3339()
         if isinstance(reported, list) and all(isinstance(f, dict) and f.get("append_only") for f in reported):
             # append-only files need a stat each and one journal line: cheaper than a thread hop
@@ -337,6 +355,20 @@ class SessionActor:
                 self.checkpoints.record, checkpoint_id, offset=self.log.size, time=time, reported=reported
             )
         self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
+        if self._native_sizes is not None:
+            self._record_native_growth(entry["files"])
+
+    def _record_log_growth(self) -> None:
+        size = self.log.size
+        telemetry.record_transcript_bytes(size - self._reported_log_size)
+        self._reported_log_size = size
+
+    def _record_native_growth(self, files: list[dict[str, Any]]) -> None:
+        """Count the bytes native files grew by since the previous checkpoint."""
+        previous = self._native_sizes or {}
+        sizes = {item["path"]: item["size"] for item in files}
+        self._native_sizes = sizes
+        telemetry.record_native_bytes(sum(max(0, size - previous.get(path, 0)) for path, size in sizes.items()))
 
     # -- harness callbacks (AttachmentHandler) -----------------------------------------------
 
@@ -349,6 +381,8 @@ class SessionActor:
             self.emit(name, data, input_id=self.current.id)
         except (OSError, RecordTooLarge) as exc:
             self._fail_running_turn(TurnFailure("brain_error", str(exc)))
+        if self._trace is not None:
+            self._trace.output()
 
     async def on_tool_call(self, turn: str, params: dict[str, Any]) -> dict[str, Any]:
         if turn != self.turn_id or self.current is None or self._stop_reason:
@@ -362,15 +396,17 @@ class SessionActor:
         except (OSError, RecordTooLarge) as exc:
             self._fail_running_turn(TurnFailure("brain_error", str(exc)))
             return registry.error_result("tool call could not be recorded")
+        tools = tuple(self.record.config.get("tools", ()))
+        trace = self._trace.tool_call(name) if self._trace is not None else None
         task = asyncio.get_running_loop().create_task(
             registry.invoke(
                 registry.CallContext(
                     tenant=self.record.tenant,
                     session_id=self.id,
                     call_id=call_id,
-                    tools=tuple(self.record.config.get("tools", ())),
+                    tools=tools,
                     progress=lambda data: self._tool_progress(call_id, input_id, data),
-                    traceparent=self.current.traceparent,
+                    traceparent=trace.traceparent if trace is not None else self.current.traceparent,
                 ),
                 name,
                 arguments,
@@ -387,6 +423,8 @@ class SessionActor:
             )
         finally:
             self._tool_tasks.discard(task)
+        if trace is not None:  # an unknown name is the model's text: keep it out of metric labels
+            trace.end(name if name in tools else "unknown", is_error=result.get("is_error") is True)
         try:
             self.emit("tool.result", {"call_id": call_id, "result": result}, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:

@@ -1,0 +1,298 @@
+"""OpenTelemetry export: traces and metrics over OTLP/HTTP, as service `brain`, when
+$OTEL_EXPORTER_OTLP_ENDPOINT is set. Without it the SDK is never imported and every helper
+returns at once. Imports nothing of Brain's apps; hot paths import only this module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from brainsite.logs import logger
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Counter, Histogram, UpDownCounter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+
+__all__ = [
+    "ENDPOINT_ENV",
+    "UNMATCHED_ROUTE",
+    "ToolCallTrace",
+    "TurnTrace",
+    "ashutdown",
+    "enabled",
+    "record_native_bytes",
+    "record_request",
+    "record_runner_startup",
+    "record_transcript_bytes",
+    "route_template",
+    "setup",
+    "shutdown",
+    "start_turn",
+]
+
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+INTERVAL_ENV = "OTEL_METRIC_EXPORT_INTERVAL"  # the SDK's own name; tests shorten the interval with it
+METRIC_INTERVAL_MILLIS = 15_000  # spec: metrics are exported every 15 seconds
+SERVICE_NAME = "brain"  # spec
+FLUSH_SECONDS = 5.0  # shutdown waits this long for the last export; an absent collector must not hold exit
+# Seconds, from a fast API call to a long tool call or a cold harness start.
+SECONDS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+UNMATCHED_ROUTE = "unmatched"  # a path no route serves (404, or a body rejected before routing)
+_PATH_PARAMETER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+@dataclass(slots=True)
+class _Instruments:
+    tracer: Tracer
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    http_requests: Counter
+    http_duration: Histogram
+    http_rejected: Counter
+    executions_active: UpDownCounter
+    queue_delay: Histogram
+    first_output: Histogram
+    runner_startup: Histogram
+    tool_calls: Counter
+    tool_duration: Histogram
+    transcript_bytes: Counter
+    native_bytes: Counter
+
+
+_instruments: _Instruments | None = None
+
+
+def enabled() -> bool:
+    return _instruments is not None
+
+
+def setup() -> bool:
+    """Start exporting when $OTEL_EXPORTER_OTLP_ENDPOINT is set; returns whether it is on.
+
+    The exporters read the endpoint (and the SDK's other OTEL_EXPORTER_OTLP_* variables)
+    themselves. Idempotent.
+    """
+    global _instruments
+    if _instruments is not None:
+        return True
+    if not os.environ.get(ENDPOINT_ENV, "").strip() or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
+        return False
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import SERVICE_NAME as SERVICE_NAME_KEY
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({SERVICE_NAME_KEY: SERVICE_NAME})
+    # Not installed as the global providers: runtime_host owns their lifetime, and their
+    # atexit hooks could hold the exit for 30 s when the collector is gone.
+    tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    interval = float(os.environ.get(INTERVAL_ENV) or METRIC_INTERVAL_MILLIS)
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+    meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+    meter = meter_provider.get_meter("brain")
+
+    def seconds(name: str, description: str) -> Histogram:
+        return meter.create_histogram(
+            name, unit="s", description=description, explicit_bucket_boundaries_advisory=SECONDS_BUCKETS
+        )
+
+    _instruments = _Instruments(
+        tracer=tracer_provider.get_tracer("brain"),
+        tracer_provider=tracer_provider,
+        meter_provider=meter_provider,
+        http_requests=meter.create_counter("brain.http.requests", unit="{request}", description="HTTP requests"),
+        http_duration=seconds("brain.http.duration", "HTTP request latency (SSE streams are not timed)"),
+        http_rejected=meter.create_counter("brain.http.rejected", unit="{request}", description="Error responses"),
+        executions_active=meter.create_up_down_counter(
+            "brain.executions.active", unit="{turn}", description="Running turns"
+        ),
+        queue_delay=seconds("brain.input.queue_delay", "Time a message waited before its turn started"),
+        first_output=seconds("brain.assistant.first_output", "Time from accepting a message to its first output"),
+        runner_startup=seconds("brain.runner.startup", "Time to start a harness process"),
+        tool_calls=meter.create_counter("brain.tool.calls", unit="{call}", description="Tool calls"),
+        tool_duration=seconds("brain.tool.duration", "Tool call latency"),
+        transcript_bytes=meter.create_counter(
+            "brain.transcript.bytes", unit="By", description="Bytes appended to event logs"
+        ),
+        native_bytes=meter.create_counter(
+            "brain.native.appended_bytes", unit="By", description="Growth of native harness state"
+        ),
+    )
+    logger.info("telemetry exporting", extra={"endpoint": os.environ[ENDPOINT_ENV]})
+    return True
+
+
+def shutdown() -> None:
+    """Export what is buffered and stop; blocks up to the exporters' timeouts."""
+    global _instruments
+    instruments, _instruments = _instruments, None
+    if instruments is None:
+        return
+    instruments.tracer_provider.shutdown()
+    instruments.meter_provider.shutdown(timeout_millis=FLUSH_SECONDS * 1000)
+
+
+async def ashutdown() -> None:
+    """shutdown() off the loop, waiting at most FLUSH_SECONDS.
+
+    A daemon thread rather than to_thread: the interpreter joins executor threads at exit, so an
+    export stuck on a dead collector would hold the process past its shutdown deadline.
+    """
+    if _instruments is None:
+        return
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finish() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            shutdown()
+        except Exception:  # supervision boundary: a failed flush must not fail the exit
+            logger.exception("telemetry flush failed")
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop closed while we flushed
+                loop.call_soon_threadsafe(finish)
+
+    threading.Thread(target=run, name="brain-telemetry-flush", daemon=True).start()
+    try:
+        await asyncio.wait_for(done, FLUSH_SECONDS)
+    except TimeoutError:
+        logger.warning("telemetry flush timed out")
+
+
+# -- HTTP --------------------------------------------------------------------------------------
+
+
+@cache
+def route_template(route: str) -> str:
+    """`sessions/<session_id>/events` (a Django route) as `/sessions/{session_id}/events`."""
+    return "/" + _PATH_PARAMETER.sub(r"{\1}", route).lstrip("/")
+
+
+def record_request(route: str, method: str, status: int, code: str, seconds: float | None) -> None:
+    """One finished response; `seconds` is None for an SSE stream (counted, not timed)."""
+    instruments = _instruments
+    if instruments is None:
+        return
+    attributes = {"http.route": route, "http.request.method": method}
+    instruments.http_requests.add(1, attributes)
+    if seconds is not None:
+        instruments.http_duration.record(seconds, attributes)
+    if status >= 400:
+        instruments.http_rejected.add(1, {"error.code": code or "unknown"})
+
+
+# -- turns and tool calls ----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class ToolCallTrace:
+    span: Span
+    traceparent: str  # the tool.call span's context, forwarded to the tool
+    started: float = field(default_factory=time.monotonic)
+
+    def end(self, tool: str, *, is_error: bool) -> None:
+        """`tool` labels the metrics: a configured tool name, never model-invented text."""
+        outcome = "tool_error" if is_error else "success"
+        self.span.set_attribute("brain.tool.outcome", outcome)
+        self.span.end()
+        instruments = _instruments
+        if instruments is not None:
+            attributes = {"brain.tool.name": tool, "brain.tool.outcome": outcome}
+            instruments.tool_calls.add(1, attributes)
+            instruments.tool_duration.record(time.monotonic() - self.started, attributes)
+
+
+@dataclass(slots=True)
+class TurnTrace:
+    """One running turn: its session.execute span and its first-output clock."""
+
+    span: Span
+    accepted: float  # time.monotonic() when its message was accepted
+    awaiting_output: bool = True
+
+    def started(self) -> None:
+        """The turn got its slot: the message's queueing ended."""
+        if _instruments is not None:
+            _instruments.queue_delay.record(time.monotonic() - self.accepted)
+
+    def output(self) -> None:
+        """An assistant event arrived; the first one of the turn is measured."""
+        if self.awaiting_output:
+            self.awaiting_output = False
+            if _instruments is not None:
+                _instruments.first_output.record(time.monotonic() - self.accepted)
+
+    def tool_call(self, name: str) -> ToolCallTrace | None:
+        instruments = _instruments
+        if instruments is None:
+            return None
+        from opentelemetry.propagate import inject
+        from opentelemetry.trace import set_span_in_context
+
+        span = instruments.tracer.start_span(
+            "tool.call", context=set_span_in_context(self.span), attributes={"brain.tool.name": name}
+        )
+        carrier: dict[str, str] = {}
+        inject(carrier, context=set_span_in_context(span))
+        return ToolCallTrace(span, carrier.get("traceparent", ""))
+
+    def end(self, error_code: str) -> None:
+        if error_code:
+            from opentelemetry.trace import StatusCode
+
+            self.span.set_status(StatusCode.ERROR, error_code)
+        self.span.end()
+        if _instruments is not None:
+            _instruments.executions_active.add(-1)
+
+
+def start_turn(session_id: str, harness: str, *, traceparent: str, accepted: float) -> TurnTrace | None:
+    """A session.execute span joining `traceparent` (if any); None when telemetry is off."""
+    instruments = _instruments
+    if instruments is None:
+        return None
+    from opentelemetry.propagate import extract
+
+    parent: Any = extract({"traceparent": traceparent}) if traceparent else None
+    span = instruments.tracer.start_span(
+        "session.execute", context=parent, attributes={"session.id": session_id, "brain.harness": harness}
+    )
+    instruments.executions_active.add(1)
+    return TurnTrace(span, accepted)
+
+
+# -- harnesses and storage ---------------------------------------------------------------------
+
+
+def record_runner_startup(harness: str, seconds: float) -> None:
+    if _instruments is not None:
+        _instruments.runner_startup.record(seconds, {"brain.harness": harness})
+
+
+def record_transcript_bytes(count: int) -> None:
+    if _instruments is not None and count > 0:
+        _instruments.transcript_bytes.add(count)
+
+
+def record_native_bytes(count: int) -> None:
+    if _instruments is not None and count > 0:
+        _instruments.native_bytes.add(count)
