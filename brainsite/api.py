@@ -12,6 +12,7 @@ from ninja.renderers import BaseRenderer
 
 from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized
 from brainsite.logs import logger
+from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
 from tools_app.api import router as tools_router
 
@@ -28,6 +29,7 @@ class OrjsonRenderer(BaseRenderer):
 api = NinjaAPI(title="Brain", version="current", renderer=OrjsonRenderer(), docs_url=None, openapi_url="/openapi.json")
 api.add_router("", sessions_router)
 api.add_router("", tools_router)
+api.add_router("", persistence_router)
 api.add_router("", health.router)
 
 

@@ -11,20 +11,13 @@ from ninja import Router
 from brainsite.errors import InvalidRequest
 
 from . import services
-from .auth import BearerAuth, require_manage, require_write
-from .records import Principal
+from .auth import BearerAuth, principal_of, require_manage, require_write
 from .schemas import CreateSessionIn, InputIn
 
 router = Router(auth=BearerAuth(), tags=["sessions"])
 
 MAX_PAGE = 1000  # spec: limit is 1-1000 (out of range is 400, never clamped)
 DEFAULT_PAGE = 100
-
-
-def _principal(request: HttpRequest) -> Principal:
-    """The grant BearerAuth attached to the request."""
-    principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth
-    return principal
 
 
 def _limit(request: HttpRequest) -> int:
@@ -50,7 +43,7 @@ async def create_session(request: HttpRequest, body: CreateSessionIn) -> tuple[i
     config = body.config.model_dump(exclude_none=True)
     credentials = body.credentials
     return 201, await services.create_session(
-        _principal(request),
+        principal_of(request),
         harness=body.harness,
         config=config,
         credentials=credentials,
@@ -60,17 +53,17 @@ async def create_session(request: HttpRequest, body: CreateSessionIn) -> tuple[i
 @router.get("/sessions")
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     after = request.GET.get("after", "")
-    return await services.list_sessions(_principal(request), after=after, limit=_limit(request))
+    return await services.list_sessions(principal_of(request), after=after, limit=_limit(request))
 
 
 @router.get("/sessions/{session_id}")
 async def get_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    return await services.get_session(_principal(request), session_id)
+    return await services.get_session(principal_of(request), session_id)
 
 
 @router.post("/sessions/{session_id}/events", response={202: dict[str, Any]})
 async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tuple[int, dict[str, Any]]:
-    principal = _principal(request)
+    principal = principal_of(request)
     require_write(principal)
     if body.type == "user.interrupt":
         if body.model_fields_set - {"type"}:
@@ -92,7 +85,7 @@ async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tu
 async def read_events(request: HttpRequest, session_id: str) -> dict[str, Any]:
     after = request.GET.get("after", "")
     return await services.read_events(
-        _principal(request),
+        principal_of(request),
         session_id,
         after=after,
         limit=_limit(request),
@@ -101,11 +94,11 @@ async def read_events(request: HttpRequest, session_id: str) -> dict[str, Any]:
 
 @router.post("/sessions/{session_id}/resume")
 async def resume_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    require_manage(_principal(request))
-    return await services.resume_session(_principal(request), session_id)
+    require_manage(principal_of(request))
+    return await services.resume_session(principal_of(request), session_id)
 
 
 @router.post("/sessions/{session_id}/close", response={202: dict[str, Any]})
 async def close_session(request: HttpRequest, session_id: str) -> tuple[int, dict[str, str]]:
-    require_manage(_principal(request))
-    return 202, await services.close_session(_principal(request), session_id)
+    require_manage(principal_of(request))
+    return 202, await services.close_session(principal_of(request), session_id)

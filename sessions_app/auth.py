@@ -17,6 +17,7 @@ __all__ = [
     "BearerAuth",
     "authenticate_header",
     "forget_tokens",
+    "principal_of",
     "grant_inspection",
     "require_manage",
     "require_write",
@@ -86,6 +87,12 @@ class BearerAuth(AuthBase):
         if principal.read_only and request.method not in ("GET", "HEAD"):
             raise Forbidden("token is read-only")
         return principal
+
+
+def principal_of(request: HttpRequest) -> Principal:
+    """The grant BearerAuth attached to the request."""
+    principal: Principal = request.auth  # type: ignore[attr-defined]  # set by ninja's auth
+    return principal
 
 
 def require_write(principal: Principal) -> None:

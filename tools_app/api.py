@@ -1,4 +1,5 @@
-"""GET /catalog: the tools the caller's tenant may enable."""
+"""GET /catalog: the tools the caller's tenant may enable. POST /executors: client-side runtime
+tools are not built into this server yet, so registering an executor is 422 `unsupported`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
-from sessions_app.auth import BearerAuth
+from brainsite.errors import Unsupported
+from sessions_app.auth import BearerAuth, principal_of, require_manage
 
 from . import registry
 
@@ -16,4 +18,10 @@ router = Router(auth=BearerAuth(), tags=["tools"])
 
 @router.get("/catalog")
 async def catalog(request: HttpRequest) -> dict[str, Any]:
-    return {"tools": await registry.acatalog_for(request.auth.tenant)}  # type: ignore[attr-defined]
+    return {"tools": await registry.acatalog_for(principal_of(request).tenant)}
+
+
+@router.post("/executors")
+async def register_executor(request: HttpRequest) -> dict[str, Any]:
+    require_manage(principal_of(request))
+    raise Unsupported("runtime tool executors are not enabled on this server")
