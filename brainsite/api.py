@@ -10,7 +10,7 @@ from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.renderers import BaseRenderer
 
-from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized
+from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized, error_envelope
 from brainsite.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
@@ -38,8 +38,8 @@ def request_id(request: HttpRequest) -> str:
 
 
 def error_response(request: HttpRequest, error: BrainError) -> HttpResponse:
-    body = {"error": {"code": error.code, "message": error.message}, "request_id": request_id(request)}
-    response = HttpResponse(orjson.dumps(body), status=error.status, content_type="application/json")
+    body = error_envelope(error, request_id(request))
+    response = HttpResponse(body, status=error.status, content_type="application/json")
     for name, value in error.headers().items():
         response[name] = value
     return response

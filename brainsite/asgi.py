@@ -21,6 +21,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 from brainsite import runtime_host, telemetry  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
+from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 
@@ -31,12 +32,6 @@ DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (ses
 _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
 
 Scope = dict[str, Any]
-
-
-def _error_body(code: str, message: str, request_id: str) -> bytes:
-    import orjson
-
-    return orjson.dumps({"error": {"code": code, "message": message}, "request_id": request_id})
 
 
 class BrainHttpMiddleware:
@@ -91,7 +86,7 @@ class BrainHttpMiddleware:
 
     @staticmethod
     async def _reject_too_large(send: Any, request_id: str) -> None:
-        body = _error_body("invalid_request", "request body exceeds the size limit", request_id)
+        body = error_envelope(PayloadTooLarge("request body exceeds the size limit"), request_id)
         await send({"type": "http.response.start", "status": 413, "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": body})
 

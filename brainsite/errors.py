@@ -14,7 +14,10 @@ BrainError (500 brain_error)
 
 from __future__ import annotations
 
+import orjson
+
 __all__ = [
+    "error_envelope",
     "BrainError",
     "InvalidRequest",
     "PayloadTooLarge",
@@ -88,3 +91,9 @@ class Overloaded(BrainError):
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}
+
+
+def error_envelope(error: BrainError, request_id: str) -> bytes:
+    """The spec's error body, shared by the API, the ASGI layer and the SSE consumer."""
+    body = {"error": {"code": error.code, "message": error.message}, "request_id": request_id}
+    return orjson.dumps(body)

@@ -10,11 +10,10 @@ import contextlib
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs
 
-import orjson
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
-from brainsite.errors import BrainError
+from brainsite.errors import BrainError, error_envelope
 
 from . import services
 from .auth import authenticate_header
@@ -59,12 +58,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         return None
 
     async def _send_error(self, error: BrainError) -> None:
-        body = orjson.dumps(
-            {
-                "error": {"code": error.code, "message": error.message},
-                "request_id": self.scope.get("brain_request_id", ""),
-            }
-        )
+        body = error_envelope(error, self.scope.get("brain_request_id", ""))
         headers = [(b"content-type", b"application/json")]
         headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
         await self.send_headers(status=error.status, headers=headers)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import shutil
 from collections import OrderedDict
 from collections.abc import AsyncIterator
@@ -113,10 +114,8 @@ class Engine:
         if not self._dirty:
             return
         records, self._dirty = list(self._dirty.values()), {}
-        snapshot = [
-            SessionRecord(**{**{f: getattr(r, f) for f in SessionRecord.__slots__}, "checkpoint": dict(r.checkpoint)})
-            for r in records
-        ]
+        # copies: the actors keep changing their records while the thread writes
+        snapshot = [dataclasses.replace(r, checkpoint=dict(r.checkpoint)) for r in records]
         try:
             await db.asave_session_states(snapshot)
         except Exception:  # supervision boundary: keep the rows for the next flush

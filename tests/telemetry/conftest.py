@@ -1,4 +1,4 @@
-"""An OTLP receiver and a loopback tool service for the telemetry tests."""
+"""An OTLP receiver for the telemetry tests (the tool service comes from tests.fixtures.tools)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Iterator
 import pytest
 
 from tests.telemetry.collector import OtlpReceiver
-from tests.tools.servers import LoopbackServer, ToolZoo
 
 
 @pytest.fixture
@@ -15,17 +14,3 @@ def receiver() -> Iterator[OtlpReceiver]:
     receiver = OtlpReceiver().start()
     yield receiver
     receiver.stop()
-
-
-@pytest.fixture(scope="module")
-def zoo_server() -> Iterator[tuple[ToolZoo, LoopbackServer]]:
-    zoo = ToolZoo()
-    server = LoopbackServer(zoo).start()
-    yield zoo, server
-    server.stop()
-
-
-@pytest.fixture
-def zoo(zoo_server: tuple[ToolZoo, LoopbackServer]) -> ToolZoo:
-    zoo_server[0].received.clear()
-    return zoo_server[0]

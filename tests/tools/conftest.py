@@ -9,30 +9,11 @@ import pytest
 
 from brainsite.hostconfig import ToolBindingConfig
 from tests.tools.mcp_server import MCP_TOKEN, build_app
-from tests.tools.servers import LoopbackServer, ToolZoo
+from tests.tools.servers import LoopbackServer
 from tools_app import registry
 
 TENANT = "acme"
 OPEN_SCHEMA: dict[str, Any] = {"type": "object"}
-
-
-@pytest.fixture(scope="session")
-def zoo_server() -> Iterator[tuple[ToolZoo, LoopbackServer]]:
-    zoo = ToolZoo()
-    server = LoopbackServer(zoo).start()
-    yield zoo, server
-    server.stop()
-
-
-@pytest.fixture
-def zoo(zoo_server: tuple[ToolZoo, LoopbackServer]) -> ToolZoo:
-    zoo_server[0].received.clear()
-    return zoo_server[0]
-
-
-@pytest.fixture
-def zoo_url(zoo_server: tuple[ToolZoo, LoopbackServer]) -> str:
-    return zoo_server[1].url
 
 
 @pytest.fixture(scope="session")
