@@ -9,17 +9,17 @@ import itertools
 import json
 import os
 import queue
-import re
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.fixtures.provider import ScriptedProvider
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Generous: the first turn of a transport imports its SDK (hundreds of ms, more on a busy box).
@@ -36,48 +36,7 @@ def runner_env() -> dict[str, str]:
     return env
 
 
-class ScriptedProviderServer:
-    def __init__(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.scripted_provider", "--port", "0"],
-            cwd=PROJECT_ROOT,
-            env=runner_env(),
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.process.stderr is not None
-        line = self.process.stderr.readline()
-        match = re.search(r"http://([\d.]+):(\d+)", line)
-        assert match, f"no ready line from scripted provider: {line!r}"
-        self.root = f"http://{match.group(1)}:{match.group(2)}"
-        self.openai_base_url = self.root + "/v1"
-        self.anthropic_base_url = self.root
-        self.bedrock_base_url = self.root  # boto3 endpoint_url: `/model/{id}/converse-stream` below it
-        self.google_base_url = self.root  # google-genai http_options.base_url (Gemini API and Vertex AI)
-        threading.Thread(target=self.process.stderr.read, daemon=True).start()
-
-    def _call(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.root + path, data=data, method=method)
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return json.loads(response.read())
-
-    def requests(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/_requests")
-
-    def bodies(self) -> list[dict[str, Any]]:
-        return [request["body"] for request in self.requests()]
-
-    def reset(self) -> None:
-        self._call("POST", "/_reset", {})
-        self._call("POST", "/_script", {})
-
-    def set_script(self, script: dict[str, Any]) -> None:
-        self._call("POST", "/_script", script)
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=10)
+ScriptedProviderServer = ScriptedProvider  # the runner tests' name for the shared fixture class
 
 
 class RunnerProcess:
