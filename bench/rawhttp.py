@@ -12,6 +12,8 @@ from typing import Any
 
 __all__ = ["Connection", "SseReader"]
 
+_TURN_ENDS = (b'"status":"idle"', b'"status":"failed"', b'"status":"interrupted"')
+
 
 class Connection:
     """One keep-alive connection for sequential requests with JSON bodies."""
@@ -60,12 +62,13 @@ class Connection:
 
 
 class SseReader:
-    """An SSE stream; wakes waiters when an `idle` status for their input id arrives."""
+    """An SSE stream; wakes waiters when the status ending their input's turn arrives."""
 
     def __init__(self, host: str, port: int, token: str, path: str) -> None:
         self.host, self.port, self.token, self.path = host, port, token, path
-        self.waiters: dict[str, asyncio.Future[None]] = {}
+        self.waiters: dict[str, asyncio.Future[str]] = {}
         self.seen_idle: set[str] = set()
+        self.seen_end: dict[str, str] = {}  # input id -> ending status, for turns nobody waits on yet
         self.task: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
@@ -88,23 +91,37 @@ class SseReader:
                 line = await reader.readline()
                 if not line:
                     return
-                if line.startswith(b"data: ") and marker in line and b'"status":"idle"' in line:
-                    input_id = json.loads(line[6:]).get("input_id", "")
+                if line.startswith(b"data: ") and marker in line and any(end in line for end in _TURN_ENDS):
+                    envelope = json.loads(line[6:])
+                    input_id, status = envelope.get("input_id", ""), envelope["data"]["status"]
                     waiter = self.waiters.pop(input_id, None)
                     if waiter is not None:
-                        waiter.set_result(None)
+                        waiter.set_result(status)
                     else:
-                        self.seen_idle.add(input_id)
+                        self.seen_end[input_id] = status
+                        if status == "idle":
+                            self.seen_idle.add(input_id)
         except (ConnectionError, asyncio.CancelledError):
             return
+        finally:
+            for waiter in self.waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(ConnectionError("the event stream ended"))
+            self.waiters.clear()
+
+    async def wait_end(self, input_id: str) -> str:
+        """The status (idle, failed or interrupted) that ended the turn of `input_id`."""
+        if input_id in self.seen_end:
+            self.seen_idle.discard(input_id)
+            return self.seen_end.pop(input_id)
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.waiters[input_id] = future
+        return await future
 
     async def wait_idle(self, input_id: str) -> None:
-        if input_id in self.seen_idle:
-            self.seen_idle.discard(input_id)
-            return
-        future = asyncio.get_running_loop().create_future()
-        self.waiters[input_id] = future
-        await future
+        status = await self.wait_end(input_id)
+        if status != "idle":
+            raise RuntimeError(f"turn {input_id} ended {status}")
 
     def close(self) -> None:
         if self.task is not None:
