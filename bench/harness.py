@@ -337,10 +337,12 @@ class Turn:
 class SessionClient:
     """One session driven over raw HTTP: a keep-alive connection for POSTs and one SSE stream."""
 
-    def __init__(self, brain: BrainProcess, session_id: str) -> None:
+    def __init__(self, brain: BrainProcess, session_id: str, *, after: str = "") -> None:
+        """`after`: the stream starts after that cursor (without it, SSE replays the whole log)."""
         self.session_id = session_id
         self.connection = Connection(brain.host, brain.port, brain.token)
-        self.stream = SseReader(brain.host, brain.port, brain.token, f"/sessions/{session_id}/events")
+        path = f"/sessions/{session_id}/events" + (f"?after={after}" if after else "")
+        self.stream = SseReader(brain.host, brain.port, brain.token, path)
 
     async def open(self) -> SessionClient:
         await asyncio.gather(self.connection.open(), self.stream.open())
