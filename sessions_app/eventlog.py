@@ -10,10 +10,11 @@ import base64
 import os
 import re
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
@@ -23,9 +24,12 @@ __all__ = [
     "LIVE_ONLY",
     "MAX_CURSOR_BYTES",
     "MAX_RECORD_BYTES",
+    "RECOVERY_TYPES",
+    "CorruptLog",
     "Event",
     "EventLog",
     "RecordTooLarge",
+    "ScannedEvent",
     "decode_cursor",
     "encode_cursor",
     "new_id",
@@ -36,11 +40,40 @@ MAX_RECORD_BYTES = 4 << 20  # spec: each retained record is capped at 4 MiB
 MAX_CURSOR_BYTES = 512  # spec: longer cursors are rejected
 LIVE_ONLY = frozenset({"assistant.delta", "tool.progress"})  # never written to the log
 READ_CHUNK = 256 * 1024  # bytes read per syscall while paging through the log
+SCAN_CHUNK = 4 << 20  # bytes read per syscall by the recovery scan: 25 reads for a 100 MB log
+# The only events rebuilding a session's state needs; the scan decodes no other line.
+RECOVERY_TYPES = frozenset({"user.message", "session.status", "session.error"})
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
+# Event.build writes `{"id":"<32 hex>","type":"<type>",...`, so the type of a line it wrote
+# starts at a fixed byte: the recovery scan reads it by slicing instead of decoding the line.
+_ID_PREFIX = b'{"id":"'
+_TYPE_PREFIX = b'","type":"'
+_TYPE_PREFIX_AT = len(_ID_PREFIX) + 32
+_TYPE_AT = _TYPE_PREFIX_AT + len(_TYPE_PREFIX)
+_RECOVERY_TYPE_BYTES = frozenset(kind.encode() for kind in RECOVERY_TYPES)
 
 
 class RecordTooLarge(ValueError):
     """A retained event over the 4 MiB record cap, or past the log's session_bytes limit."""
+
+
+class CorruptLog(ValueError):
+    """A whole line of events.jsonl that is not an event envelope; `offset` is where it starts."""
+
+    def __init__(self, path: Path, offset: int, problem: str) -> None:
+        super().__init__(f"{path}: line at byte {offset} {problem}")
+        self.offset = offset
+
+
+@dataclass(frozen=True, slots=True)
+class ScannedEvent:
+    """What the recovery scan keeps of one user.message, session.status or session.error."""
+
+    offset: int  # byte offset of the line in events.jsonl
+    id: str
+    type: str
+    input_id: str  # "" when the event has none
+    data: dict[str, object]  # {} when the event's data is not an object
 
 
 # Status and error records stay writable past session_bytes, so a turn that fills the log can
@@ -124,7 +157,8 @@ class Event:
         return head + b"event: " + self.type.encode() + b"\ndata: " + self.wire() + b"\n\n"
 
     def as_dict(self) -> dict[str, Any]:
-        return orjson.loads(self.wire())  # always an object
+        envelope: dict[str, Any] = orjson.loads(self.wire())  # always an object
+        return envelope
 
 
 class EventLog:
@@ -191,7 +225,7 @@ class EventLog:
             handle.seek(offset)
             return handle.read(len(prefix)) == prefix and (offset == 0 or self._preceded_by_newline(handle, offset))
 
-    def _preceded_by_newline(self, handle: Any, offset: int) -> bool:
+    def _preceded_by_newline(self, handle: BinaryIO, offset: int) -> bool:
         handle.seek(offset - 1)
         return handle.read(1) == b"\n"
 
@@ -241,3 +275,60 @@ class EventLog:
                 records.append(record)
                 offset += len(line)
         return records
+
+    def scan_for_recovery(self, *, chunk_size: int = SCAN_CHUNK) -> Iterator[ScannedEvent]:
+        """The RECOVERY_TYPES events of the log's whole lines, in order, streamed.
+
+        Reads `chunk_size` bytes at a time up to `size`. A line in Event.build's layout is
+        typed by byte slicing and decoded only when its type is one of RECOVERY_TYPES; any
+        other line is decoded in full. A line that does not decode is a CorruptLog naming its
+        offset. Bytes after the last newline (a torn tail, see repair()) are not read as a line.
+        """
+        if self.size == 0:
+            return
+        with self.path.open("rb", buffering=0) as handle:
+            remaining = self.size
+            pending = b""  # bytes after the last newline seen, starting at file offset `base`
+            base = 0
+            while remaining > 0:
+                chunk = handle.read(min(chunk_size, remaining))
+                if not chunk:  # the file is shorter than `size`: what is left is torn
+                    return
+                remaining -= len(chunk)
+                searched = len(pending)  # a line longer than a chunk is not searched twice
+                buffer = pending + chunk if pending else chunk
+                start = 0
+                newline = buffer.find(b"\n", searched)
+                while newline >= 0:
+                    event = self._scan_line(buffer, start, newline, offset=base + start)
+                    if event is not None:
+                        yield event
+                    start = newline + 1
+                    newline = buffer.find(b"\n", start)
+                base += start
+                pending = buffer[start:]
+
+    def _scan_line(self, buffer: bytes, start: int, end: int, *, offset: int) -> ScannedEvent | None:
+        if buffer.startswith(_ID_PREFIX, start) and buffer.startswith(_TYPE_PREFIX, start + _TYPE_PREFIX_AT):
+            quote = buffer.find(b'"', start + _TYPE_AT, end)
+            if quote >= 0 and buffer[start + _TYPE_AT : quote] not in _RECOVERY_TYPE_BYTES:
+                return None
+        return self._decode_for_recovery(buffer[start:end], offset=offset)
+
+    def _decode_for_recovery(self, line: bytes, *, offset: int) -> ScannedEvent | None:
+        try:
+            value = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptLog(self.path, offset, f"is not JSON: {exc}") from exc
+        if not isinstance(value, dict) or not (isinstance(value.get("id"), str) and isinstance(value.get("type"), str)):
+            raise CorruptLog(self.path, offset, "is not an event envelope")
+        if value["type"] not in RECOVERY_TYPES:
+            return None
+        input_id, data = value.get("input_id"), value.get("data")
+        return ScannedEvent(
+            offset=offset,
+            id=value["id"],
+            type=value["type"],
+            input_id=input_id if isinstance(input_id, str) else "",
+            data=data if isinstance(data, dict) else {},
+        )

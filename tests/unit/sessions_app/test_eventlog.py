@@ -15,9 +15,12 @@ from sessions_app.eventlog import (
     LIVE_ONLY,
     MAX_CURSOR_BYTES,
     MAX_RECORD_BYTES,
+    RECOVERY_TYPES,
+    CorruptLog,
     Event,
     EventLog,
     RecordTooLarge,
+    ScannedEvent,
     decode_cursor,
     encode_cursor,
     new_id,
@@ -651,3 +654,203 @@ def test_append_refuses_turn_events_past_session_bytes_but_keeps_status_writable
     # then
     assert status.offset == size
     assert [event.type for event in log.read(0)] == ["user.message", "session.status"]
+
+
+# --- the recovery scan ----------------------------------------------------------------------
+
+
+def _turn(log: EventLog, *, text: str = "hi", key: str = "") -> list[Event]:
+    """One turn as the runtime writes it, with every retained event type."""
+    message: dict[str, Any] = {"type": "user.message", "text": text, "delivery": "queue"}
+    if key:
+        message["key"] = key
+    user = log.append(Event.build("user.message", message))
+    events = [
+        user,
+        Event.build("session.status", {"status": "running"}, input_id=user.id),
+        Event.build("tool.call", {"id": new_id(), "name": "echo", "arguments": {"value": "x"}}, input_id=user.id),
+        Event.build("tool.result", {"call_id": new_id(), "result": {"content": []}}, input_id=user.id),
+        Event.build("assistant.message", {"text": "y" * 3000, "stop_reason": "stop"}, input_id=user.id),
+        Event.build("session.error", {"code": "provider_error", "message": "x"}, input_id=user.id),
+        Event.build("session.status", {"status": "interrupted"}, input_id=user.id),
+    ]
+    for event in events[1:]:
+        log.append(event)
+    return events
+
+
+def _scanned(event: Event) -> ScannedEvent:
+    envelope = json.loads(event.line)
+    return ScannedEvent(
+        offset=event.offset,
+        id=envelope["id"],
+        type=envelope["type"],
+        input_id=envelope.get("input_id", ""),
+        data=envelope["data"],
+    )
+
+
+def test_the_recovery_types_are_message_status_and_error() -> None:
+    # then
+    assert frozenset({"user.message", "session.status", "session.error"}) == RECOVERY_TYPES
+
+
+def test_the_recovery_scan_keeps_only_messages_statuses_and_errors(tmp_path: Path) -> None:
+    # given two turns with every retained event type
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    events = _turn(log, key="k-1") + _turn(log)
+
+    # when
+    scanned = list(log.scan_for_recovery())
+
+    # then
+    assert scanned == [_scanned(event) for event in events if event.type in RECOVERY_TYPES]
+    assert [event.type for event in scanned] == [
+        *("user.message", "session.status", "session.error", "session.status"),
+        *("user.message", "session.status", "session.error", "session.status"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "chunk_size",
+    [
+        pytest.param(1, id="one_byte_case"),
+        pytest.param(7, id="smaller_than_the_prefix_case"),
+        pytest.param(64, id="smaller_than_a_line_case"),
+        pytest.param(5000, id="a_few_lines_case"),
+        pytest.param(1 << 20, id="whole_log_case"),
+    ],
+)
+def test_the_recovery_scan_reads_lines_longer_than_its_chunk(tmp_path: Path, chunk_size: int) -> None:
+    # given lines of 3 KiB and more
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    events = _turn(log, text="z" * 4000, key="k") + _turn(log)
+
+    # when
+    scanned = list(log.scan_for_recovery(chunk_size=chunk_size))
+
+    # then
+    assert scanned == [_scanned(event) for event in events if event.type in RECOVERY_TYPES]
+
+
+def test_the_recovery_scan_reads_a_record_at_the_4_mib_cap(tmp_path: Path) -> None:
+    # given a user.message of almost 4 MiB between two small events
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    first = log.append(Event.build("session.status", {"status": "idle"}))
+    big = log.append(Event.build("user.message", {"text": "b" * (MAX_RECORD_BYTES - 200)}))
+    last = log.append(Event.build("session.status", {"status": "running"}, input_id=big.id))
+
+    # when
+    scanned = list(log.scan_for_recovery(chunk_size=1 << 20))
+
+    # then
+    assert scanned == [_scanned(first), _scanned(big), _scanned(last)]
+
+
+@pytest.mark.parametrize(
+    "torn",
+    [
+        pytest.param(b'{"id":"' + b"d" * 32 + b'","type":"user.message","ti', id="recovery_type_case"),
+        pytest.param(b'{"id":"' + b"d" * 32 + b'","type":"assistant.message","time":"t"', id="skipped_type_case"),
+        pytest.param(b'{"id":"tor', id="short_case"),
+    ],
+)
+def test_the_recovery_scan_stops_before_a_torn_tail(tmp_path: Path, torn: bytes) -> None:
+    # given a crash mid-append, not yet repaired
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    events = _turn(log)
+    log.close()
+    with (tmp_path / "events.jsonl").open("ab") as handle:
+        handle.write(torn)
+    reopened = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+
+    # when
+    scanned = list(reopened.scan_for_recovery(chunk_size=16))
+
+    # then
+    assert scanned == [_scanned(event) for event in events if event.type in RECOVERY_TYPES]
+
+
+@pytest.mark.parametrize(
+    ("line", "problem"),
+    [
+        pytest.param(b"garbage", "is not JSON", id="not_json_case"),
+        pytest.param(b"", "is not JSON", id="empty_line_case"),
+        pytest.param(
+            b'{"id":"' + b"e" * 32 + b'","type":"session.status","time":"t","data":{"stat',
+            "is not JSON",
+            id="cut_recovery_type_case",
+        ),
+        pytest.param(b"[1,2]", "is not an event envelope", id="array_case"),
+        pytest.param(b'{"id":7,"type":"user.message"}', "is not an event envelope", id="numeric_id_case"),
+        pytest.param(b'{"id":"x","data":{}}', "is not an event envelope", id="no_type_case"),
+    ],
+)
+def test_the_recovery_scan_names_the_offset_of_a_corrupt_line(tmp_path: Path, line: bytes, problem: str) -> None:
+    # given a whole line that is not an envelope between two turns
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    _turn(log)
+    log.close()
+    offset = (tmp_path / "events.jsonl").stat().st_size
+    with (tmp_path / "events.jsonl").open("ab") as handle:
+        handle.write(line + b"\n")
+    reopened = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    _turn(reopened)
+
+    # when
+    with pytest.raises(CorruptLog) as caught:
+        list(reopened.scan_for_recovery(chunk_size=100))
+
+    # then
+    assert caught.value.offset == offset
+    assert str(caught.value).startswith(f"{tmp_path / 'events.jsonl'}: line at byte {offset} {problem}")
+
+
+def test_the_recovery_scan_does_not_decode_lines_of_other_types(tmp_path: Path) -> None:
+    # given an assistant.message line in Event.build's layout whose body is not JSON
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+    first = log.append(Event.build("session.status", {"status": "idle"}))
+    log.close()
+    with (tmp_path / "events.jsonl").open("ab") as handle:
+        handle.write(b'{"id":"' + b"f" * 32 + b'","type":"assistant.message","time":not json}\n')
+
+    # when
+    scanned = list(EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30).scan_for_recovery())
+
+    # then
+    assert scanned == [_scanned(first)]
+
+
+def test_the_recovery_scan_decodes_a_line_in_another_layout_in_full(tmp_path: Path) -> None:
+    # given lines whose keys are in another order, with and without spaces
+    lines = [
+        b'{"type":"user.message","id":"' + b"1" * 32 + b'","time":"t","data":{"text":"a","key":"k"}}',
+        b'{"type": "assistant.message", "id": "' + b"2" * 32 + b'", "data": {"text": "b"}}',
+        b'{"id": "' + b"3" * 32 + b'", "type": "session.error", "input_id": "' + b"1" * 32 + b'", "data": []}',
+    ]
+    (tmp_path / "events.jsonl").write_bytes(b"\n".join(lines) + b"\n")
+    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
+
+    # when
+    scanned = list(log.scan_for_recovery())
+
+    # then
+    assert scanned == [
+        ScannedEvent(offset=0, id="1" * 32, type="user.message", input_id="", data={"text": "a", "key": "k"}),
+        ScannedEvent(
+            offset=len(lines[0]) + len(lines[1]) + 2, id="3" * 32, type="session.error", input_id="1" * 32, data={}
+        ),
+    ]
+
+
+def test_the_recovery_scan_of_an_empty_or_missing_log_is_empty(tmp_path: Path) -> None:
+    # given
+    missing = EventLog(tmp_path / "missing.jsonl", max_bytes=1 << 30)
+    (tmp_path / "empty.jsonl").touch()
+    empty = EventLog(tmp_path / "empty.jsonl", max_bytes=1 << 30)
+
+    # when
+    scanned = [list(missing.scan_for_recovery()), list(empty.scan_for_recovery())]
+
+    # then
+    assert scanned == [[], []]

@@ -1,0 +1,70 @@
+"""Rebuilding a session's state from its directory: events.jsonl and checkpoints.jsonl.
+
+Blocking file I/O, run by the caller in a worker thread. No Django, no asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from sessions_app.eventlog import EventLog, ScannedEvent
+from sessions_app.records import SessionStatus
+
+from .checkpoints import CheckpointEntry, CheckpointStore
+
+__all__ = ["Recovered", "rebuild_state", "recover"]
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    keys: dict[str, int]  # idempotency key -> byte offset of its user.message
+    unsettled: list[str]  # input ids accepted but never settled, in order
+    status: str  # the last session.status, "idle" for a log without one
+    last_checkpoint: CheckpointEntry | None
+
+
+def recover(directory: Path, log: EventLog) -> Recovered:
+    """Trim a torn tail from `log`, then rebuild the session's state from a streaming scan.
+
+    Raises CorruptLog for a whole log line that does not decode, CheckpointError for a
+    checkpoint journal whose last whole line does not decode, and OSError.
+    """
+    log.repair()
+    keys, unsettled, status = rebuild_state(log.scan_for_recovery())
+    return Recovered(keys=keys, unsettled=unsettled, status=status, last_checkpoint=CheckpointStore(directory).last())
+
+
+def rebuild_state(events: Iterable[ScannedEvent]) -> tuple[dict[str, int], list[str], str]:
+    """From scanned events: idempotency keys, inputs accepted but never settled, last status."""
+    keys: dict[str, int] = {}
+    unsettled: list[str] = []
+    running = ""
+    status = SessionStatus.IDLE.value
+    for event in events:
+        if event.type == "user.message":
+            key = event.data.get("key")
+            if isinstance(key, str):
+                keys[key] = event.offset
+            unsettled.append(event.id)
+        elif event.type == "session.status":
+            value = event.data.get("status", status)
+            status = value if isinstance(value, str) else status
+            input_id = event.input_id
+            # a new status for another input (or none, as on close) ends the running turn
+            if running and running != input_id:
+                with contextlib.suppress(ValueError):
+                    unsettled.remove(running)
+            # the running input stays unsettled until its turn ends
+            running = input_id if status == SessionStatus.RUNNING else ""
+            if status != SessionStatus.RUNNING and input_id:
+                with contextlib.suppress(ValueError):
+                    unsettled.remove(input_id)
+        elif event.type == "session.error":
+            with contextlib.suppress(ValueError):
+                unsettled.remove(event.input_id)
+            if running == event.input_id:
+                running = ""
+    return keys, unsettled, status
