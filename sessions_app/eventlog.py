@@ -40,7 +40,7 @@ MAX_RECORD_BYTES = 4 << 20  # spec: each retained record is capped at 4 MiB
 MAX_CURSOR_BYTES = 512  # spec: longer cursors are rejected
 LIVE_ONLY = frozenset({"assistant.delta", "tool.progress"})  # never written to the log
 READ_CHUNK = 256 * 1024  # bytes read per syscall while paging through the log
-SCAN_CHUNK = 4 << 20  # bytes read per syscall by the recovery scan: 25 reads for a 100 MB log
+SCAN_CHUNK = 1 << 20  # bytes per read of the recovery scan: few syscalls, and a chunk stays in cache
 # The only events rebuilding a session's state needs; the scan decodes no other line.
 RECOVERY_TYPES = frozenset({"user.message", "session.status", "session.error"})
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
@@ -50,11 +50,20 @@ _ID_PREFIX = b'{"id":"'
 _TYPE_PREFIX = b'","type":"'
 _TYPE_PREFIX_AT = len(_ID_PREFIX) + 32
 _TYPE_AT = _TYPE_PREFIX_AT + len(_TYPE_PREFIX)
-_RECOVERY_TYPE_BYTES = frozenset(kind.encode() for kind in RECOVERY_TYPES)
+_RECOVERY_TYPE_PREFIXES = tuple(kind.encode() + b'"' for kind in sorted(RECOVERY_TYPES))
 
 
 class RecordTooLarge(ValueError):
     """A retained event over the 4 MiB record cap, or past the log's session_bytes limit."""
+
+
+def _is_skipped(buffer: bytes, start: int, end: int) -> bool:
+    """Whether buffer[start:end] is a line in Event.build's layout of a type recovery ignores."""
+    return (
+        buffer.startswith(_ID_PREFIX, start, end)
+        and buffer.startswith(_TYPE_PREFIX, start + _TYPE_PREFIX_AT, end)
+        and not buffer.startswith(_RECOVERY_TYPE_PREFIXES, start + _TYPE_AT, end)
+    )
 
 
 class CorruptLog(ValueError):
@@ -288,32 +297,41 @@ class EventLog:
             return
         with self.path.open("rb", buffering=0) as handle:
             remaining = self.size
-            pending = b""  # bytes after the last newline seen, starting at file offset `base`
-            base = 0
+            base = 0  # file offset of chunk[0]
+            pending: list[bytes] = []  # the start of a line that continues in the next chunk
+            pending_at = 0  # file offset of that line
             while remaining > 0:
                 chunk = handle.read(min(chunk_size, remaining))
                 if not chunk:  # the file is shorter than `size`: what is left is torn
                     return
                 remaining -= len(chunk)
-                searched = len(pending)  # a line longer than a chunk is not searched twice
-                buffer = pending + chunk if pending else chunk
                 start = 0
-                newline = buffer.find(b"\n", searched)
-                while newline >= 0:
-                    event = self._scan_line(buffer, start, newline, offset=base + start)
-                    if event is not None:
-                        yield event
+                newline = chunk.find(b"\n")
+                if pending:
+                    if newline < 0:  # a line longer than a chunk
+                        pending.append(chunk)
+                        base += len(chunk)
+                        continue
+                    pending.append(chunk[:newline])
+                    line = b"".join(pending)
+                    pending.clear()
+                    if not _is_skipped(line, 0, len(line)):
+                        event = self._decode_for_recovery(line, offset=pending_at)
+                        if event is not None:
+                            yield event
                     start = newline + 1
-                    newline = buffer.find(b"\n", start)
-                base += start
-                pending = buffer[start:]
-
-    def _scan_line(self, buffer: bytes, start: int, end: int, *, offset: int) -> ScannedEvent | None:
-        if buffer.startswith(_ID_PREFIX, start) and buffer.startswith(_TYPE_PREFIX, start + _TYPE_PREFIX_AT):
-            quote = buffer.find(b'"', start + _TYPE_AT, end)
-            if quote >= 0 and buffer[start + _TYPE_AT : quote] not in _RECOVERY_TYPE_BYTES:
-                return None
-        return self._decode_for_recovery(buffer[start:end], offset=offset)
+                    newline = chunk.find(b"\n", start)
+                while newline >= 0:
+                    if not _is_skipped(chunk, start, newline):
+                        event = self._decode_for_recovery(chunk[start:newline], offset=base + start)
+                        if event is not None:
+                            yield event
+                    start = newline + 1
+                    newline = chunk.find(b"\n", start)
+                if start < len(chunk):
+                    pending.append(chunk[start:])
+                    pending_at = base + start
+                base += len(chunk)
 
     def _decode_for_recovery(self, line: bytes, *, offset: int) -> ScannedEvent | None:
         try:

@@ -786,7 +786,13 @@ def test_the_recovery_scan_stops_before_a_torn_tail(tmp_path: Path, torn: bytes)
         pytest.param(b'{"id":"x","data":{}}', "is not an event envelope", id="no_type_case"),
     ],
 )
-def test_the_recovery_scan_names_the_offset_of_a_corrupt_line(tmp_path: Path, line: bytes, problem: str) -> None:
+@pytest.mark.parametrize(
+    "chunk_size",
+    [pytest.param(1, id="one_byte_chunk"), pytest.param(100, id="small_chunk"), pytest.param(1 << 20, id="big_chunk")],
+)
+def test_the_recovery_scan_names_the_offset_of_a_corrupt_line(
+    tmp_path: Path, line: bytes, problem: str, chunk_size: int
+) -> None:
     # given a whole line that is not an envelope between two turns
     log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
     _turn(log)
@@ -799,7 +805,7 @@ def test_the_recovery_scan_names_the_offset_of_a_corrupt_line(tmp_path: Path, li
 
     # when
     with pytest.raises(CorruptLog) as caught:
-        list(reopened.scan_for_recovery(chunk_size=100))
+        list(reopened.scan_for_recovery(chunk_size=chunk_size))
 
     # then
     assert caught.value.offset == offset
