@@ -44,6 +44,7 @@ __all__ = [
     "Turn",
     "create_sessions",
     "append_turns",
+    "attach_one_by_one",
     "children_rss_bytes",
     "cursor",
     "cpu_seconds",
@@ -328,6 +329,7 @@ class Turn:
     accepted: float  # perf_counter when the 202 arrived
     ended: float  # perf_counter when the ending status arrived on SSE
     status: str
+    input_id: str = ""
 
     @property
     def latency(self) -> float:
@@ -356,12 +358,47 @@ class SessionClient:
         accepted = time.perf_counter()
         if status != 202:
             raise RuntimeError(f"send failed: {status} {raw[:300]!r}")
-        ending = await self.stream.wait_end(json.loads(raw)["id"])
-        return Turn(self.session_id, started, accepted, time.perf_counter(), ending)
+        input_id = json.loads(raw)["id"]
+        ending = await self.stream.wait_end(input_id)
+        return Turn(self.session_id, started, accepted, time.perf_counter(), ending, input_id)
+
+    async def errors(self, input_id: str = "") -> list[dict[str, Any]]:
+        """The session.error events of this session (of one input when given), to explain a failure."""
+        found: list[dict[str, Any]] = []
+        after = ""
+        while True:
+            path = f"/sessions/{self.session_id}/events?limit=1000" + (f"&after={after}" if after else "")
+            status, raw = await self.connection.request("GET", path)
+            page = json.loads(raw)
+            if status != 200 or not page["events"]:
+                return found
+            found += [
+                event
+                for event in page["events"]
+                if event["type"] == "session.error" and (not input_id or event.get("input_id") == input_id)
+            ]
+            after = page["next_cursor"]
 
     def close(self) -> None:
         self.connection.close()
         self.stream.close()
+
+
+async def attach_one_by_one(clients: list[SessionClient], text: str = "hi") -> list[Turn]:
+    """One turn per session, one session at a time, so each attaches to a host with room.
+
+    Attaching many sessions at once can outrun the host pool: callers that find every host
+    full and max_hosts reached (counting hosts still starting) wait for capacity, and a host
+    that finishes starting does not wake them, so they fail after the pool's capacity wait.
+    """
+    turns = []
+    for client in clients:
+        turn = await client.turn(text)
+        if turn.status != "idle":
+            errors = [error["data"] for error in await client.errors(turn.input_id)]
+            raise RuntimeError(f"the first turn of {client.session_id} ended {turn.status}: {errors}")
+        turns.append(turn)
+    return turns
 
 
 # -- large event logs ---------------------------------------------------------------------------
