@@ -4,7 +4,10 @@
 
 Prints: median/p95 turn latency through Brain with an instant runner; the same for the floor
 (a bare ASGI app on Daphne pushing one SSE event per POST) measured in the same run; their
-ratio; turns/s with N sessions in parallel; server RSS per loaded idle session.
+ratio; the same latency with the `loop` runner on the OpenAI Responses wire against the
+scripted provider, against its own floor (the very request bodies the runner sent, replayed
+straight to the scripted provider with httpx over one kept-alive connection and read to the
+end); turns/s with N sessions in parallel; server RSS per loaded idle session.
 """
 
 from __future__ import annotations
@@ -275,6 +278,32 @@ def start_scripted_provider(directory: Path) -> tuple[subprocess.Popen[str], str
     return process, line.strip().rsplit(" ", 1)[-1] + "/v1"
 
 
+def provider_requests(provider_url: str) -> list[dict[str, Any]]:
+    """Every model request the scripted provider received (path, headers, body), then clear its log."""
+    root = provider_url.removesuffix("/v1")
+    requests: list[dict[str, Any]] = httpx.get(root + "/_requests", timeout=60).json()
+    httpx.post(root + "/_reset", timeout=10)
+    return requests
+
+
+async def direct_provider_latencies(provider_url: str, requests: list[dict[str, Any]]) -> list[float]:
+    """The loop runner's floor: each logged request sent again as is, its stream read to the end."""
+    root = provider_url.removesuffix("/v1")
+    samples = []
+    async with httpx.AsyncClient(base_url=root, timeout=30) as client:
+        for index, request in enumerate(requests):
+            headers = {name: value for name, value in request["headers"].items() if name != "content-type"}
+            start = time.perf_counter()
+            async with client.stream("POST", request["path"], json=request["body"], headers=headers) as response:
+                async for _chunk in response.aiter_raw():
+                    pass
+            if response.status_code != 200:
+                raise RuntimeError(f"direct request failed: {response.status_code}")
+            if index >= 10:  # the same turns the Brain measurement leaves out
+                samples.append(time.perf_counter() - start)
+    return samples
+
+
 def _print_throughput(name: str, rate: float, parallel: int, cpu: float) -> None:
     print(f"{name:<34} {rate:7.1f} turns/s, {parallel} parallel sessions (server CPU {cpu:.0f}%)")
 
@@ -325,6 +354,13 @@ def main() -> None:
                 "brain turn, loop runner + scripted", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
             )
             print(f"{'ratio loop runner / instant runner':<34} {loop_median / instant_median:.2f}x")
+            requests = provider_requests(provider_url)
+            if len(requests) != arguments.turns + 10 or {r["wire"] for r in requests} != {"openai-responses"}:
+                raise RuntimeError(f"expected {arguments.turns + 10} Responses requests, got {len(requests)}")
+            direct_median, _ = summarize(
+                "floor: same requests, direct", asyncio.run(direct_provider_latencies(provider_url, requests))
+            )
+            print(f"{'ratio loop runner / direct':<34} {loop_median / direct_median:.2f}x")
             _SERVER_PID = brain.pid
             rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
             _print_throughput("throughput, loop runner", rate, arguments.parallel, cpu)
