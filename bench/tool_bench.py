@@ -55,11 +55,11 @@ def _start_service(port: int) -> subprocess.Popen[bytes]:
 async def _bench(url: str, calls: int) -> dict[str, float]:
     from brainsite.hostconfig import ToolBindingConfig
     from examples.tools.app import tool_bindings
-    from tools_app import registry
+    from tools_app.registry import CallContext, ToolRegistry
 
     echo = ToolBindingConfig.model_validate({**tool_bindings(url, tenant="bench")[0], "token_env": "BENCH_TOOLS_KEY"})
-    registry.install([echo], tool_tokens={"echo": TOOLS_KEY}, admin_loader=None)
-    context = registry.CallContext(
+    registry = ToolRegistry([echo], tool_tokens={"echo": TOOLS_KEY})
+    context = CallContext(
         tenant="bench", session_id="5" * 32, call_id="c" * 32, tools=("echo",), progress=lambda data: None
     )
     arguments = {"text": "hello"}

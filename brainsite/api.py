@@ -14,6 +14,7 @@ from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized,
 from brainsite.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
+from sessions_app.auth import BearerAuth
 from tools_app.api import router as tools_router
 
 from . import health
@@ -27,9 +28,9 @@ class OrjsonRenderer(BaseRenderer):
 
 
 api = NinjaAPI(title="Brain", version="current", renderer=OrjsonRenderer(), docs_url=None, openapi_url="/openapi.json")
-api.add_router("", sessions_router)
-api.add_router("", tools_router)
-api.add_router("", persistence_router)
+api.add_router("", sessions_router, auth=BearerAuth())
+api.add_router("", tools_router, auth=BearerAuth())
+api.add_router("", persistence_router, auth=BearerAuth())
 api.add_router("", health.router)
 
 

@@ -19,13 +19,14 @@ django.setup()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from brainsite import runtime_host, telemetry  # noqa: E402
+from brainsite import telemetry  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
+from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 
-__all__ = ["application"]
+__all__ = ["application", "launcher"]
 
 BODY_OVERHEAD_BYTES = 16 * 1024  # spec: bodies may be input_bytes + 16 KiB
 DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (sessions, CSRF)
@@ -34,22 +35,28 @@ _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
 Scope = dict[str, Any]
 
 
+class BodyTooLarge(Exception):
+    """A request body past input_bytes + 16 KiB (413)."""
+
+
 class BrainHttpMiddleware:
     """Outermost HTTP layer; knows nothing of sessions."""
 
-    def __init__(self, django_app: Any, api_app: Any, stream_app: Any) -> None:
+    def __init__(self, launcher: Launcher, django_app: Any, api_app: Any, stream_app: Any) -> None:
+        self.launcher = launcher
         self.django_app = django_app
         self.api_app = api_app
         self.stream_app = stream_app
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
-        await runtime_host.ensure_started()
+        brain = await self.launcher.started()
+        scope[SCOPE_KEY] = brain
         request_id = secrets.token_hex(16)
         scope["brain_request_id"] = request_id
         scope["brain_pending_bytes"] = pending_bytes_probe(send)
         scope["brain_abort_connection"] = functools.partial(abort_connection, send)
-        if telemetry.enabled():
-            send = _observed(scope, send)
+        if brain.telemetry.enabled:
+            send = _observed(brain.telemetry, scope, send)
         extra = [(b"x-request-id", request_id.encode()), (b"x-content-type-options", b"nosniff")]
 
         async def send_with_headers(message: dict[str, Any]) -> None:
@@ -58,7 +65,7 @@ class BrainHttpMiddleware:
                 message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
-        limit = runtime_host.body_limit() + BODY_OVERHEAD_BYTES
+        limit = brain.config.limits.input_bytes + BODY_OVERHEAD_BYTES
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await self._reject_too_large(send_with_headers, request_id)
@@ -101,13 +108,13 @@ class BrainHttpMiddleware:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise runtime_host.BodyTooLarge()
+                    raise BodyTooLarge()
             return message  # noqa: RET504
 
         return limited
 
 
-def _observed(scope: Scope, send: Any) -> Any:
+def _observed(recorder: telemetry.Telemetry, scope: Scope, send: Any) -> Any:
     """`send`, recording the request's metrics as its response ends; an SSE stream is counted
     when it starts, and never timed."""
     started = time.monotonic()
@@ -119,11 +126,11 @@ def _observed(scope: Scope, send: Any) -> Any:
         if message["type"] == "http.response.start":
             status = message["status"]
             if status == 200 and (b"content-type", b"text/event-stream") in message.get("headers", ()):
-                telemetry.record_request(_route(scope), scope["method"], status, "", None)
+                recorder.record_request(_route(scope), scope["method"], status, "", None)
                 status = 0
         elif status and not message.get("more_body"):
             code = _error_code(message.get("body", b"")) if status >= 400 else ""
-            telemetry.record_request(_route(scope), scope["method"], status, code, time.monotonic() - started)
+            recorder.record_request(_route(scope), scope["method"], status, code, time.monotonic() - started)
             status = 0
 
     return observed
@@ -159,15 +166,19 @@ class _TooLargeGuard:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except runtime_host.BodyTooLarge:
+        except BodyTooLarge:
             if not started:
                 await BrainHttpMiddleware._reject_too_large(send, scope.get("brain_request_id", ""))
 
 
+launcher = Launcher()  # runbrain configures it before serving
 application = ProtocolTypeRouter(
     {
         "http": BrainHttpMiddleware(
-            _TooLargeGuard(get_asgi_application()), _TooLargeGuard(ApiHandler()), EventStreamConsumer.as_asgi()
+            launcher,
+            _TooLargeGuard(get_asgi_application()),
+            _TooLargeGuard(ApiHandler()),
+            EventStreamConsumer.as_asgi(),
         )
     }
 )

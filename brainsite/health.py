@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
 
-from sessions_app.runtime import current_engine
+from brainsite.application import request_brain
 
 router = Router(tags=["health"])
 
@@ -17,10 +17,6 @@ async def live(request: HttpRequest) -> dict[str, str]:
 
 @router.get("/health/ready", response={200: dict[str, str], 503: dict[str, str]})
 async def ready(request: HttpRequest) -> tuple[int, dict[str, str]] | HttpResponse:
-    try:
-        draining = current_engine().draining
-    except RuntimeError:
-        draining = True
-    if draining:
+    if request_brain(request).engine.draining:
         return 503, {"status": "not_ready"}
     return 200, {"status": "ready"}

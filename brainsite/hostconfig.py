@@ -18,6 +18,8 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from runners.protocol import ToolDescriptor
+
 __all__ = [
     "MAX_CONFIG_BYTES",
     "ConfigError",
@@ -178,8 +180,8 @@ class ToolBindingConfig(_Strict):
     def effective_transport(self) -> str:
         return self.transport or ("mcp" if self.mcp_tool else "http")
 
-    def descriptor(self) -> dict[str, Any]:
-        value: dict[str, Any] = {
+    def descriptor(self) -> ToolDescriptor:
+        value: ToolDescriptor = {
             "name": self.name,
             "description": self.description,
             "input_schema": self.input_schema,

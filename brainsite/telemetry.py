@@ -1,6 +1,6 @@
 """OpenTelemetry export: traces and metrics over OTLP/HTTP, as service `brain`, when
-$OTEL_EXPORTER_OTLP_ENDPOINT is set. Without it the SDK is never imported and every helper
-returns at once. Imports nothing of Brain's apps; hot paths import only this module.
+$OTEL_EXPORTER_OTLP_ENDPOINT is set. Without it the SDK is never imported and every method of
+`Telemetry` returns at once. Imports nothing of Brain's apps; hot paths import only this module.
 """
 
 from __future__ import annotations
@@ -26,18 +26,10 @@ if TYPE_CHECKING:
 __all__ = [
     "ENDPOINT_ENV",
     "UNMATCHED_ROUTE",
+    "Telemetry",
     "ToolCallTrace",
     "TurnTrace",
-    "ashutdown",
-    "enabled",
-    "record_native_bytes",
-    "record_request",
-    "record_runner_startup",
-    "record_transcript_bytes",
     "route_template",
-    "setup",
-    "shutdown",
-    "start_turn",
 ]
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
@@ -69,24 +61,14 @@ class _Instruments:
     native_bytes: Counter
 
 
-_instruments: _Instruments | None = None
-
-
-def enabled() -> bool:
-    return _instruments is not None
-
-
-def setup() -> bool:
-    """Start exporting when $OTEL_EXPORTER_OTLP_ENDPOINT is set; returns whether it is on.
+def _build_instruments() -> _Instruments | None:
+    """The SDK's providers and Brain's instruments, when $OTEL_EXPORTER_OTLP_ENDPOINT is set.
 
     The exporters read the endpoint (and the SDK's other OTEL_EXPORTER_OTLP_* variables)
-    themselves. Idempotent.
+    themselves.
     """
-    global _instruments
-    if _instruments is not None:
-        return True
     if not os.environ.get(ENDPOINT_ENV, "").strip() or os.environ.get("OTEL_SDK_DISABLED", "").lower() == "true":
-        return False
+        return None
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.metrics import MeterProvider
@@ -97,8 +79,8 @@ def setup() -> bool:
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({SERVICE_NAME_KEY: SERVICE_NAME})
-    # Not installed as the global providers: runtime_host owns their lifetime, and their
-    # atexit hooks could hold the exit for 30 s when the collector is gone.
+    # Not installed as the global providers: the application object owns their lifetime, and
+    # their atexit hooks could hold the exit for 30 s when the collector is gone.
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     interval = float(os.environ.get(INTERVAL_ENV) or METRIC_INTERVAL_MILLIS)
@@ -111,7 +93,7 @@ def setup() -> bool:
             name, unit="s", description=description, explicit_bucket_boundaries_advisory=SECONDS_BUCKETS
         )
 
-    _instruments = _Instruments(
+    instruments = _Instruments(
         tracer=tracer_provider.get_tracer("brain"),
         tracer_provider=tracer_provider,
         meter_provider=meter_provider,
@@ -134,51 +116,7 @@ def setup() -> bool:
         ),
     )
     logger.info("telemetry exporting", extra={"endpoint": os.environ[ENDPOINT_ENV]})
-    return True
-
-
-def shutdown() -> None:
-    """Export what is buffered and stop; blocks up to the exporters' timeouts."""
-    global _instruments
-    instruments, _instruments = _instruments, None
-    if instruments is None:
-        return
-    instruments.tracer_provider.shutdown()
-    instruments.meter_provider.shutdown(timeout_millis=FLUSH_SECONDS * 1000)
-
-
-async def ashutdown() -> None:
-    """shutdown() off the loop, waiting at most FLUSH_SECONDS.
-
-    A daemon thread rather than to_thread: the interpreter joins executor threads at exit, so an
-    export stuck on a dead collector would hold the process past its shutdown deadline.
-    """
-    if _instruments is None:
-        return
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-
-    def finish() -> None:
-        if not done.done():
-            done.set_result(None)
-
-    def run() -> None:
-        try:
-            shutdown()
-        except Exception:  # supervision boundary: a failed flush must not fail the exit
-            logger.exception("telemetry flush failed")
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop closed while we flushed
-                loop.call_soon_threadsafe(finish)
-
-    threading.Thread(target=run, name="brain-telemetry-flush", daemon=True).start()
-    try:
-        await asyncio.wait_for(done, FLUSH_SECONDS)
-    except TimeoutError:
-        logger.warning("telemetry flush timed out")
-
-
-# -- HTTP --------------------------------------------------------------------------------------
+    return instruments
 
 
 @cache
@@ -187,24 +125,12 @@ def route_template(route: str) -> str:
     return "/" + _PATH_PARAMETER.sub(r"{\1}", route).lstrip("/")
 
 
-def record_request(route: str, method: str, status: int, code: str, seconds: float | None) -> None:
-    """One finished response; `seconds` is None for an SSE stream (counted, not timed)."""
-    instruments = _instruments
-    if instruments is None:
-        return
-    attributes = {"http.route": route, "http.request.method": method}
-    instruments.http_requests.add(1, attributes)
-    if seconds is not None:
-        instruments.http_duration.record(seconds, attributes)
-    if status >= 400:
-        instruments.http_rejected.add(1, {"error.code": code or "unknown"})
-
-
 # -- turns and tool calls ----------------------------------------------------------------------
 
 
 @dataclass(slots=True)
 class ToolCallTrace:
+    instruments: _Instruments
     span: Span
     traceparent: str  # the tool.call span's context, forwarded to the tool
     started: float = field(default_factory=time.monotonic)
@@ -214,46 +140,40 @@ class ToolCallTrace:
         outcome = "tool_error" if is_error else "success"
         self.span.set_attribute("brain.tool.outcome", outcome)
         self.span.end()
-        instruments = _instruments
-        if instruments is not None:
-            attributes = {"brain.tool.name": tool, "brain.tool.outcome": outcome}
-            instruments.tool_calls.add(1, attributes)
-            instruments.tool_duration.record(time.monotonic() - self.started, attributes)
+        attributes = {"brain.tool.name": tool, "brain.tool.outcome": outcome}
+        self.instruments.tool_calls.add(1, attributes)
+        self.instruments.tool_duration.record(time.monotonic() - self.started, attributes)
 
 
 @dataclass(slots=True)
 class TurnTrace:
     """One running turn: its session.execute span and its first-output clock."""
 
+    instruments: _Instruments
     span: Span
     accepted: float  # time.monotonic() when its message was accepted
     awaiting_output: bool = True
 
     def started(self) -> None:
         """The turn got its slot: the message's queueing ended."""
-        if _instruments is not None:
-            _instruments.queue_delay.record(time.monotonic() - self.accepted)
+        self.instruments.queue_delay.record(time.monotonic() - self.accepted)
 
     def output(self) -> None:
         """An assistant event arrived; the first one of the turn is measured."""
         if self.awaiting_output:
             self.awaiting_output = False
-            if _instruments is not None:
-                _instruments.first_output.record(time.monotonic() - self.accepted)
+            self.instruments.first_output.record(time.monotonic() - self.accepted)
 
-    def tool_call(self, name: str) -> ToolCallTrace | None:
-        instruments = _instruments
-        if instruments is None:
-            return None
+    def tool_call(self, name: str) -> ToolCallTrace:
         from opentelemetry.propagate import inject
         from opentelemetry.trace import set_span_in_context
 
-        span = instruments.tracer.start_span(
+        span = self.instruments.tracer.start_span(
             "tool.call", context=set_span_in_context(self.span), attributes={"brain.tool.name": name}
         )
         carrier: dict[str, str] = {}
         inject(carrier, context=set_span_in_context(span))
-        return ToolCallTrace(span, carrier.get("traceparent", ""))
+        return ToolCallTrace(self.instruments, span, carrier.get("traceparent", ""))
 
     def end(self, error_code: str) -> None:
         if error_code:
@@ -261,38 +181,96 @@ class TurnTrace:
 
             self.span.set_status(StatusCode.ERROR, error_code)
         self.span.end()
-        if _instruments is not None:
-            _instruments.executions_active.add(-1)
+        self.instruments.executions_active.add(-1)
 
 
-def start_turn(session_id: str, harness: str, *, traceparent: str, accepted: float) -> TurnTrace | None:
-    """A session.execute span joining `traceparent` (if any); None when telemetry is off."""
-    instruments = _instruments
-    if instruments is None:
-        return None
-    from opentelemetry.propagate import extract
+class Telemetry:
+    """This process's exporters and instruments; every method returns at once when off."""
 
-    parent: Any = extract({"traceparent": traceparent}) if traceparent else None
-    span = instruments.tracer.start_span(
-        "session.execute", context=parent, attributes={"session.id": session_id, "brain.harness": harness}
-    )
-    instruments.executions_active.add(1)
-    return TurnTrace(span, accepted)
+    def __init__(self, instruments: _Instruments | None = None) -> None:
+        self._instruments = instruments
 
+    @classmethod
+    def from_environment(cls) -> Telemetry:
+        """Exporting when $OTEL_EXPORTER_OTLP_ENDPOINT is set, else switched off."""
+        return cls(_build_instruments())
 
-# -- harnesses and storage ---------------------------------------------------------------------
+    @property
+    def enabled(self) -> bool:
+        return self._instruments is not None
 
+    def record_request(self, route: str, method: str, status: int, code: str, seconds: float | None) -> None:
+        """One finished response; `seconds` is None for an SSE stream (counted, not timed)."""
+        instruments = self._instruments
+        if instruments is None:
+            return
+        attributes = {"http.route": route, "http.request.method": method}
+        instruments.http_requests.add(1, attributes)
+        if seconds is not None:
+            instruments.http_duration.record(seconds, attributes)
+        if status >= 400:
+            instruments.http_rejected.add(1, {"error.code": code or "unknown"})
 
-def record_runner_startup(harness: str, seconds: float) -> None:
-    if _instruments is not None:
-        _instruments.runner_startup.record(seconds, {"brain.harness": harness})
+    def start_turn(self, session_id: str, harness: str, *, traceparent: str, accepted: float) -> TurnTrace | None:
+        """A session.execute span joining `traceparent` (if any); None when telemetry is off."""
+        instruments = self._instruments
+        if instruments is None:
+            return None
+        from opentelemetry.propagate import extract
 
+        parent: Any = extract({"traceparent": traceparent}) if traceparent else None
+        span = instruments.tracer.start_span(
+            "session.execute", context=parent, attributes={"session.id": session_id, "brain.harness": harness}
+        )
+        instruments.executions_active.add(1)
+        return TurnTrace(instruments, span, accepted)
 
-def record_transcript_bytes(count: int) -> None:
-    if _instruments is not None and count > 0:
-        _instruments.transcript_bytes.add(count)
+    def record_runner_startup(self, harness: str, seconds: float) -> None:
+        if self._instruments is not None:
+            self._instruments.runner_startup.record(seconds, {"brain.harness": harness})
 
+    def record_transcript_bytes(self, count: int) -> None:
+        if self._instruments is not None and count > 0:
+            self._instruments.transcript_bytes.add(count)
 
-def record_native_bytes(count: int) -> None:
-    if _instruments is not None and count > 0:
-        _instruments.native_bytes.add(count)
+    def record_native_bytes(self, count: int) -> None:
+        if self._instruments is not None and count > 0:
+            self._instruments.native_bytes.add(count)
+
+    def shutdown(self) -> None:
+        """Export what is buffered and stop; blocks up to the exporters' timeouts."""
+        instruments, self._instruments = self._instruments, None
+        if instruments is None:
+            return
+        instruments.tracer_provider.shutdown()
+        instruments.meter_provider.shutdown(timeout_millis=FLUSH_SECONDS * 1000)
+
+    async def ashutdown(self) -> None:
+        """shutdown() off the loop, waiting at most FLUSH_SECONDS.
+
+        A daemon thread rather than to_thread: the interpreter joins executor threads at exit, so
+        an export stuck on a dead collector would hold the process past its shutdown deadline.
+        """
+        if self._instruments is None:
+            return
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def finish() -> None:
+            if not done.done():
+                done.set_result(None)
+
+        def run() -> None:
+            try:
+                self.shutdown()
+            except Exception:  # supervision boundary: a failed flush must not fail the exit
+                logger.exception("telemetry flush failed")
+            finally:
+                with contextlib.suppress(RuntimeError):  # the loop closed while we flushed
+                    loop.call_soon_threadsafe(finish)
+
+        threading.Thread(target=run, name="brain-telemetry-flush", daemon=True).start()
+        try:
+            await asyncio.wait_for(done, FLUSH_SECONDS)
+        except TimeoutError:
+            logger.warning("telemetry flush timed out")

@@ -10,11 +10,12 @@ from django.http import HttpRequest
 from ninja import Router, Schema
 from pydantic import ConfigDict
 
+from brainsite.application import request_brain
 from brainsite.errors import Unsupported
+from brainsite.principal import principal_of, require_manage
 from sessions_app import services
-from sessions_app.auth import BearerAuth, principal_of, require_manage
 
-router = Router(auth=BearerAuth(), tags=["persistence"])
+router = Router(tags=["persistence"])
 
 NOT_CONFIGURED = "external persistence is not configured on this server"
 
@@ -29,13 +30,13 @@ class RestoreIn(Schema):
 async def flush_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
     principal = principal_of(request)
     require_manage(principal)
-    await services.get_session(principal, session_id)
+    await services.get_session(request_brain(request).engine, principal, session_id)
     raise Unsupported(NOT_CONFIGURED)
 
 
 @router.get("/sessions/{session_id}/sync")
 async def sync_status(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    await services.get_session(principal_of(request), session_id)
+    await services.get_session(request_brain(request).engine, principal_of(request), session_id)
     raise Unsupported(NOT_CONFIGURED)
 
 
@@ -43,5 +44,5 @@ async def sync_status(request: HttpRequest, session_id: str) -> dict[str, Any]:
 async def restore_session(request: HttpRequest, session_id: str, body: RestoreIn) -> dict[str, Any]:
     principal = principal_of(request)
     require_manage(principal)
-    await services.get_session(principal, session_id)
+    await services.get_session(request_brain(request).engine, principal, session_id)
     raise Unsupported(NOT_CONFIGURED)

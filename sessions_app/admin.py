@@ -9,7 +9,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from . import db
-from .auth import forget_tokens
+from .auth import tokens_of
 from .models import ApiToken, Session, Tenant, TokenSource
 
 
@@ -43,15 +43,15 @@ class ApiTokenAdmin(admin.ModelAdmin):
             obj.source = TokenSource.ADMIN
             messages.warning(request, f"New API token (shown once, copy it now): {token}")
         super().save_model(request, obj, form, change)
-        forget_tokens()
+        _forget_tokens(request)
 
     def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
         super().delete_model(request, obj)
-        forget_tokens()
+        _forget_tokens(request)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         super().delete_queryset(request, queryset.exclude(source=TokenSource.CONFIG))
-        forget_tokens()
+        _forget_tokens(request)
 
 
 @admin.register(Session)
@@ -69,3 +69,11 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
         return False
+
+
+def _forget_tokens(request: HttpRequest) -> None:
+    """A token changed: this process's token cache drops its grants at once (other processes'
+    caches expire within 30 s)."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and "brain" in scope:
+        tokens_of(scope).forget()

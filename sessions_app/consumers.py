@@ -13,10 +13,10 @@ from urllib.parse import parse_qs
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
+from brainsite.application import brain_of
 from brainsite.errors import BrainError, error_envelope
 
 from . import services
-from .auth import authenticate_header
 from .records import SessionStatus
 
 if TYPE_CHECKING:
@@ -69,8 +69,9 @@ class EventStreamConsumer(AsyncHttpConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         after = query["after"][0] if "after" in query else (self._header(b"last-event-id") or "")
         try:
-            principal = await authenticate_header(self._header(b"authorization"))
-            actor, subscriber, start, end = await services.open_stream(principal, session_id, after=after)
+            engine = brain_of(self.scope).engine
+            principal = await brain_of(self.scope).tokens.authenticate(self._header(b"authorization"))
+            actor, subscriber, start, end = await services.open_stream(engine, principal, session_id, after=after)
         except BrainError as error:
             await self._send_error(error)
             return
@@ -102,7 +103,7 @@ class EventStreamConsumer(AsyncHttpConsumer):
         except TimeoutError:
             self._abort()  # spec: the write deadline passed; drop the client
         finally:
-            services.close_stream(actor, subscriber)
+            services.close_stream(engine, actor, subscriber)
 
     def _abort(self) -> None:
         # base_send is the middleware's wrapper; only the server's own send reaches the socket

@@ -6,6 +6,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from brainsite.principal import Principal
+from runners.protocol import ToolDescriptor
+
 __all__ = ["Principal", "SessionRecord", "SessionStatus"]
 
 
@@ -17,23 +20,13 @@ class SessionStatus(StrEnum):
     CLOSED = "closed"  # permanently closed; history stays readable
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: the grant of one bearer token."""
-
-    tenant: str
-    manage: bool = False
-    read_only: bool = False
-    session: str = ""  # non-empty: limited to this one session
-
-
 @dataclass(slots=True)
 class SessionRecord:
     id: str
     tenant: str
     harness: str
     config: dict[str, Any]
-    descriptors: list[dict[str, Any]]
+    descriptors: list[ToolDescriptor]
     status: str
     created_at: str
     updated_at: str

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from brainsite.errors import Forbidden, InvalidRequest, NotFound, Unsupported
-from tools_app import registry
 
 from . import db
 from .eventlog import Event, EventLog
 from .records import Principal, SessionRecord
-from .runtime import current_engine
 from .runtime.actor import SessionActor
-from .runtime.engine import new_session_record
+from .runtime.engine import Engine, new_session_record
 from .runtime.pubsub import Subscriber
 
 __all__ = [
+    "EventPage",
     "close_session",
+    "close_stream",
     "create_session",
     "get_session",
     "interrupt_session",
@@ -35,6 +37,12 @@ REASONING_EFFORTS = frozenset({"off", "minimal", "low", "medium", "high", "xhigh
 SESSION_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
 
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    events: list[Event]
+    next_cursor: str
+
+
 def _session_id(principal: Principal, session_id: str) -> str:
     if not SESSION_ID.fullmatch(session_id):
         raise NotFound("session not found")
@@ -45,11 +53,10 @@ def _session_id(principal: Principal, session_id: str) -> str:
 
 
 async def create_session(
-    principal: Principal, *, harness: str, config: dict[str, Any], credentials: list[Any] | None
-) -> dict[str, Any]:
+    engine: Engine, principal: Principal, *, harness: str, config: dict[str, Any], credentials: list[Any] | None
+) -> SessionRecord:
     if not principal.manage or principal.session:
         raise Forbidden("creating sessions needs a manage token without a session limit")
-    engine = current_engine()
     if harness not in engine.config.harnesses:
         raise Unsupported(f"harness {harness!r} is not configured")
     model = config["model"]
@@ -72,27 +79,25 @@ async def create_session(
     if config.get("bindings") or credentials:
         raise Unsupported("tool bindings and credentials are not enabled on this server")
     config.pop("bindings", None)
-    descriptors = await registry.adescriptors_for(principal.tenant, tools)
+    descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
         raise Forbidden("a requested tool is not available to this tenant")
     record = new_session_record(tenant=principal.tenant, harness=harness, config=config, descriptors=descriptors)
     await engine.create(record)
-    return record.as_wire()
+    return record
 
 
-async def _actor(principal: Principal, session_id: str) -> SessionActor:
-    return await current_engine().get_actor(principal.tenant, _session_id(principal, session_id))
+async def _actor(engine: Engine, principal: Principal, session_id: str) -> SessionActor:
+    return await engine.get_actor(principal.tenant, _session_id(principal, session_id))
 
 
-async def get_session(principal: Principal, session_id: str) -> dict[str, Any]:
-    return (await _actor(principal, session_id)).record.as_wire()
+async def get_session(engine: Engine, principal: Principal, session_id: str) -> SessionRecord:
+    return (await _actor(engine, principal, session_id)).record
 
 
-async def list_sessions(principal: Principal, *, after: str, limit: int) -> dict[str, Any]:
-    engine = current_engine()
+async def list_sessions(engine: Engine, principal: Principal, *, after: str, limit: int) -> list[SessionRecord]:
     records = await db.alist_sessions(principal.tenant, after=after, limit=limit, only=principal.session)
-    merged: list[SessionRecord] = [engine.loaded_record(record.id) or record for record in records]
-    return {"sessions": [record.as_wire() for record in merged]}
+    return [engine.loaded_record(record.id) or record for record in records]
 
 
 def _validate_message(text: str | None, key: str | None, delivery: str | None, *, input_bytes: int) -> None:
@@ -109,6 +114,7 @@ def _validate_message(text: str | None, key: str | None, delivery: str | None, *
 
 
 async def send_message(
+    engine: Engine,
     principal: Principal,
     session_id: str,
     *,
@@ -116,52 +122,53 @@ async def send_message(
     key: str | None,
     delivery: str | None,
     traceparent: str = "",
-) -> dict[str, Any]:
-    _validate_message(text, key, delivery, input_bytes=current_engine().limits.input_bytes)
-    actor = await _actor(principal, session_id)
+) -> Event:
+    _validate_message(text, key, delivery, input_bytes=engine.limits.input_bytes)
+    actor = await _actor(engine, principal, session_id)
     assert text is not None
-    return actor.send(text, key=key or None, traceparent=traceparent).as_dict()
+    return actor.send(text, key=key or None, traceparent=traceparent)
 
 
-async def interrupt_session(principal: Principal, session_id: str) -> dict[str, str]:
-    (await _actor(principal, session_id)).interrupt()
-    return {"status": "interrupt_requested"}
+async def interrupt_session(engine: Engine, principal: Principal, session_id: str) -> None:
+    (await _actor(engine, principal, session_id)).interrupt()
 
 
-async def resume_session(principal: Principal, session_id: str) -> dict[str, Any]:
-    actor = await _actor(principal, session_id)
+async def resume_session(engine: Engine, principal: Principal, session_id: str) -> SessionRecord:
+    actor = await _actor(engine, principal, session_id)
     await actor.resume()
-    return actor.record.as_wire()
+    return actor.record
 
 
-async def close_session(principal: Principal, session_id: str) -> dict[str, str]:
-    (await _actor(principal, session_id)).close()
-    return {"status": "close_requested"}
+async def close_session(engine: Engine, principal: Principal, session_id: str) -> None:
+    (await _actor(engine, principal, session_id)).close()
 
 
-async def read_events(principal: Principal, session_id: str, *, after: str, limit: int) -> dict[str, Any]:
-    actor = await _actor(principal, session_id)
-    log: EventLog = actor.log
-    start = log.position_after(after)
-    events: list[Event] = log.read(start, limit=limit)
-    next_cursor = events[-1].cursor if events else after
-    return {"events": [event.as_dict() for event in events], "next_cursor": next_cursor}
+def _page(log: EventLog, after: str, *, end: int, limit: int) -> EventPage:
+    events = log.read(log.position_after(after), end=end, limit=limit)
+    return EventPage(events, events[-1].cursor if events else after)
+
+
+async def read_events(engine: Engine, principal: Principal, session_id: str, *, after: str, limit: int) -> EventPage:
+    """A page of retained events after a cursor, read in a worker thread: a page may hold up to
+    1,000 records of up to 4 MiB, too much to read on the event loop."""
+    actor = await _actor(engine, principal, session_id)
+    # the end is fixed on the loop: the page holds only records appended before the request
+    return await asyncio.to_thread(_page, actor.log, after, end=actor.log.size, limit=limit)
 
 
 async def open_stream(
-    principal: Principal, session_id: str, *, after: str
+    engine: Engine, principal: Principal, session_id: str, *, after: str
 ) -> tuple[SessionActor, Subscriber, int, int]:
     """Register a live subscriber, then return what to replay: log bytes [start, end)."""
-    engine = current_engine()
-    actor = await _actor(principal, session_id)
-    start = actor.log.position_after(after)
+    actor = await _actor(engine, principal, session_id)
+    start = await asyncio.to_thread(actor.log.position_after, after)
     engine.subscriber_slots.acquire()
     subscriber = Subscriber(max_events=engine.limits.subscriber_events, max_bytes=engine.limits.subscriber_bytes)
     end = actor.subscribe(subscriber)
     return actor, subscriber, start, end
 
 
-def close_stream(actor: SessionActor, subscriber: Subscriber) -> None:
+def close_stream(engine: Engine, actor: SessionActor, subscriber: Subscriber) -> None:
     actor.unsubscribe(subscriber)
     subscriber.close()
-    current_engine().subscriber_slots.release()
+    engine.subscriber_slots.release()

@@ -13,8 +13,8 @@ from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 
-from . import registry
 from .models import ToolBinding
+from .registry import registry_of
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
 _FORM_FIELDS = (
@@ -78,12 +78,20 @@ class ToolBindingAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ToolBinding, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        registry.forget_bindings()
+        _forget_bindings(request)
 
     def delete_model(self, request: HttpRequest, obj: ToolBinding) -> None:
         super().delete_model(request, obj)
-        registry.forget_bindings()
+        _forget_bindings(request)
 
     def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
         super().delete_queryset(request, queryset)
-        registry.forget_bindings()
+        _forget_bindings(request)
+
+
+def _forget_bindings(request: HttpRequest) -> None:
+    """A binding changed: this process's registry reloads admin bindings on next use (other
+    processes' caches expire within 30 s)."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and "brain" in scope:
+        registry_of(scope).forget_bindings()

@@ -8,17 +8,16 @@ from typing import Any
 from django.http import HttpRequest
 from ninja import Router
 
+from brainsite.application import request_brain
 from brainsite.errors import Unsupported
-from sessions_app.auth import BearerAuth, principal_of, require_manage
+from brainsite.principal import principal_of, require_manage
 
-from . import registry
-
-router = Router(auth=BearerAuth(), tags=["tools"])
+router = Router(tags=["tools"])
 
 
 @router.get("/catalog")
 async def catalog(request: HttpRequest) -> dict[str, Any]:
-    return {"tools": await registry.acatalog_for(principal_of(request).tenant)}
+    return {"tools": await request_brain(request).registry.acatalog_for(principal_of(request).tenant)}
 
 
 @router.post("/executors")

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 import orjson
 from jsonschema import FormatChecker
@@ -24,22 +24,21 @@ from jsonschema.validators import validator_for
 from opentelemetry.propagate import inject as _inject
 
 from brainsite.hostconfig import ToolBindingConfig
+from runners.protocol import ToolDescriptor
 
-from .transports.base import OutboundCall, TransportError, close_transports, transport_for
+from .transports.base import OutboundCall, Transport, TransportError, Transports
 
 __all__ = [
     "HEADER_TIMEOUT_SECONDS",
+    "AdminLoader",
     "CallCancelled",
     "CallContext",
-    "acatalog_for",
-    "adescriptors_for",
-    "aclose",
-    "catalog_for",
-    "descriptors_for",
+    "InspectionGrants",
+    "ToolRegistry",
+    "ToolResult",
+    "compile_schema",
     "error_result",
-    "forget_bindings",
-    "install",
-    "invoke",
+    "registry_of",
 ]
 
 HEADER_TIMEOUT_SECONDS = 30.0  # spec: response headers within 30 s, even for long SSE tools
@@ -77,19 +76,31 @@ class _Entry:
 
 AdminLoader = Callable[[], Awaitable[Sequence[ToolBindingConfig]]]
 
-_config_entries: dict[str, _Entry] = {}
-_admin_entries: dict[str, _Entry] = {}
-_admin_expires = 0.0
-_admin_loader: AdminLoader | None = None
-_public_url = ""
-_header_timeout = HEADER_TIMEOUT_SECONDS
+
+class ToolResult(TypedDict, total=False):
+    """The model-visible result of one call (openapi `ToolResult`)."""
+
+    content: list[dict[str, str]]
+    structured_content: Any
+    is_error: bool
+    unknown_outcome: bool
+
+
+@dataclass(frozen=True, slots=True)
+class InspectionGrants:
+    """How the registry obtains and revokes the session-limited token of an `inspect_session`
+    call: injected by the application object, so tools_app never imports sessions_app."""
+
+    grant: Callable[[str, str], str]  # (session_id, tenant) -> token
+    revoke: Callable[[str], None]
 
 
 def compile_schema(schema: Mapping[str, Any]) -> Validator:
     """A validator for `schema` that checks `format`; raises jsonschema.SchemaError if invalid."""
     cls = validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema, format_checker=_format_checker)
+    validator: Validator = cls(schema, format_checker=_format_checker)
+    return validator
 
 
 def _entry(binding: ToolBindingConfig, token: str | None) -> _Entry:
@@ -97,105 +108,173 @@ def _entry(binding: ToolBindingConfig, token: str | None) -> _Entry:
     return _Entry(binding=binding, token=token, arguments=compile_schema(binding.input_schema), output=output)
 
 
-def install(
-    bindings: Sequence[ToolBindingConfig],
-    *,
-    tool_tokens: Mapping[str, str] | None = None,
-    public_url: str = "",
-    header_timeout: float | None = None,
-    admin_loader: AdminLoader | None | bool = True,
-) -> None:
-    """Serve `bindings` (the host config's, with their resolved tokens) plus admin-created ones.
-
-    `admin_loader=True` reads admin bindings from the database; None or False serves only
-    `bindings`. The header deadline defaults to $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s.
-    """
-    global _admin_loader, _public_url, _header_timeout
-    tokens = tool_tokens or {}
-    _config_entries.clear()
-    for binding in bindings:
-        token = tokens.get(binding.name) if binding.token_env else ""
-        _config_entries[binding.name] = _entry(binding, token)
-    if admin_loader is True:
-        from . import db
-
-        _admin_loader = db.aload_admin_bindings
-    else:
-        _admin_loader = admin_loader or None
-    _public_url = public_url.rstrip("/")
-    if header_timeout is None:
-        header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)
-    _header_timeout = header_timeout
-    forget_bindings()
-
-
-def forget_bindings() -> None:
-    """Reload admin bindings on next use (one was created, changed or deleted in the admin)."""
-    global _admin_expires
-    _admin_expires = 0.0
-
-
-async def _entries() -> Mapping[str, _Entry]:
-    global _admin_expires
-    if _admin_loader is None:
-        return _config_entries
-    now = time.monotonic()
-    if now >= _admin_expires:
-        expires = now + ADMIN_CACHE_SECONDS
-        loaded = await _admin_loader()
-        fresh: dict[str, _Entry] = {}
-        for binding in loaded:
-            if binding.name in _config_entries:
-                continue  # the config's binding wins; the admin mirrors it read-only
-            previous = _admin_entries.get(binding.name)
-            token = os.environ.get(binding.token_env) or None if binding.token_env else ""
-            fresh[binding.name] = (
-                previous
-                if previous is not None and previous.binding == binding and previous.token == token
-                else _entry(binding, token)
-            )
-        _admin_entries.clear()
-        _admin_entries.update(fresh)
-        _admin_expires = expires
-    if not _admin_entries:
-        return _config_entries
-    return {**_admin_entries, **_config_entries}
-
-
 def _allowed(entries: Mapping[str, _Entry], tenant: str) -> dict[str, _Entry]:
     return {name: entry for name, entry in entries.items() if tenant in entry.binding.tenants}
 
 
-def catalog_for(tenant: str) -> list[dict[str, Any]]:
-    """Descriptors of every config tool the tenant may enable; never URLs or credentials."""
-    allowed = _allowed(_config_entries, tenant)
-    return [allowed[name].binding.descriptor() for name in sorted(allowed)]
-
-
-async def acatalog_for(tenant: str) -> list[dict[str, Any]]:
-    """Descriptors of every tool (config and admin) the tenant may enable, by name."""
-    allowed = _allowed(await _entries(), tenant)
-    return [allowed[name].binding.descriptor() for name in sorted(allowed)]
-
-
-def descriptors_for(tenant: str, names: Sequence[str]) -> list[dict[str, Any]] | None:
-    """Descriptors for `names` in order, or None when one is not available to the tenant."""
-    return _descriptors(_allowed(_config_entries, tenant), names)
-
-
-async def adescriptors_for(tenant: str, names: Sequence[str]) -> list[dict[str, Any]] | None:
-    """As descriptors_for, including admin-created bindings."""
-    return _descriptors(_allowed(await _entries(), tenant), names)
-
-
-def _descriptors(allowed: Mapping[str, _Entry], names: Sequence[str]) -> list[dict[str, Any]] | None:
+def _descriptors(allowed: Mapping[str, _Entry], names: Sequence[str]) -> list[ToolDescriptor] | None:
     if any(name not in allowed for name in names):
         return None
     return [allowed[name].binding.descriptor() for name in names]
 
 
-def error_result(message: str, *, unknown_outcome: bool = False) -> dict[str, Any]:
-    result: dict[str, Any] = {"content": [{"type": "text", "text": message}], "is_error": True}
+class ToolRegistry:
+    """The tools of this process: the host config's bindings (with their resolved tokens) plus
+    admin-created ones, their compiled schemas, and the transports that carry calls.
+
+    `admin_loader` reads admin bindings (None serves only `bindings`). The header deadline
+    defaults to $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s. `transports` replaces the transport
+    instances by name (fault tests inject clients with httpx.MockTransport).
+    """
+
+    def __init__(
+        self,
+        bindings: Sequence[ToolBindingConfig] = (),
+        *,
+        tool_tokens: Mapping[str, str] | None = None,
+        public_url: str = "",
+        header_timeout: float | None = None,
+        admin_loader: AdminLoader | None = None,
+        inspections: InspectionGrants | None = None,
+        transports: Mapping[str, Transport] | None = None,
+    ) -> None:
+        tokens = tool_tokens or {}
+        self._config_entries: dict[str, _Entry] = {}
+        for binding in bindings:
+            token = tokens.get(binding.name) if binding.token_env else ""
+            self._config_entries[binding.name] = _entry(binding, token)
+        self._admin_entries: dict[str, _Entry] = {}
+        self._admin_expires = 0.0
+        self._admin_loader = admin_loader
+        self._public_url = public_url.rstrip("/")
+        if header_timeout is None:
+            header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)
+        self._header_timeout = header_timeout
+        self._inspections = inspections
+        self._transports = Transports(transports)
+
+    def forget_bindings(self) -> None:
+        """Reload admin bindings on next use (one was created, changed or deleted in the admin)."""
+        self._admin_expires = 0.0
+
+    async def _entries(self) -> Mapping[str, _Entry]:
+        if self._admin_loader is None:
+            return self._config_entries
+        now = time.monotonic()
+        if now >= self._admin_expires:
+            expires = now + ADMIN_CACHE_SECONDS
+            loaded = await self._admin_loader()
+            fresh: dict[str, _Entry] = {}
+            for binding in loaded:
+                if binding.name in self._config_entries:
+                    continue  # the config's binding wins; the admin mirrors it read-only
+                previous = self._admin_entries.get(binding.name)
+                token = os.environ.get(binding.token_env) or None if binding.token_env else ""
+                fresh[binding.name] = (
+                    previous
+                    if previous is not None and previous.binding == binding and previous.token == token
+                    else _entry(binding, token)
+                )
+            self._admin_entries = fresh
+            self._admin_expires = expires
+        if not self._admin_entries:
+            return self._config_entries
+        return {**self._admin_entries, **self._config_entries}
+
+    def catalog_for(self, tenant: str) -> list[ToolDescriptor]:
+        """Descriptors of every config tool the tenant may enable; never URLs or credentials."""
+        allowed = _allowed(self._config_entries, tenant)
+        return [allowed[name].binding.descriptor() for name in sorted(allowed)]
+
+    async def acatalog_for(self, tenant: str) -> list[ToolDescriptor]:
+        """Descriptors of every tool (config and admin) the tenant may enable, by name."""
+        allowed = _allowed(await self._entries(), tenant)
+        return [allowed[name].binding.descriptor() for name in sorted(allowed)]
+
+    def descriptors_for(self, tenant: str, names: Sequence[str]) -> list[ToolDescriptor] | None:
+        """Descriptors for `names` in order, or None when one is not available to the tenant."""
+        return _descriptors(_allowed(self._config_entries, tenant), names)
+
+    async def adescriptors_for(self, tenant: str, names: Sequence[str]) -> list[ToolDescriptor] | None:
+        """As descriptors_for, including admin-created bindings."""
+        return _descriptors(_allowed(await self._entries(), tenant), names)
+
+    async def invoke(self, context: CallContext, name: str, arguments: Any) -> ToolResult:
+        """Run one call and return the model-visible result. Never raises for tool failures.
+
+        Cancellation (interrupt, close) propagates after the inspection token is revoked: as
+        CancelledError before the request is sent, as CallCancelled once it may have reached
+        the service, so the caller can set `unknown_outcome` exactly.
+        """
+        entry = (await self._entries()).get(name) if name in context.tools else None
+        if entry is None or context.tenant not in entry.binding.tenants:
+            return error_result(f"tool {name!r} is not enabled for this session")
+        binding = entry.binding
+        if not isinstance(arguments, dict):
+            return error_result(f"invalid arguments for {name}: arguments must be a JSON object")
+        problem = best_match(entry.arguments.iter_errors(arguments))
+        if problem is not None:
+            where = "/".join(str(part) for part in problem.absolute_path)
+            return error_result(
+                _detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
+            )
+        if entry.token is None:
+            return error_result(f"tool {name!r} is unavailable: its credential ({binding.token_env}) is not set")
+        inspection_token = ""
+        if binding.inspect_session:
+            if self._inspections is None:
+                return error_result(f"tool {name!r} is unavailable: session inspection is not enabled")
+            inspection_token = self._inspections.grant(context.session_id, context.tenant)
+        try:
+            call = OutboundCall(
+                url=binding.url,
+                remote_name=binding.mcp_tool or binding.name,
+                token=entry.token,
+                tenant=context.tenant,
+                session_id=context.session_id,
+                call_id=context.call_id,
+                arguments=arguments,
+                progress=context.progress,
+                max_output_bytes=binding.max_output_bytes,
+                header_timeout=min(self._header_timeout, float(binding.timeout_seconds)),
+                traceparent=context.traceparent or _current_traceparent(),
+                inspection_token=inspection_token,
+                brain_url=self._public_url if inspection_token else "",
+            )
+            try:
+                async with asyncio.timeout(binding.timeout_seconds):
+                    raw = await self._transports.get(binding.effective_transport).call(call)
+            except asyncio.CancelledError:
+                raise CallCancelled(name) from None
+            except TimeoutError:
+                return error_result(
+                    f"tool {name!r} timed out after {binding.timeout_seconds} s; remote outcome unknown",
+                    unknown_outcome=True,
+                )
+            except TransportError as exc:
+                suffix = "; remote outcome may be unknown" if exc.reached else ""
+                return error_result(_detail(f"tool {name!r} failed: {exc}{suffix}"), unknown_outcome=exc.reached)
+        finally:
+            if inspection_token and self._inspections is not None:
+                self._inspections.revoke(inspection_token)
+        try:
+            return _check_result(raw, entry)
+        except _InvalidResult as exc:
+            return error_result(_detail(f"tool {name!r} returned an invalid result: {exc}"), unknown_outcome=True)
+
+    async def aclose(self) -> None:
+        """Close pooled connections (shutdown)."""
+        await self._transports.aclose()
+
+
+def registry_of(scope: Mapping[str, Any]) -> ToolRegistry:
+    """The registry of the application object the ASGI entry attached to this scope."""
+    registry: ToolRegistry = scope["brain"].registry
+    return registry
+
+
+def error_result(message: str, *, unknown_outcome: bool = False) -> ToolResult:
+    result: ToolResult = {"content": [{"type": "text", "text": message}], "is_error": True}
     if unknown_outcome:
         result["unknown_outcome"] = True
     return result
@@ -222,7 +301,7 @@ def _check_content(content: Any) -> None:
                 raise _InvalidResult(f"content[{index}].data is not base64") from None
 
 
-def _check_result(value: Any, entry: _Entry) -> dict[str, Any]:
+def _check_result(value: Any, entry: _Entry) -> ToolResult:
     """The tool's result, strictly checked; a structured-only result gets a JSON text block."""
     if not isinstance(value, dict):
         raise _InvalidResult("the result must be a JSON object")
@@ -243,7 +322,7 @@ def _check_result(value: Any, entry: _Entry) -> dict[str, Any]:
         problem = best_match(entry.output.iter_errors(structured))
         if problem is not None:
             raise _InvalidResult(f"structured_content does not match output_schema: {problem.message}")
-    result: dict[str, Any] = {"content": content or [{"type": "text", "text": orjson.dumps(structured).decode()}]}
+    result: ToolResult = {"content": content or [{"type": "text", "text": orjson.dumps(structured).decode()}]}
     if structured is not None:
         result["structured_content"] = structured
     if is_error:
@@ -266,74 +345,3 @@ def _detail(message: str) -> str:
 
 class CallCancelled(Exception):
     """The call was cancelled (interrupt, close) after its request went to the service."""
-
-
-async def invoke(context: CallContext, name: str, arguments: Any) -> dict[str, Any]:
-    """Run one call and return the model-visible result. Never raises for tool failures.
-
-    Cancellation (interrupt, close) propagates after the inspection token is revoked: as
-    CancelledError before the request is sent, as CallCancelled once it may have reached the
-    service, so the caller can set `unknown_outcome` exactly.
-    """
-    entry = (await _entries()).get(name) if name in context.tools else None
-    if entry is None or context.tenant not in entry.binding.tenants:
-        return error_result(f"tool {name!r} is not enabled for this session")
-    binding = entry.binding
-    if not isinstance(arguments, dict):
-        return error_result(f"invalid arguments for {name}: arguments must be a JSON object")
-    problem = best_match(entry.arguments.iter_errors(arguments))
-    if problem is not None:
-        where = "/".join(str(part) for part in problem.absolute_path)
-        return error_result(
-            _detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
-        )
-    if entry.token is None:
-        return error_result(f"tool {name!r} is unavailable: its credential ({binding.token_env}) is not set")
-    inspection_token = ""
-    if binding.inspect_session:
-        from sessions_app.auth import grant_inspection
-
-        inspection_token = grant_inspection(context.session_id, context.tenant)
-    try:
-        call = OutboundCall(
-            url=binding.url,
-            remote_name=binding.mcp_tool or binding.name,
-            token=entry.token,
-            tenant=context.tenant,
-            session_id=context.session_id,
-            call_id=context.call_id,
-            arguments=arguments,
-            progress=context.progress,
-            max_output_bytes=binding.max_output_bytes,
-            header_timeout=min(_header_timeout, float(binding.timeout_seconds)),
-            traceparent=context.traceparent or _current_traceparent(),
-            inspection_token=inspection_token,
-            brain_url=_public_url if inspection_token else "",
-        )
-        try:
-            async with asyncio.timeout(binding.timeout_seconds):
-                raw = await transport_for(binding.effective_transport).call(call)
-        except asyncio.CancelledError:
-            raise CallCancelled(name) from None
-        except TimeoutError:
-            return error_result(
-                f"tool {name!r} timed out after {binding.timeout_seconds} s; remote outcome unknown",
-                unknown_outcome=True,
-            )
-        except TransportError as exc:
-            suffix = "; remote outcome may be unknown" if exc.reached else ""
-            return error_result(_detail(f"tool {name!r} failed: {exc}{suffix}"), unknown_outcome=exc.reached)
-    finally:
-        if inspection_token:
-            from sessions_app.auth import revoke_inspection
-
-            revoke_inspection(inspection_token)
-    try:
-        return _check_result(raw, entry)
-    except _InvalidResult as exc:
-        return error_result(_detail(f"tool {name!r} returned an invalid result: {exc}"), unknown_outcome=True)
-
-
-async def aclose() -> None:
-    """Close pooled connections (shutdown, and between test event loops)."""
-    await close_transports()

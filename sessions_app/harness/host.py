@@ -14,7 +14,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -46,7 +46,7 @@ class HostLost(Exception):
 class AttachmentHandler(Protocol):
     def on_runner_event(self, turn: str, name: str, data: dict[str, Any]) -> None: ...
 
-    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> dict[str, Any]: ...
+    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> Mapping[str, object]: ...
 
     def on_host_lost(self, reason: str) -> None: ...
 
@@ -224,7 +224,13 @@ class HarnessHost:
         task.add_done_callback(self._calls.discard)
 
     async def _answer_call(self, handler: AttachmentHandler, turn: str, params: dict[str, Any], reply: Frame) -> None:
-        result = await handler.on_tool_call(turn, params)
+        """Exactly one reply per call, whatever happens while it is handled."""
+        try:
+            result: Any = await handler.on_tool_call(turn, params)
+        except Exception:  # supervision boundary: the runner must never wait for a lost reply
+            logger.exception("tool call handler failed", extra={"harness": self.harness})
+            text = "tool call failed inside Brain; remote outcome unknown"
+            result = {"content": [{"type": "text", "text": text}], "is_error": True, "unknown_outcome": True}
         reply["result"] = result
         with contextlib.suppress(HostLost):
             self._write(reply)

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brainsite import telemetry
 from brainsite.hostconfig import Harness
+from brainsite.telemetry import Telemetry
+from runners.protocol import OpenParams
 
 from .host import AttachmentHandler, HarnessHost, HostLost, RunnerError
 
@@ -36,8 +37,9 @@ class Attachment:
 
 
 class HostPool:
-    def __init__(self, name: str, config: Harness, *, workroot: Path) -> None:
+    def __init__(self, name: str, config: Harness, *, workroot: Path, telemetry: Telemetry) -> None:
         self.name = name
+        self._telemetry = telemetry
         self.config = config
         self.workroot = workroot
         self.hosts: list[HarnessHost] = []
@@ -49,7 +51,7 @@ class HostPool:
         candidates = [h for h in self.hosts if not h.lost and len(h.attachments) < self.config.max_shared]
         return min(candidates, key=lambda h: len(h.attachments), default=None)
 
-    async def attach(self, handler: AttachmentHandler, open_params: dict[str, Any]) -> Attachment:
+    async def attach(self, handler: AttachmentHandler, open_params: OpenParams) -> Attachment:
         """Open a session on a host with room, starting a host when allowed."""
         host = await self._reserve_host()
         attachment = Attachment(secrets.token_hex(8), host)
@@ -61,7 +63,7 @@ class HostPool:
             await self._release_if_empty(host)
             raise
         if host.spawned_at:  # the host's first reply: it has started
-            telemetry.record_runner_startup(self.name, time.monotonic() - host.spawned_at)
+            self._telemetry.record_runner_startup(self.name, time.monotonic() - host.spawned_at)
             host.spawned_at = 0.0
         return attachment
 

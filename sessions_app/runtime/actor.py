@@ -1,35 +1,39 @@
 """One loaded session: its input queue, status, event fan-out and turns, on the server's loop.
 
-Runs no ORM: state reaches the database through the engine's write-behind. Every method that
-changes state is synchronous up to its first await, so HTTP handlers see consistent state.
+Runs no ORM: state reaches the database through the host's write-behind. Every method that
+changes state is synchronous up to its first await, so HTTP handlers see consistent state. Sees
+the engine only as a SessionHost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections import deque
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from brainsite import telemetry
+import orjson
+
 from brainsite.errors import BrainError, Conflict, Overloaded
+from brainsite.hostconfig import Limits
 from brainsite.logs import logger
+from brainsite.telemetry import Telemetry, TurnTrace
+from runners.protocol import NativeFile
 from sessions_app.eventlog import LIVE_ONLY, MAX_RECORD_BYTES, Event, EventLog, RecordTooLarge, new_id, now_rfc3339
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
 from sessions_app.records import SessionRecord, SessionStatus
-from tools_app import registry
+from tools_app.registry import ToolResult, error_result
 
 from .checkpoints import CheckpointError, CheckpointStore
 from .pubsub import Subscriber
+from .recovery import Recovered
+from .toolcalls import ToolCalls
 
-if TYPE_CHECKING:
-    from .engine import Engine
-
-__all__ = ["RUNNING_MARKER", "PendingInput", "SessionActor", "TurnFailure"]
+__all__ = ["RESTART_MESSAGE", "RUNNING_MARKER", "PendingInput", "SessionActor", "SessionHost", "TurnFailure"]
 
 INTERRUPT_GRACE_SECONDS = 5.0  # a runner that ignores `interrupt` this long loses its attachment
 CHECKPOINT_TIMEOUT_SECONDS = 30.0
@@ -37,6 +41,34 @@ CHECKPOINT_TIMEOUT_SECONDS = 30.0
 LOG_RESERVE_BYTES = MAX_RECORD_BYTES
 QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
 RUNNING_MARKER = "running"  # in the session directory while a turn may run; restarts settle these
+RESTART_MESSAGE = "turn interrupted: server restarted"
+
+
+class SessionHost(Protocol):
+    """What an actor needs of the runtime that loaded it."""
+
+    @property
+    def draining(self) -> bool: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    def turn_slot(self) -> AbstractAsyncContextManager[None]: ...
+
+    async def attach(self, actor: SessionActor) -> Attachment: ...
+
+    async def detach(self, actor: SessionActor) -> None: ...
+
+    def release(self, actor: SessionActor) -> None:
+        """Detach in the background."""
+
+    def attachment_of(self, actor: SessionActor) -> Attachment | None: ...
+
+    def forget_attachment(self, actor: SessionActor) -> None: ...
+
+    def mark_dirty(self, actor: SessionActor) -> None: ...
+
+    def track(self, task: asyncio.Task[Any]) -> None: ...
 
 
 class TurnFailure(Exception):
@@ -57,8 +89,17 @@ class PendingInput:
 
 
 class SessionActor:
-    def __init__(self, engine: Engine, record: SessionRecord, *, directory: Path, log: EventLog) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        host: SessionHost,
+        record: SessionRecord,
+        *,
+        directory: Path,
+        log: EventLog,
+        tool_calls: ToolCalls,
+        telemetry: Telemetry,
+    ) -> None:
+        self._host = host
         self.record = record
         self.directory = directory
         self.log = log
@@ -68,12 +109,12 @@ class SessionActor:
         self.turn_id = ""
         self.subscribers: set[Subscriber] = set()
         self.keys: dict[str, int] = {}  # idempotency key -> offset of its user.message
-        self.attachment: Attachment | None = None
         self.task: asyncio.Task[None] | None = None
         self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
         self._failure: TurnFailure | None = None
-        self._tool_tasks: set[asyncio.Task[Any]] = set()
-        self._trace: telemetry.TurnTrace | None = None  # the running turn's, while telemetry is on
+        self._tool_calls = tool_calls
+        self._telemetry = telemetry
+        self._trace: TurnTrace | None = None  # the running turn's, while telemetry is on
         self._reported_log_size = log.size  # event log bytes already counted in brain.transcript.bytes
         self._native_sizes: dict[str, int] | None = None  # native file sizes of the last checkpoint
 
@@ -88,6 +129,18 @@ class SessionActor:
         return self.record.status
 
     @property
+    def harness(self) -> str:
+        return self.record.harness
+
+    @property
+    def turn_running(self) -> bool:
+        return self.task is not None
+
+    @property
+    def current_input_id(self) -> str | None:
+        return self.current.id if self.current is not None and not self._stop_reason else None
+
+    @property
     def busy(self) -> bool:
         """Whether unloading would lose work: a turn, queued input or open streams."""
         return self.task is not None or bool(self.queue) or bool(self.subscribers)
@@ -95,7 +148,7 @@ class SessionActor:
     def _set_status(self, status: SessionStatus, *, input_id: str | None = None) -> None:
         self.record.status = status
         self.record.updated_at = now_rfc3339()
-        self.engine.mark_dirty(self)
+        self._host.mark_dirty(self)
         # The database hears of statuses write-behind; the marker is on disk before the 202 of
         # the message that starts a turn, so a kill -9 right after it cannot hide the lost turn.
         if status == SessionStatus.RUNNING:
@@ -108,6 +161,29 @@ class SessionActor:
             for subscriber in list(self.subscribers):
                 subscriber.close()  # spec: streams end when the session is closed
             self.subscribers.clear()
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def settle_after_load(self, recovered: Recovered) -> None:
+        """Adopt what recovery rebuilt from the log; a turn that was running when the server
+        died comes back interrupted, and its queued inputs are cancelled."""
+        self.keys = dict(recovered.keys)
+        status = SessionStatus(recovered.status)
+        if recovered.last_checkpoint is not None:
+            last = recovered.last_checkpoint
+            self.record.checkpoint = {"id": last["id"], "offset": last["offset"], "time": last["time"]}
+        self.record.status = status
+        if recovered.unsettled and status != SessionStatus.CLOSED:
+            first, *queued = recovered.unsettled
+            self.emit("session.error", {"code": "conflict", "message": RESTART_MESSAGE}, input_id=first)
+            for input_id in queued:
+                self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
+            self._set_status(SessionStatus.INTERRUPTED, input_id=first)
+            logger.info("session interrupted by restart", extra={"session_id": self.id})
+        elif status == SessionStatus.RUNNING:
+            self._set_status(SessionStatus.INTERRUPTED)
+        (self.directory / RUNNING_MARKER).unlink(missing_ok=True)  # a loaded actor has no running turn yet
+        self._host.mark_dirty(self)
 
     # -- events ------------------------------------------------------------------------------
 
@@ -145,14 +221,15 @@ class SessionActor:
             data["key"] = key
             previous = self._keyed_event(key)
             if previous is not None:
-                if previous.as_dict()["data"] != data:
+                if orjson.loads(previous.line)["data"] != data:
                     raise Conflict("idempotency key was used with a different message")
                 return previous
-        if self.engine.draining:
+        limits = self._host.limits
+        if self._host.draining:
             raise Overloaded("server is shutting down")
-        if len(self.queue) >= self.engine.limits.queue:
+        if len(self.queue) >= limits.queue:
             raise Overloaded("session input queue is full")
-        if self.log.size + len(text) + LOG_RESERVE_BYTES > self.engine.limits.session_bytes:
+        if self.log.size + len(text) + LOG_RESERVE_BYTES > limits.session_bytes:
             raise Overloaded("session event log is near its session_bytes limit")
         try:
             event = self.emit("user.message", data)
@@ -167,6 +244,7 @@ class SessionActor:
         return event
 
     def _keyed_event(self, key: str) -> Event | None:
+        """The user.message that used `key`: one seek and one line read, cheap on the loop."""
         offset = self.keys.get(key)
         if offset is None:
             return None
@@ -181,7 +259,7 @@ class SessionActor:
         self._failure = None
         self._set_status(SessionStatus.RUNNING, input_id=pending.id)
         self.task = asyncio.get_running_loop().create_task(self._run_turn(pending), name=f"turn-{self.id}")
-        self.engine.track(self.task)
+        self._host.track(self.task)
 
     def interrupt(self) -> None:
         """user.interrupt: stop the running turn; a no-op without one."""
@@ -195,7 +273,7 @@ class SessionActor:
             self._stop("close")
             return
         self._set_status(SessionStatus.CLOSED)
-        self.engine.release_attachment(self)
+        self._host.release(self)
 
     def stop_for_shutdown(self) -> None:
         if self.task is not None:
@@ -208,11 +286,10 @@ class SessionActor:
         self._stop_reason = reason
         if not first:
             return
-        for task in list(self._tool_tasks):
-            task.cancel()
-        attachment = self.attachment
+        self._tool_calls.cancel_all()
+        attachment = self._host.attachment_of(self)
         if attachment is not None and self.task is not None:
-            self.engine.track(asyncio.get_running_loop().create_task(self._request_interrupt(attachment, self.turn_id)))
+            self._host.track(asyncio.get_running_loop().create_task(self._request_interrupt(attachment, self.turn_id)))
         elif self.task is not None:
             self.task.cancel()  # still waiting for a turn slot or a host: nothing runs yet
 
@@ -231,28 +308,33 @@ class SessionActor:
             return
         if self.status in (SessionStatus.RUNNING, SessionStatus.CLOSED) or self.task is not None:
             raise Conflict(f"cannot resume a {self.status} session")
-        await self.engine.adetach(self)
-        checkpoint = self.checkpoints.last() or {"id": self.record.checkpoint["id"], "files": []}
+        await self._host.detach(self)
         try:
-            await asyncio.to_thread(self.checkpoints.restore, checkpoint)
+            await asyncio.to_thread(self._restore_last_checkpoint)
         except (CheckpointError, OSError) as exc:
             logger.error("resume failed", extra={"session_id": self.id, "error": str(exc)})
-            raise BrainError() from exc
+            raise BrainError(f"cannot restore the last checkpoint: {exc}") from exc
         if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
             self._set_status(SessionStatus.IDLE)
+
+    def _restore_last_checkpoint(self) -> None:
+        last = self.checkpoints.last()
+        if last is None:
+            raise CheckpointError("the checkpoint journal is missing or unreadable")
+        self.checkpoints.restore(last)
 
     # -- the turn ----------------------------------------------------------------------------
 
     async def _run_turn(self, pending: PendingInput) -> None:
         failure: TurnFailure | None = None
-        trace = self._trace = telemetry.start_turn(
+        trace = self._trace = self._telemetry.start_turn(
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
         )
         try:
-            async with self.engine.turn_slot():
+            async with self._host.turn_slot():
                 if trace is not None:
                     trace.started()
-                attachment = await self.engine.attach(self)
+                attachment = await self._host.attach(self)
                 async with attachment.host.turn_slots:
                     if self._stop_reason:
                         raise asyncio.CancelledError
@@ -303,8 +385,8 @@ class SessionActor:
             if stop_reason == "close":
                 self._cancel_queue()
                 self._set_status(SessionStatus.CLOSED)
-                self.engine.release_attachment(self)
-            elif self.queue and not stop_reason and not self.engine.draining:
+                self._host.release(self)
+            elif self.queue and not stop_reason and not self._host.draining:
                 self._start_next()
             else:
                 self._cancel_queue()
@@ -328,7 +410,7 @@ class SessionActor:
             self._set_status(status, input_id=None if closing else pending.id)
         except (OSError, RecordTooLarge) as exc:
             self._mark_failed_without_log(exc)
-        await self.engine.adetach(self)  # native state is reloaded from the checkpoint on resume
+        await self._host.detach(self)  # native state is reloaded from the checkpoint on resume
 
     def _cancel_queue(self) -> None:
         while self.queue:
@@ -340,35 +422,29 @@ class SessionActor:
         self.queue.clear()
         self.record.status = SessionStatus.FAILED
         self.record.updated_at = now_rfc3339()
-        self.engine.mark_dirty(self)
+        self._host.mark_dirty(self)
 
     async def _record_checkpoint(self, reported: Any) -> None:
         if self._trace is not None and self._native_sizes is None:  # first checkpoint since loading
             last = await asyncio.to_thread(self.checkpoints.last)
             self._native_sizes = {item["path"]: item["size"] for item in last["files"]} if last else {}
-        checkpoint_id, time = new_id(), now_rfc3339()
-        if isinstance(reported, list) and all(isinstance(f, dict) and f.get("append_only") for f in reported):
-            # append-only files need a stat each and one journal line: cheaper than a thread hop
-            entry = self.checkpoints.record(checkpoint_id, offset=self.log.size, time=time, reported=reported)
-        else:  # snapshot copies of rewritable files may be large
-            entry = await asyncio.to_thread(
-                self.checkpoints.record, checkpoint_id, offset=self.log.size, time=time, reported=reported
-            )
+        # append-only files need a stat each and one journal line: cheaper than a thread hop
+        entry = self.checkpoints.record(new_id(), offset=self.log.size, time=now_rfc3339(), reported=reported)
         self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
         if self._native_sizes is not None:
             self._record_native_growth(entry["files"])
 
     def _record_log_growth(self) -> None:
         size = self.log.size
-        telemetry.record_transcript_bytes(size - self._reported_log_size)
+        self._telemetry.record_transcript_bytes(size - self._reported_log_size)
         self._reported_log_size = size
 
-    def _record_native_growth(self, files: list[dict[str, Any]]) -> None:
+    def _record_native_growth(self, files: list[NativeFile]) -> None:
         """Count the bytes native files grew by since the previous checkpoint."""
         previous = self._native_sizes or {}
         sizes = {item["path"]: item["size"] for item in files}
         self._native_sizes = sizes
-        telemetry.record_native_bytes(sum(max(0, size - previous.get(path, 0)) for path, size in sizes.items()))
+        self._telemetry.record_native_bytes(sum(max(0, size - previous.get(path, 0)) for path, size in sizes.items()))
 
     # -- harness callbacks (AttachmentHandler) -----------------------------------------------
 
@@ -384,62 +460,23 @@ class SessionActor:
         if self._trace is not None:
             self._trace.output()
 
-    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> ToolResult:
         if turn != self.turn_id or self.current is None or self._stop_reason:
-            return registry.error_result("the turn of this tool call is over")
-        input_id = self.current.id
-        call_id = new_id()
-        name = params.get("name", "")
-        arguments = params.get("arguments")
-        try:
-            self.emit("tool.call", {"id": call_id, "name": name, "arguments": arguments}, input_id=input_id)
-        except (OSError, RecordTooLarge) as exc:
-            self._fail_running_turn(TurnFailure("brain_error", str(exc)))
-            return registry.error_result("tool call could not be recorded")
-        tools = tuple(self.record.config.get("tools", ()))
-        trace = self._trace.tool_call(name) if self._trace is not None else None
-        task = asyncio.get_running_loop().create_task(
-            registry.invoke(
-                registry.CallContext(
-                    tenant=self.record.tenant,
-                    session_id=self.id,
-                    call_id=call_id,
-                    tools=tools,
-                    progress=lambda data: self._tool_progress(call_id, input_id, data),
-                    traceparent=trace.traceparent if trace is not None else self.current.traceparent,
-                ),
-                name,
-                arguments,
-            )
-        )
-        self._tool_tasks.add(task)
-        try:
-            result = await task
-        except asyncio.CancelledError:  # before the request was sent: nothing happened remotely
-            result = registry.error_result("tool call cancelled before dispatch: turn interrupted")
-        except registry.CallCancelled:
-            result = registry.error_result(
-                "tool call cancelled: turn interrupted; remote outcome may be unknown", unknown_outcome=True
-            )
-        finally:
-            self._tool_tasks.discard(task)
-        if trace is not None:  # an unknown name is the model's text: keep it out of metric labels
-            trace.end(name if name in tools else "unknown", is_error=result.get("is_error") is True)
-        try:
-            self.emit("tool.result", {"call_id": call_id, "result": result}, input_id=input_id)
-        except (OSError, RecordTooLarge) as exc:
-            self._fail_running_turn(TurnFailure("brain_error", str(exc)))
-        return result
+            return error_result("the turn of this tool call is over")
+        return await self._tool_calls.call(self, params, traceparent=self.current.traceparent, trace=self._trace)
 
-    def _tool_progress(self, call_id: str, input_id: str, data: Any) -> None:
-        if self.current is not None and self.current.id == input_id:
-            self.emit("tool.progress", {"call_id": call_id, "data": data}, input_id=input_id)
+    def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
+        """ToolCallTurn: one event of a tool call."""
+        self.emit(type_, data, input_id=input_id)
 
     def on_host_lost(self, reason: str) -> None:
-        self.attachment = None
-        self.engine.forget_attachment(self)
+        self._host.forget_attachment(self)
         if self.task is not None and self._failure is None and not self._stop_reason:
             self._failure = TurnFailure("brain_error", reason)
+
+    def fail_running_turn(self, message: str) -> None:
+        """ToolCallTurn: a tool call's events could not be recorded."""
+        self._fail_running_turn(TurnFailure("brain_error", message))
 
     def _fail_running_turn(self, failure: TurnFailure) -> None:
         if self._failure is None:
@@ -448,36 +485,3 @@ class SessionActor:
 
     def __repr__(self) -> str:
         return f"<SessionActor {self.id} {self.status}>"
-
-
-def rebuild_from_log(records: list[dict[str, Any]]) -> tuple[dict[str, int], list[str], str]:
-    """From parsed log records: idempotency keys, inputs accepted but never settled, last status."""
-    keys: dict[str, int] = {}
-    unsettled: list[str] = []
-    running = ""
-    status = SessionStatus.IDLE.value
-    for record in records:
-        kind, data = record.get("type"), record.get("data") or {}
-        if kind == "user.message":
-            if isinstance(data.get("key"), str):
-                keys[data["key"]] = record["_offset"]
-            unsettled.append(record["id"])
-        elif kind == "session.status":
-            status = data.get("status", status)
-            input_id = record.get("input_id", "")
-            if running and running != input_id:
-                with contextlib.suppress(ValueError):
-                    unsettled.remove(running)
-            running = input_id if status == SessionStatus.RUNNING else ""
-            if status != SessionStatus.RUNNING and input_id:
-                with contextlib.suppress(ValueError):
-                    unsettled.remove(input_id)
-            if status == SessionStatus.RUNNING and input_id:
-                # the running input stays unsettled until its turn ends
-                pass
-        elif kind == "session.error":
-            with contextlib.suppress(ValueError):
-                unsettled.remove(record.get("input_id", ""))
-            if running == record.get("input_id"):
-                running = ""
-    return keys, unsettled, status

@@ -10,31 +10,35 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from brainsite.errors import NotFound, Overloaded
-from brainsite.hostconfig import HostConfig, Secrets
+from brainsite.hostconfig import HostConfig, Limits, Secrets
 from brainsite.logs import logger
+from brainsite.telemetry import Telemetry
+from runners.protocol import OpenParams, ProviderOptions, ToolDescriptor
 from sessions_app import db
 from sessions_app.eventlog import EventLog, new_id, now_rfc3339
-from sessions_app.harness.pool import Attachment, HostPool
+from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord, SessionStatus
+from tools_app.registry import ToolRegistry
 
-from .actor import QUEUED_INPUT_CANCELLED, RUNNING_MARKER, SessionActor, rebuild_from_log
+from .actor import RUNNING_MARKER, SessionActor
 from .checkpoints import CheckpointStore
 from .pubsub import SubscriberSlots
+from .recovery import recover
+from .residency import Residency
+from .toolcalls import ToolCalls
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "Stats", "new_session_record"]
 
 # Status rows reach the database at most this long after a change. Crash recovery does not
 # depend on it (the event log and the running marker do); the admin and lists see it.
 WRITE_BEHIND_SECONDS = 0.2
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
-RESTART_MESSAGE = "turn interrupted: server restarted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,26 +50,40 @@ class Stats:
 
 
 class Engine:
-    def __init__(self, config: HostConfig, secrets: Secrets) -> None:
+    """Loads and unloads actors, enforces `loaded` and `active`, writes status rows behind, and
+    shuts down. The actors see it only as their SessionHost."""
+
+    def __init__(self, config: HostConfig, secrets: Secrets, *, registry: ToolRegistry, telemetry: Telemetry) -> None:
         self.config = config
         self.secrets = secrets
-        self.limits = config.limits
+        self.registry = registry
+        self.telemetry = telemetry
         self.data_dir = Path(config.data_dir).resolve()
         self.sessions_dir = self.data_dir / "sessions"
         self.actors: dict[str, SessionActor] = {}
-        self.pools = {
-            name: HostPool(name, harness, workroot=self.data_dir / "hosts")
-            for name, harness in config.harnesses.items()
-        }
-        self.subscriber_slots = SubscriberSlots(self.limits.subscribers)
-        self.draining = False
-        self._turn_slots = asyncio.Semaphore(self.limits.active)
-        self._attached: OrderedDict[str, SessionActor] = OrderedDict()  # LRU of resident attachments
+        self.subscriber_slots = SubscriberSlots(config.limits.subscribers)
+        self._draining = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.residency = Residency(
+            config.harnesses,
+            workroot=self.data_dir / "hosts",
+            max_resident=config.limits.active,
+            telemetry=telemetry,
+            track=self.track,
+        )
+        self._turn_slots = asyncio.Semaphore(config.limits.active)
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
         self._dirty: dict[str, SessionRecord] = {}
-        self._tasks: set[asyncio.Task[Any]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._streams_closed = asyncio.Event()
+
+    @property
+    def limits(self) -> Limits:
+        return self.config.limits
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -86,7 +104,7 @@ class Engine:
 
     async def shutdown(self) -> None:
         """Stop new work, interrupt running turns, end streams, stop hosts, flush state."""
-        self.draining = True
+        self._draining = True
         for actor in list(self.actors.values()):
             actor.stop_for_shutdown()
         turns = [actor.task for actor in self.actors.values() if actor.task is not None]
@@ -96,7 +114,7 @@ class Engine:
             for subscriber in list(actor.subscribers):
                 subscriber.close()
         self._streams_closed.set()
-        await asyncio.gather(*(pool.close() for pool in self.pools.values()), return_exceptions=True)
+        await self.residency.close()
         if self._flusher is not None:
             self._flusher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -135,7 +153,7 @@ class Engine:
 
     async def create(self, record: SessionRecord) -> SessionRecord:
         """Persist a new idle session with its creation checkpoint (offset 0)."""
-        if self.draining:
+        if self._draining:
             raise Overloaded("server is shutting down")
         directory = self.session_dir(record.id)
         (directory / "native").mkdir(parents=True, exist_ok=False)
@@ -179,32 +197,16 @@ class Engine:
         await self._make_room()
         directory = self.session_dir(session_id)
         log = EventLog(directory / "events.jsonl", max_bytes=self.limits.session_bytes)
-        await asyncio.to_thread(log.repair)
-        records = await asyncio.to_thread(log.scan)
-        keys, unsettled, status = rebuild_from_log(records)
-        last = CheckpointStore(directory).last()
-        if last is not None:
-            record.checkpoint = {"id": last["id"], "offset": last["offset"], "time": last["time"]}
-        record.status = status
-        actor = SessionActor(self, record, directory=directory, log=log)
-        actor.keys = keys
+        recovered = await asyncio.to_thread(recover, directory, log)
+        tool_calls = ToolCalls(
+            self.registry, tenant=record.tenant, session_id=record.id, tools=tuple(record.config.get("tools", ()))
+        )
+        actor = SessionActor(
+            self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry
+        )
         self.actors[session_id] = actor
-        if unsettled and status != SessionStatus.CLOSED:
-            self._settle_lost_turn(actor, unsettled)
-        elif status == SessionStatus.RUNNING:
-            actor._set_status(SessionStatus.INTERRUPTED)
-        (directory / RUNNING_MARKER).unlink(missing_ok=True)  # a loaded actor has no running turn yet
-        self.mark_dirty(actor)
+        actor.settle_after_load(recovered)
         return actor
-
-    def _settle_lost_turn(self, actor: SessionActor, unsettled: list[str]) -> None:
-        """A turn that was running when the server died comes back interrupted."""
-        first, *queued = unsettled
-        actor.emit("session.error", {"code": "conflict", "message": RESTART_MESSAGE}, input_id=first)
-        for input_id in queued:
-            actor.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
-        actor._set_status(SessionStatus.INTERRUPTED, input_id=first)
-        logger.info("session interrupted by restart", extra={"session_id": actor.id})
 
     async def _make_room(self) -> None:
         """Keep loaded sessions within limits.loaded: unload an idle one, else 429."""
@@ -218,14 +220,14 @@ class Engine:
 
     async def unload(self, actor: SessionActor) -> None:
         self.actors.pop(actor.id, None)
-        await self.adetach(actor)
+        await self.residency.detach(actor)
         actor.log.close()
 
     def loaded_record(self, session_id: str) -> SessionRecord | None:
         actor = self.actors.get(session_id)
         return actor.record if actor is not None else None
 
-    # -- turns and attachments ---------------------------------------------------------------
+    # -- SessionHost: turns and attachments --------------------------------------------------
 
     @contextlib.asynccontextmanager
     async def turn_slot(self) -> AsyncIterator[None]:
@@ -233,10 +235,10 @@ class Engine:
         async with self._turn_slots:
             yield
 
-    def _open_params(self, actor: SessionActor) -> dict[str, Any]:
+    def _open_params(self, actor: SessionActor) -> OpenParams:
         config = actor.record.config
         provider_name = config["model"].split("/", 1)[0]
-        provider: dict[str, str] = {"api_key": self.secrets.provider_keys.get(provider_name, "")}
+        provider: ProviderOptions = {"api_key": self.secrets.provider_keys.get(provider_name, "")}
         settings = self.config.providers.get(provider_name)
         if settings is not None and settings.base_url:
             provider["base_url"] = settings.base_url
@@ -251,32 +253,19 @@ class Engine:
         }
 
     async def attach(self, actor: SessionActor) -> Attachment:
-        """The actor's attachment, opening one (passively, from native/) when needed."""
-        if actor.attachment is not None and not actor.attachment.host.lost:
-            self._attached.move_to_end(actor.id)
-            return actor.attachment
-        while len(self._attached) >= self.limits.active:
-            victim = next((a for a in self._attached.values() if a.task is None), None)
-            if victim is None:
-                break
-            await self.adetach(victim)
-        pool = self.pools[actor.record.harness]
-        actor.attachment = await pool.attach(actor, self._open_params(actor))
-        self._attached[actor.id] = actor
-        return actor.attachment
+        return await self.residency.attach(actor, lambda: self._open_params(actor))
 
-    async def adetach(self, actor: SessionActor) -> None:
-        attachment, actor.attachment = actor.attachment, None
-        self._attached.pop(actor.id, None)
-        if attachment is not None:
-            await self.pools[actor.record.harness].detach(attachment)
+    async def detach(self, actor: SessionActor) -> None:
+        await self.residency.detach(actor)
 
-    def release_attachment(self, actor: SessionActor) -> None:
-        if actor.attachment is not None:
-            self.track(asyncio.get_running_loop().create_task(self.adetach(actor)))
+    def release(self, actor: SessionActor) -> None:
+        self.residency.release(actor)
+
+    def attachment_of(self, actor: SessionActor) -> Attachment | None:
+        return self.residency.attachment_of(actor)
 
     def forget_attachment(self, actor: SessionActor) -> None:
-        self._attached.pop(actor.id, None)
+        self.residency.forget(actor)
 
     # -- reporting ---------------------------------------------------------------------------
 
@@ -284,8 +273,8 @@ class Engine:
         return Stats(
             loaded=len(self.actors),
             running=sum(1 for a in self.actors.values() if a.task is not None),
-            attached=len(self._attached),
-            hosts=sum(len(p.hosts) for p in self.pools.values()),
+            attached=self.residency.attached,
+            hosts=self.residency.hosts,
         )
 
     async def wait_streams_closed(self) -> None:
@@ -293,7 +282,7 @@ class Engine:
 
 
 def new_session_record(
-    *, tenant: str, harness: str, config: dict[str, Any], descriptors: list[dict[str, Any]]
+    *, tenant: str, harness: str, config: dict[str, Any], descriptors: list[ToolDescriptor]
 ) -> SessionRecord:
     now = now_rfc3339()
     return SessionRecord(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from brainsite.hostconfig import ToolBindingConfig
 from tests.tools.mcp_server import MCP_TOKEN, build_app
 from tests.tools.servers import LoopbackServer
-from tools_app import registry
+from tools_app.registry import CallContext, ToolRegistry
 
 TENANT = "acme"
 OPEN_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -30,21 +30,24 @@ def binding(name: str, url: str, **fields: Any) -> ToolBindingConfig:
     )
 
 
-Install = Callable[..., None]
+Install = Callable[..., ToolRegistry]
 
 
 @pytest.fixture
 async def install() -> AsyncIterator[Install]:
-    """Install bindings (config-style, no admin store); tokens default to MCP_TOKEN for token_env."""
+    """A registry serving these bindings (config-style, no admin store); tokens default to
+    MCP_TOKEN for token_env. Every registry made is closed after the test."""
+    made: list[ToolRegistry] = []
 
-    def installer(*bindings: ToolBindingConfig, tokens: dict[str, str] | None = None, **options: Any) -> None:
+    def installer(*bindings: ToolBindingConfig, tokens: dict[str, str] | None = None, **options: Any) -> ToolRegistry:
         if tokens is None:
             tokens = {item.name: MCP_TOKEN for item in bindings if item.token_env}
-        registry.install(bindings, tool_tokens=tokens, admin_loader=None, **options)
+        made.append(ToolRegistry(bindings, tool_tokens=tokens, **options))
+        return made[-1]
 
     yield installer
-    await registry.aclose()
-    registry.install([], admin_loader=None)
+    for tools in made:
+        await tools.aclose()
 
 
 class Progress(list[Any]):
@@ -52,8 +55,8 @@ class Progress(list[Any]):
         self.append(data)
 
 
-def context(*tools: str, tenant: str = TENANT, progress: Progress | None = None, **fields: Any) -> registry.CallContext:
-    return registry.CallContext(
+def context(*tools: str, tenant: str = TENANT, progress: Progress | None = None, **fields: Any) -> CallContext:
+    return CallContext(
         tenant=tenant,
         session_id=fields.pop("session_id", "5" * 32),
         call_id=fields.pop("call_id", "c" * 32),
@@ -63,5 +66,5 @@ def context(*tools: str, tenant: str = TENANT, progress: Progress | None = None,
     )
 
 
-def text_of(result: dict[str, Any]) -> str:
+def text_of(result: Mapping[str, Any]) -> str:
     return " ".join(item.get("text", "") for item in result["content"])

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.test import Client
 
 from brainsite.hostconfig import ToolBindingConfig
-from tools_app import registry
+from tests.support.admin_client import BrainAdminClient
 from tools_app.admin import ToolBindingForm
-from tools_app.db import mirror_config_bindings
+from tools_app.db import aload_admin_bindings, mirror_config_bindings
 from tools_app.models import ToolBinding
+from tools_app.registry import ToolRegistry
 
 VALID: dict[str, Any] = {
     "name": "lookup",
@@ -88,18 +90,26 @@ def test_the_admin_form_is_as_strict_as_startup(changes: dict[str, Any], field: 
     assert message in " ".join(str(error) for error in candidate.errors[field])
 
 
+def admin_client_of(tools: ToolRegistry, admin_user: Any) -> BrainAdminClient:
+    """An admin session whose requests carry the application object, as under runbrain."""
+    client = BrainAdminClient(SimpleNamespace(registry=tools))
+    client.force_login(admin_user)
+    return client
+
+
 @pytest.mark.django_db(transaction=True)
-def test_an_admin_created_binding_serves_new_sessions_at_once(admin_client: Client) -> None:
+async def test_an_admin_created_binding_serves_new_sessions_at_once(admin_user: Any) -> None:
     # given: a running registry whose admin cache is warm
-    registry.install([], admin_loader=True)
-    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is None
+    tools = ToolRegistry([], admin_loader=aload_admin_bindings)
+    client = await sync_to_async(admin_client_of)(tools, admin_user)
+    assert await tools.adescriptors_for("acme", ["lookup"]) is None
 
     # when
-    response = admin_client.post("/admin/tools_app/toolbinding/add/", data=VALID)
+    response = await client.post("/admin/tools_app/toolbinding/add/", data=VALID)
 
     # then
     assert response.status_code == 302, response.content[:2000]
-    descriptors = asyncio.run(registry.adescriptors_for("acme", ["lookup"]))
+    descriptors = await tools.adescriptors_for("acme", ["lookup"])
     assert descriptors == [
         {
             "name": "lookup",
@@ -107,24 +117,23 @@ def test_an_admin_created_binding_serves_new_sessions_at_once(admin_client: Clie
             "input_schema": {"type": "object", "properties": {"q": {"type": "string"}}},
         }
     ]
-    assert asyncio.run(registry.acatalog_for("globex")) == []
-    registry.install([], admin_loader=None)
+    assert await tools.acatalog_for("globex") == []
 
 
 @pytest.mark.django_db(transaction=True)
-def test_deleting_an_admin_binding_removes_it_from_new_sessions(admin_client: Client) -> None:
+async def test_deleting_an_admin_binding_removes_it_from_new_sessions(admin_user: Any) -> None:
     # given
-    registry.install([], admin_loader=True)
-    admin_client.post("/admin/tools_app/toolbinding/add/", data=VALID)
-    row = ToolBinding.objects.get(name="lookup")
-    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is not None
+    tools = ToolRegistry([], admin_loader=aload_admin_bindings)
+    client = await sync_to_async(admin_client_of)(tools, admin_user)
+    await client.post("/admin/tools_app/toolbinding/add/", data=VALID)
+    row = await ToolBinding.objects.aget(name="lookup")
+    assert await tools.adescriptors_for("acme", ["lookup"]) is not None
 
     # when
-    admin_client.post(f"/admin/tools_app/toolbinding/{row.pk}/delete/", data={"post": "yes"})
+    await client.post(f"/admin/tools_app/toolbinding/{row.pk}/delete/", data={"post": "yes"})
 
     # then
-    assert asyncio.run(registry.adescriptors_for("acme", ["lookup"])) is None
-    registry.install([], admin_loader=None)
+    assert await tools.adescriptors_for("acme", ["lookup"]) is None
 
 
 @pytest.mark.django_db

@@ -14,7 +14,7 @@ import pytest
 
 from tests.tools.conftest import Install, Progress, binding, context, text_of
 from tests.tools.servers import ToolZoo, free_port
-from tools_app import registry
+from tools_app.registry import HEADER_TIMEOUT_SECONDS, CallCancelled
 
 ECHO_SCHEMA = {
     "type": "object",
@@ -39,11 +39,13 @@ async def test_a_json_tool_gets_the_identity_envelope_token_and_traceparent(
     install: Install, zoo: ToolZoo, zoo_url: str
 ) -> None:
     # given
-    install(binding("who", zoo_url + "/identity", token_env="WHO_KEY"), tokens={"who": "tool-secret-0123456789abcdef"})
+    tools = install(
+        binding("who", zoo_url + "/identity", token_env="WHO_KEY"), tokens={"who": "tool-secret-0123456789abcdef"}
+    )
     trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
     # when
-    result = await registry.invoke(context("who", traceparent=trace), "who", {"text": "hi"})
+    result = await tools.invoke(context("who", traceparent=trace), "who", {"text": "hi"})
 
     # then
     assert "is_error" not in result
@@ -57,10 +59,10 @@ async def test_a_json_tool_gets_the_identity_envelope_token_and_traceparent(
 
 async def test_a_binding_without_token_env_sends_no_authorization(install: Install, zoo: ToolZoo, zoo_url: str) -> None:
     # given
-    install(binding("who", zoo_url + "/identity"))
+    tools = install(binding("who", zoo_url + "/identity"))
 
     # when
-    await registry.invoke(context("who"), "who", {})
+    await tools.invoke(context("who"), "who", {})
 
     # then
     (call,) = zoo.calls("/identity")
@@ -69,10 +71,10 @@ async def test_a_binding_without_token_env_sends_no_authorization(install: Insta
 
 async def test_a_json_result_reaches_the_model_as_returned(install: Install, zoo: ToolZoo, zoo_url: str) -> None:
     # given
-    install(binding("echo", zoo_url + "/echo", input_schema=ECHO_SCHEMA))
+    tools = install(binding("echo", zoo_url + "/echo", input_schema=ECHO_SCHEMA))
 
     # when
-    result = await registry.invoke(context("echo"), "echo", {"text": "hello"})
+    result = await tools.invoke(context("echo"), "echo", {"text": "hello"})
 
     # then
     assert result == {"content": [{"type": "text", "text": "hello"}]}
@@ -83,7 +85,7 @@ async def test_an_sse_tool_streams_progress_and_ends_with_its_result(
     install: Install, zoo: ToolZoo, zoo_url: str
 ) -> None:
     # given
-    install(binding("stream", zoo_url + "/sse"))
+    tools = install(binding("stream", zoo_url + "/sse"))
     progress = Progress()
     frames = sse(
         ": keepalive\n\n",
@@ -93,7 +95,7 @@ async def test_an_sse_tool_streams_progress_and_ends_with_its_result(
     )
 
     # when
-    result = await registry.invoke(context("stream", progress=progress), "stream", frames)
+    result = await tools.invoke(context("stream", progress=progress), "stream", frames)
 
     # then
     assert result == {"content": [{"type": "text", "text": "Operator answered yes."}]}
@@ -103,10 +105,10 @@ async def test_an_sse_tool_streams_progress_and_ends_with_its_result(
 async def test_a_structured_only_result_is_rendered_as_a_text_block(install: Install, zoo_url: str) -> None:
     # given
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
-    install(binding("count", zoo_url + "/reply", output_schema=schema))
+    tools = install(binding("count", zoo_url + "/reply", output_schema=schema))
 
     # when
-    result = await registry.invoke(context("count"), "count", reply({"structured_content": {"n": 3}}))
+    result = await tools.invoke(context("count"), "count", reply({"structured_content": {"n": 3}}))
 
     # then
     assert result == {"content": [{"type": "text", "text": '{"n":3}'}], "structured_content": {"n": 3}}
@@ -114,11 +116,11 @@ async def test_a_structured_only_result_is_rendered_as_a_text_block(install: Ins
 
 async def test_an_image_block_passes_through(install: Install, zoo_url: str) -> None:
     # given
-    install(binding("pic", zoo_url + "/reply"))
+    tools = install(binding("pic", zoo_url + "/reply"))
     image = {"type": "image", "data": "aGVsbG8=", "mime_type": "image/png"}
 
     # when
-    result = await registry.invoke(context("pic"), "pic", reply({"content": [image]}))
+    result = await tools.invoke(context("pic"), "pic", reply({"content": [image]}))
 
     # then
     assert result == {"content": [image]}
@@ -129,11 +131,11 @@ async def test_an_image_block_passes_through(install: Install, zoo_url: str) -> 
 
 async def test_a_tool_error_result_is_an_error_with_a_known_outcome(install: Install, zoo_url: str) -> None:
     # given: error results bypass the success schema
-    install(binding("fail", zoo_url + "/reply", output_schema={"type": "object", "required": ["n"]}))
+    tools = install(binding("fail", zoo_url + "/reply", output_schema={"type": "object", "required": ["n"]}))
     body = {"content": [{"type": "text", "text": "denied"}], "is_error": True, "structured_content": {"why": 1}}
 
     # when
-    result = await registry.invoke(context("fail"), "fail", reply(body))
+    result = await tools.invoke(context("fail"), "fail", reply(body))
 
     # then
     assert result == {
@@ -145,11 +147,11 @@ async def test_a_tool_error_result_is_an_error_with_a_known_outcome(install: Ins
 
 async def test_a_tool_may_report_its_own_unknown_outcome(install: Install, zoo_url: str) -> None:
     # given
-    install(binding("fail", zoo_url + "/reply"))
+    tools = install(binding("fail", zoo_url + "/reply"))
     body = {"content": [{"type": "text", "text": "lost"}], "is_error": True, "unknown_outcome": True}
 
     # when
-    result = await registry.invoke(context("fail"), "fail", reply(body))
+    result = await tools.invoke(context("fail"), "fail", reply(body))
 
     # then
     assert result == body
@@ -176,11 +178,11 @@ async def test_a_refused_call_is_an_error_with_a_known_outcome_and_is_never_sent
     install: Install, zoo: ToolZoo, zoo_url: str, enabled: tuple[str, ...], tenant: str, arguments: Any, expected: str
 ) -> None:
     # given
-    install(binding("echo", zoo_url + "/echo", input_schema=ECHO_SCHEMA))
+    tools = install(binding("echo", zoo_url + "/echo", input_schema=ECHO_SCHEMA))
     name = enabled[0] if enabled else "echo"
 
     # when
-    result = await registry.invoke(context(*enabled, tenant=tenant), name, arguments)
+    result = await tools.invoke(context(*enabled, tenant=tenant), name, arguments)
 
     # then
     assert result["is_error"] is True and "unknown_outcome" not in result
@@ -190,11 +192,10 @@ async def test_a_refused_call_is_an_error_with_a_known_outcome_and_is_never_sent
 
 async def test_a_missing_credential_refuses_the_call(install: Install, zoo: ToolZoo, zoo_url: str) -> None:
     # given: an admin binding whose token_env is not set (config bindings fail at startup instead)
-    install(binding("echo", zoo_url + "/echo", token_env="UNSET_TOOL_KEY"), tokens={})
-    registry._config_entries["echo"] = registry._entry(registry._config_entries["echo"].binding, None)
+    tools = install(binding("echo", zoo_url + "/echo", token_env="UNSET_TOOL_KEY"), tokens={})
 
     # when
-    result = await registry.invoke(context("echo"), "echo", {"text": "hi"})
+    result = await tools.invoke(context("echo"), "echo", {"text": "hi"})
 
     # then
     assert result["is_error"] is True and "unknown_outcome" not in result
@@ -207,10 +208,10 @@ async def test_a_missing_credential_refuses_the_call(install: Install, zoo: Tool
 
 async def test_a_refused_connection_is_an_unknown_outcome(install: Install) -> None:
     # given
-    install(binding("gone", f"http://127.0.0.1:{free_port()}/tool"))
+    tools = install(binding("gone", f"http://127.0.0.1:{free_port()}/tool"))
 
     # when
-    result = await registry.invoke(context("gone"), "gone", {})
+    result = await tools.invoke(context("gone"), "gone", {})
 
     # then
     assert result["is_error"] is True and result["unknown_outcome"] is True
@@ -218,11 +219,11 @@ async def test_a_refused_connection_is_an_unknown_outcome(install: Install) -> N
 
 async def test_headers_later_than_the_deadline_fail_the_call(install: Install, zoo: ToolZoo, zoo_url: str) -> None:
     # given: the 30 s header deadline, shortened for the test
-    install(binding("stall", zoo_url + "/stall"), header_timeout=0.3)
+    tools = install(binding("stall", zoo_url + "/stall"), header_timeout=0.3)
     started = time.monotonic()
 
     # when
-    result = await registry.invoke(context("stall"), "stall", {"seconds": 5})
+    result = await tools.invoke(context("stall"), "stall", {"seconds": 5})
 
     # then
     assert time.monotonic() - started < 2
@@ -235,11 +236,11 @@ async def test_an_sse_stream_outlives_the_header_deadline_but_not_timeout_second
     install: Install, zoo_url: str
 ) -> None:
     # given: headers arrive at once, then the stream stays silent
-    install(binding("slow", zoo_url + "/slow", timeout_seconds=1), header_timeout=0.2)
+    tools = install(binding("slow", zoo_url + "/slow", timeout_seconds=1), header_timeout=0.2)
     started = time.monotonic()
 
     # when
-    result = await registry.invoke(context("slow"), "slow", {"seconds": 5})
+    result = await tools.invoke(context("slow"), "slow", {"seconds": 5})
 
     # then
     assert 0.9 < time.monotonic() - started < 2.5
@@ -250,10 +251,10 @@ async def test_an_sse_stream_outlives_the_header_deadline_but_not_timeout_second
 async def test_a_header_deadline_default_is_thirty_seconds(install: Install, monkeypatch: pytest.MonkeyPatch) -> None:
     # when
     monkeypatch.delenv("BRAIN_TOOL_HEADER_TIMEOUT", raising=False)
-    install()
+    tools = install()
 
     # then
-    assert registry._header_timeout == registry.HEADER_TIMEOUT_SECONDS == 30.0
+    assert tools._header_timeout == HEADER_TIMEOUT_SECONDS == 30.0
 
 
 @pytest.mark.parametrize(
@@ -268,10 +269,10 @@ async def test_a_non_2xx_status_is_an_unknown_outcome_and_its_body_is_ignored(
     install: Install, zoo: ToolZoo, zoo_url: str, path: str, expected: str
 ) -> None:
     # given
-    install(binding("tool", zoo_url + path))
+    tools = install(binding("tool", zoo_url + path))
 
     # when
-    result = await registry.invoke(context("tool"), "tool", {"text": "x"})
+    result = await tools.invoke(context("tool"), "tool", {"text": "x"})
 
     # then
     assert result["is_error"] is True and result["unknown_outcome"] is True
@@ -329,10 +330,10 @@ async def test_an_invalid_json_response_is_an_unknown_outcome(
 ) -> None:
     # given
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}}
-    install(binding("tool", zoo_url + "/reply", output_schema=schema))
+    tools = install(binding("tool", zoo_url + "/reply", output_schema=schema))
 
     # when
-    result = await registry.invoke(context("tool"), "tool", arguments)
+    result = await tools.invoke(context("tool"), "tool", arguments)
 
     # then
     assert result["is_error"] is True and result["unknown_outcome"] is True
@@ -363,10 +364,10 @@ async def test_a_broken_event_stream_is_an_unknown_outcome(
     install: Install, zoo_url: str, frames: tuple[str, ...], expected: str
 ) -> None:
     # given
-    install(binding("stream", zoo_url + "/sse"))
+    tools = install(binding("stream", zoo_url + "/sse"))
 
     # when
-    result = await registry.invoke(context("stream"), "stream", sse(*frames))
+    result = await tools.invoke(context("stream"), "stream", sse(*frames))
 
     # then
     assert result["is_error"] is True and result["unknown_outcome"] is True
@@ -386,10 +387,10 @@ async def test_output_past_max_output_bytes_is_an_unknown_outcome(
     install: Install, zoo_url: str, path: str, arguments: dict[str, Any]
 ) -> None:
     # given
-    install(binding("big", zoo_url + path, max_output_bytes=1024))
+    tools = install(binding("big", zoo_url + path, max_output_bytes=1024))
 
     # when
-    result = await registry.invoke(context("big"), "big", arguments)
+    result = await tools.invoke(context("big"), "big", arguments)
 
     # then
     assert result["is_error"] is True and result["unknown_outcome"] is True
@@ -399,10 +400,10 @@ async def test_output_past_max_output_bytes_is_an_unknown_outcome(
 async def test_output_at_max_output_bytes_is_accepted(install: Install, zoo_url: str) -> None:
     # given: the response body is exactly the limit
     body = json.dumps({"content": [{"type": "text", "text": "x" * 10}]})
-    install(binding("fit", zoo_url + "/reply", max_output_bytes=len(body)))
+    tools = install(binding("fit", zoo_url + "/reply", max_output_bytes=len(body)))
 
     # when
-    result = await registry.invoke(context("fit"), "fit", reply(body))
+    result = await tools.invoke(context("fit"), "fit", reply(body))
 
     # then
     assert result == {"content": [{"type": "text", "text": "x" * 10}]}
@@ -415,11 +416,10 @@ async def test_http_proxy_from_the_environment_carries_tool_calls(
     monkeypatch.setenv("HTTP_PROXY", zoo_url)
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
-    await registry.aclose()  # clients read the proxy settings when they are created
-    install(binding("echo", "http://tools.invalid/echo"))
+    tools = install(binding("echo", "http://tools.invalid/echo"))
 
     # when
-    result = await registry.invoke(context("echo"), "echo", {"text": "via proxy"})
+    result = await tools.invoke(context("echo"), "echo", {"text": "via proxy"})
 
     # then
     assert result == {"content": [{"type": "text", "text": "via proxy"}]}
@@ -431,15 +431,15 @@ async def test_a_call_cancelled_after_it_reached_the_service_reports_that_it_was
     install: Install, zoo: ToolZoo, zoo_url: str
 ) -> None:
     # given
-    install(binding("stall", zoo_url + "/stall"))
-    task = asyncio.get_running_loop().create_task(registry.invoke(context("stall"), "stall", {"seconds": 30}))
+    tools = install(binding("stall", zoo_url + "/stall"))
+    task = asyncio.get_running_loop().create_task(tools.invoke(context("stall"), "stall", {"seconds": 30}))
     deadline = time.monotonic() + 10
     while not zoo.calls("/stall") and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     # when
     task.cancel()
     # then
-    with pytest.raises(registry.CallCancelled):
+    with pytest.raises(CallCancelled):
         await task
     assert len(zoo.calls("/stall")) == 1
 
@@ -448,8 +448,8 @@ async def test_a_call_cancelled_before_dispatch_stays_a_plain_cancellation(
     install: Install, zoo: ToolZoo, zoo_url: str
 ) -> None:
     # given
-    install(binding("stall", zoo_url + "/stall"))
-    task = asyncio.get_running_loop().create_task(registry.invoke(context("stall"), "stall", {"seconds": 30}))
+    tools = install(binding("stall", zoo_url + "/stall"))
+    task = asyncio.get_running_loop().create_task(tools.invoke(context("stall"), "stall", {"seconds": 30}))
     # when: cancelled before the task ever ran
     task.cancel()
     # then

@@ -11,7 +11,6 @@ import pytest
 from tests.tools.conftest import Install, Progress, binding, context, text_of
 from tests.tools.mcp_server import PNG
 from tests.tools.servers import free_port
-from tools_app import registry
 
 
 def mcp(name: str, url: str, remote: str | None = None, **fields: Any) -> Any:
@@ -21,10 +20,10 @@ def mcp(name: str, url: str, remote: str | None = None, **fields: Any) -> Any:
 
 async def test_an_mcp_text_result_becomes_a_text_block(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("docs_echo", mcp_url, "echo"))
+    tools = install(mcp("docs_echo", mcp_url, "echo"))
 
     # when
-    result = await registry.invoke(context("docs_echo"), "docs_echo", {"text": "hello"})
+    result = await tools.invoke(context("docs_echo"), "docs_echo", {"text": "hello"})
 
     # then: MCPServer also returns the str as structured {"result": ...}
     assert result == {"content": [{"type": "text", "text": "hello"}], "structured_content": {"result": "hello"}}
@@ -34,10 +33,10 @@ async def test_the_scope_metadata_carries_the_identity_and_the_call_id_is_the_pr
     install: Install, mcp_url: str
 ) -> None:
     # given
-    install(mcp("whoami", mcp_url))
+    tools = install(mcp("whoami", mcp_url))
 
     # when
-    result = await registry.invoke(context("whoami", call_id="a" * 32), "whoami", {})
+    result = await tools.invoke(context("whoami", call_id="a" * 32), "whoami", {})
 
     # then
     seen = json.loads(result["structured_content"]["result"])
@@ -49,11 +48,11 @@ async def test_the_scope_metadata_carries_the_identity_and_the_call_id_is_the_pr
 
 async def test_mcp_progress_notifications_become_progress_in_order(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("work", mcp_url))
+    tools = install(mcp("work", mcp_url))
     progress = Progress()
 
     # when
-    result = await registry.invoke(context("work", progress=progress), "work", {"steps": 3})
+    result = await tools.invoke(context("work", progress=progress), "work", {"steps": 3})
 
     # then
     assert text_of(result) == "done after 3 steps"
@@ -62,10 +61,10 @@ async def test_mcp_progress_notifications_become_progress_in_order(install: Inst
 
 async def test_an_mcp_image_becomes_an_image_block(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("picture", mcp_url))
+    tools = install(mcp("picture", mcp_url))
 
     # when
-    result = await registry.invoke(context("picture"), "picture", {})
+    result = await tools.invoke(context("picture"), "picture", {})
 
     # then
     assert result == {"content": [{"type": "image", "data": PNG, "mime_type": "image/png"}]}
@@ -74,10 +73,10 @@ async def test_an_mcp_image_becomes_an_image_block(install: Install, mcp_url: st
 async def test_structured_content_is_kept_and_checked_against_output_schema(install: Install, mcp_url: str) -> None:
     # given
     schema = {"type": "object", "properties": {"length": {"type": "integer"}}, "required": ["length"]}
-    install(mcp("measure", mcp_url, output_schema=schema))
+    tools = install(mcp("measure", mcp_url, output_schema=schema))
 
     # when
-    result = await registry.invoke(context("measure"), "measure", {"text": "abcd"})
+    result = await tools.invoke(context("measure"), "measure", {"text": "abcd"})
 
     # then
     assert result["structured_content"] == {"length": 4}
@@ -87,10 +86,10 @@ async def test_structured_content_is_kept_and_checked_against_output_schema(inst
 
 async def test_an_mcp_is_error_result_is_a_tool_error_with_a_known_outcome(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("broken", mcp_url))
+    tools = install(mcp("broken", mcp_url))
 
     # when
-    result = await registry.invoke(context("broken"), "broken", {})
+    result = await tools.invoke(context("broken"), "broken", {})
 
     # then
     assert result == {"content": [{"type": "text", "text": "it broke"}], "is_error": True}
@@ -111,10 +110,10 @@ async def test_failing_to_reach_the_server_is_an_error_with_a_known_outcome(
     # given
     target = mcp_url if url == "server" else f"http://127.0.0.1:{free_port()}/mcp"
     tokens = None if token == "MCP" else {"echo": token}
-    install(mcp("echo", target), tokens=tokens)
+    tools = install(mcp("echo", target), tokens=tokens)
 
     # when
-    result = await registry.invoke(context("echo"), "echo", {"text": "x"})
+    result = await tools.invoke(context("echo"), "echo", {"text": "x"})
 
     # then
     assert result["is_error"] is True and "unknown_outcome" not in result
@@ -123,11 +122,11 @@ async def test_failing_to_reach_the_server_is_an_error_with_a_known_outcome(
 
 async def test_a_refused_mcp_call_is_never_sent(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("echo", mcp_url, input_schema={"type": "object", "required": ["text"]}))
+    tools = install(mcp("echo", mcp_url, input_schema={"type": "object", "required": ["text"]}))
 
     # when
-    other_tenant = await registry.invoke(context("echo", tenant="globex"), "echo", {"text": "x"})
-    invalid = await registry.invoke(context("echo"), "echo", {})
+    other_tenant = await tools.invoke(context("echo", tenant="globex"), "echo", {"text": "x"})
+    invalid = await tools.invoke(context("echo"), "echo", {})
 
     # then
     for result in (other_tenant, invalid):
@@ -157,11 +156,11 @@ async def test_failures_after_the_call_was_sent_are_unknown_outcomes(
     install: Install, mcp_url: str, remote: str, arguments: dict[str, Any], fields: dict[str, Any], expected: str
 ) -> None:
     # given
-    install(mcp("tool", mcp_url, remote, **fields))
+    tools = install(mcp("tool", mcp_url, remote, **fields))
     started = time.monotonic()
 
     # when
-    result = await registry.invoke(context("tool"), "tool", arguments)
+    result = await tools.invoke(context("tool"), "tool", arguments)
 
     # then
     assert time.monotonic() - started < 3
@@ -171,10 +170,10 @@ async def test_failures_after_the_call_was_sent_are_unknown_outcomes(
 
 async def test_each_call_opens_a_fresh_mcp_session(install: Install, mcp_url: str) -> None:
     # given
-    install(mcp("echo", mcp_url))
+    tools = install(mcp("echo", mcp_url))
 
     # when
-    results = [await registry.invoke(context("echo"), "echo", {"text": str(n)}) for n in range(3)]
+    results = [await tools.invoke(context("echo"), "echo", {"text": str(n)}) for n in range(3)]
 
     # then
     assert [text_of(result) for result in results] == ["0", "1", "2"]

@@ -30,6 +30,8 @@ class Module:
     path: Path
     imports: frozenset[str]  # every module a statement may load, absolute ("a.b" and "a.b.c" for from a.b import c)
     uses_manager: bool  # reads an `.objects` attribute: a Django model manager
+    global_lines: tuple[int, ...]  # lines of `global` statements
+    private_uses: frozenset[str]  # `x._name` attributes read on objects other than self/cls
 
     @property
     def app(self) -> str:
@@ -65,7 +67,18 @@ def _parse(path: Path) -> Module:
     tree = ast.parse(path.read_text(), filename=str(path))
     imports: set[str] = set()
     uses_manager = False
+    global_lines: list[int] = []
+    private_uses: set[str] = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            global_lines.append(node.lineno)
+        elif (
+            isinstance(node, ast.Attribute)
+            and _is_private(node.attr)
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls", "super"))
+            and not (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "super")
+        ):
+            private_uses.add(f"{ast.unparse(node.value)}.{node.attr}")
         if isinstance(node, ast.Import):
             imports.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -74,7 +87,31 @@ def _parse(path: Path) -> Module:
             imports.update(f"{source}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Attribute) and node.attr == "objects":
             uses_manager = True
-    return Module(name, path, frozenset(imports), uses_manager)
+    defined = _defined_private_names(tree)
+    foreign = frozenset(use for use in private_uses if use.rsplit(".", 1)[1] not in defined | ALLOWED_PRIVATE)
+    return Module(name, path, frozenset(imports), uses_manager, tuple(global_lines), foreign)
+
+
+ALLOWED_PRIVATE = frozenset({"_meta"})  # Django's documented model metadata API
+
+
+def _defined_private_names(tree: ast.Module) -> set[str]:
+    """Private names a module defines itself: functions, classes, attributes it assigns."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {name for name in names if _is_private(name)}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
 
 
 @cache
@@ -219,6 +256,108 @@ def test_only_url_and_asgi_wiring_import_api_consumers_or_schemas() -> None:
         and module.imports_module(target)
         # an app's own api and consumers parse the wire with that app's schemas
         and not (target == f"{module.app}.schemas" and module.leaf in ("api", "consumers"))
+    )
+
+    # then
+    assert violations == []
+
+
+def test_production_code_has_no_global_statement() -> None:
+    # when: process-wide state belongs to the application object (brainsite.application)
+    violations = sorted(f"{module.name}:{line}" for module in _modules() for line in module.global_lines)
+
+    # then
+    assert violations == []
+
+
+def _project_imports(module: Module, names: frozenset[str]) -> set[str]:
+    """The project modules `module` imports (a `from a import b` of a name, not a module, is `a`)."""
+    return {name for name in module.imports if name in names and name != module.name}
+
+
+def _import_graph() -> dict[str, list[str]]:
+    modules = _modules()
+    names = frozenset(module.name for module in modules)
+    return {module.name: sorted(_project_imports(module, names)) for module in modules}
+
+
+def _cycles(graph: dict[str, list[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module in an import graph (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return groups
+
+
+def test_the_cycle_finder_finds_a_cycle_and_nothing_else() -> None:
+    # given: a -> b -> c -> a, and d -> a outside the cycle
+    graph = {"pkg.a": ["pkg.b"], "pkg.b": ["pkg.c"], "pkg.c": ["pkg.a"], "pkg.d": ["pkg.a"]}
+
+    # when / then
+    assert _cycles(graph) == [["pkg.a", "pkg.b", "pkg.c"]]
+    assert _cycles({"pkg.a": ["pkg.b"], "pkg.b": []}) == []
+
+
+def test_the_walker_sees_the_runtimes_imports_as_edges() -> None:
+    # when
+    graph = _import_graph()
+
+    # then
+    assert "sessions_app.runtime.actor" in graph["sessions_app.runtime.engine"]
+    assert "sessions_app.runtime.engine" not in graph["sessions_app.runtime.actor"]
+
+
+def test_production_modules_import_no_cycle() -> None:
+    # when: every import counts, TYPE_CHECKING and function-local ones included
+    cycles = _cycles(_import_graph())
+
+    # then
+    assert cycles == []
+
+
+def test_no_module_reads_another_objects_private_names() -> None:
+    # when
+    violations = sorted(f"{module.name}: {use}" for module in _modules() for use in module.private_uses)
+
+    # then
+    assert violations == []
+
+
+def test_tools_app_never_imports_sessions_app() -> None:
+    # when: the registry gets the inspection grant injected by the application object
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if module.app == "tools_app"
+        for target in module.imports
+        if target.startswith("sessions_app")
     )
 
     # then

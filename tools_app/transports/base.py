@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TRANSPORTS", "OutboundCall", "Transport", "TransportError", "close_transports", "transport_for"]
+__all__ = ["TRANSPORTS", "OutboundCall", "Transport", "TransportError", "Transports"]
 
 # Dotted paths, so a transport's dependencies load only when a binding uses it.
 TRANSPORTS: dict[str, str] = {
@@ -65,21 +65,23 @@ class Transport(ABC):
         pass
 
 
-_instances: dict[str, Transport] = {}
+class Transports:
+    """The transport instances of one registry, built on first use from TRANSPORTS; `given`
+    replaces some by name (a test injects one whose HTTP client has a MockTransport)."""
 
+    def __init__(self, given: Mapping[str, Transport] | None = None) -> None:
+        self._instances: dict[str, Transport] = dict(given or {})
 
-def transport_for(name: str) -> Transport:
-    """The process-wide transport instance for a binding's `transport` name."""
-    instance = _instances.get(name)
-    if instance is None:
-        module_name, _, class_name = TRANSPORTS[name].rpartition(".")
-        factory: Callable[[], Transport] = getattr(importlib.import_module(module_name), class_name)
-        instance = _instances[name] = factory()
-    return instance
+    def get(self, name: str) -> Transport:
+        instance = self._instances.get(name)
+        if instance is None:
+            module_name, _, class_name = TRANSPORTS[name].rpartition(".")
+            factory: Callable[[], Transport] = getattr(importlib.import_module(module_name), class_name)
+            instance = self._instances[name] = factory()
+        return instance
 
-
-async def close_transports() -> None:
-    instances = list(_instances.values())
-    _instances.clear()
-    for instance in instances:
-        await instance.aclose()
+    async def aclose(self) -> None:
+        instances = list(self._instances.values())
+        self._instances.clear()
+        for instance in instances:
+            await instance.aclose()

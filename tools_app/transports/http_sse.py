@@ -62,16 +62,15 @@ class _Budget:
 
 
 class HttpSseTransport(Transport):
+    """Owns one pooled client, made on first use unless one is injected (a fault test passes a
+    client built by make_client(httpx.MockTransport(...)))."""
+
     def __init__(self, client: httpx.AsyncClient | None = None) -> None:
         self._client = client
-        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _client_for_loop(self) -> httpx.AsyncClient:
-        # Pooled connections belong to the loop that opened them (tests run one loop each).
-        loop = asyncio.get_running_loop()
-        if self._client is None or self._loop is not loop:
+    def _pooled_client(self) -> httpx.AsyncClient:
+        if self._client is None:
             self._client = make_client()
-            self._loop = loop
         return self._client
 
     async def aclose(self) -> None:
@@ -80,7 +79,7 @@ class HttpSseTransport(Transport):
             self._client = None
 
     async def call(self, call: OutboundCall) -> Any:
-        client = self._client_for_loop()
+        client = self._pooled_client()
         headers = {"Content-Type": "application/json", "Accept": ACCEPT}
         if call.token:
             headers["Authorization"] = f"Bearer {call.token}"

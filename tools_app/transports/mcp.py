@@ -26,7 +26,7 @@ SCOPE_META_KEY = "brain.dev/scope"
 MAX_CONNECTIONS = 256
 
 
-def make_client(token: str) -> httpx2.AsyncClient:
+def make_client(token: str, transport: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
     """One pooled client per server credential. Deadlines come from the registry."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
     return httpx2.AsyncClient(
@@ -35,6 +35,7 @@ def make_client(token: str) -> httpx2.AsyncClient:
         follow_redirects=False,
         trust_env=True,
         limits=httpx2.Limits(max_connections=MAX_CONNECTIONS),
+        transport=transport,
     )
 
 
@@ -80,19 +81,18 @@ def convert_result(result: types.CallToolResult) -> dict[str, Any]:
 
 
 class McpTransport(Transport):
-    def __init__(self) -> None:
+    """One pooled client per (server, credential); `http_transport` is injected by fault tests
+    (httpx2's MockTransport)."""
+
+    def __init__(self, http_transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self._clients: dict[tuple[str, str], httpx2.AsyncClient] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._http_transport = http_transport
 
     def _client(self, call: OutboundCall) -> httpx2.AsyncClient:
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:  # pooled connections belong to the loop that opened them
-            self._clients = {}
-            self._loop = loop
         key = (call.url, call.token)
         client = self._clients.get(key)
         if client is None:
-            client = self._clients[key] = make_client(call.token)
+            client = self._clients[key] = make_client(call.token, self._http_transport)
         return client
 
     async def aclose(self) -> None:

@@ -37,14 +37,13 @@ class Command(BaseCommand):
         from daphne.server import Server  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
-        from brainsite import runtime_host
-        from brainsite.asgi import application
+        from brainsite.asgi import application, launcher
         from brainsite.logs import logger
 
-        runtime_host.configure(config, secrets)
+        launcher.configure(config, secrets)
 
         def stop_runtime() -> defer.Deferred[None]:
-            coroutine = asyncio.wait_for(runtime_host.shutdown(), SHUTDOWN_SECONDS)
+            coroutine = asyncio.wait_for(launcher.shutdown(), SHUTDOWN_SECONDS)
             deferred: defer.Deferred[None] = defer.Deferred.fromFuture(asyncio.ensure_future(coroutine))
             deferred.addErrback(
                 lambda failure: logger.error("shutdown incomplete", extra={"error": str(failure.value)})
@@ -57,7 +56,7 @@ class Command(BaseCommand):
                 host = port.getHost()
                 logger.info("brain listening", extra={"listen": f"{host.host}:{host.port}"})
                 # start the runtime now, so restart recovery does not wait for a request
-                self.runtime_start = asyncio.ensure_future(runtime_host.ensure_started())
+                self.runtime_start = asyncio.ensure_future(launcher.started())
 
         host = config.listen_host.replace(":", r"\:")
         server = BrainServer(

@@ -20,19 +20,20 @@ import json, sys
 import django
 django.setup()
 import brainsite.asgi
-from brainsite import runtime_host, telemetry
+from brainsite import application, telemetry
 from sessions_app.runtime import actor, engine
 from sessions_app.harness import host, pool
 from tools_app import registry
 
-enabled = telemetry.setup()
-trace = telemetry.start_turn("s" * 32, "instant", traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01", accepted=0.0)
-telemetry.record_request("/sessions", "POST", 201, "", 0.01)
-telemetry.record_request("/sessions", "POST", 404, "not_found", 0.01)
-telemetry.record_runner_startup("instant", 0.1)
-telemetry.record_transcript_bytes(10)
-telemetry.record_native_bytes(10)
-telemetry.shutdown()
+recorder = telemetry.Telemetry.from_environment()
+enabled = recorder.enabled
+trace = recorder.start_turn("s" * 32, "instant", traceparent="00-" + "a" * 32 + "-" + "b" * 16 + "-01", accepted=0.0)
+recorder.record_request("/sessions", "POST", 201, "", 0.01)
+recorder.record_request("/sessions", "POST", 404, "not_found", 0.01)
+recorder.record_runner_startup("instant", 0.1)
+recorder.record_transcript_bytes(10)
+recorder.record_native_bytes(10)
+recorder.shutdown()
 loaded = sorted(name for name in sys.modules if name.startswith(("opentelemetry", "google.protobuf")))
 print(json.dumps({"enabled": enabled, "trace": trace is not None, "loaded": loaded}))
 """

@@ -6,6 +6,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -17,9 +18,10 @@ from django.test import Client
 from brainsite.errors import Unauthorized
 from brainsite.hostconfig import HostConfig, parse_host_config
 from sessions_app import db
-from sessions_app.auth import MAX_AUTHORIZATION_CHARS, authenticate_header, forget_tokens
+from sessions_app.auth import MAX_AUTHORIZATION_CHARS, TokenCache
 from sessions_app.models import ApiToken, Session, Tenant, TokenSource
 from sessions_app.records import Principal, SessionRecord
+from tests.support.admin_client import BrainAdminClient
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
 BOB_TOKEN = "bob-token-0123456789abcdef0123"
@@ -43,15 +45,26 @@ def _host_config() -> HostConfig:
     return parse_host_config(json.dumps(value).encode())
 
 
+TOKENS = TokenCache()  # this module's cache; emptied around every test
+
+
 def _authenticate(header: str | None) -> Principal:
-    return async_to_sync(authenticate_header)(header)
+    return async_to_sync(TOKENS.authenticate)(header)
 
 
 @pytest.fixture(autouse=True)
 def _empty_token_cache() -> Iterator[None]:
-    forget_tokens()
+    TOKENS.forget()
     yield
-    forget_tokens()
+    TOKENS.forget()
+
+
+@pytest.fixture
+def brain_admin(admin_user: User) -> BrainAdminClient:
+    """The admin as runbrain serves it: its requests reach this module's token cache."""
+    client = BrainAdminClient(SimpleNamespace(tokens=TOKENS))
+    client.force_login(admin_user)
+    return client
 
 
 @pytest.fixture
@@ -164,7 +177,7 @@ def test_tokens_are_stored_only_as_sha256_digests(mirrored: None, admin_client: 
     )
 
 
-# --- authenticate_header --------------------------------------------------------------------
+# --- TokenCache.authenticate ----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -232,7 +245,7 @@ def test_a_deleted_token_stops_authenticating_once_the_cache_is_forgotten(mirror
     ApiToken.objects.filter(digest=db.digest_token(ALICE_TOKEN)).delete()
 
     # when
-    forget_tokens()
+    TOKENS.forget()
 
     # then
     with pytest.raises(Unauthorized):
@@ -280,14 +293,16 @@ def test_the_admin_never_shows_an_issued_token_again(mirrored: None, admin_clien
     assert row.digest in change.content.decode()
 
 
-def test_changing_an_admin_token_in_the_admin_takes_effect_at_once(mirrored: None, admin_client: Client) -> None:
+def test_changing_an_admin_token_in_the_admin_takes_effect_at_once(
+    mirrored: None, admin_client: Client, brain_admin: BrainAdminClient
+) -> None:
     # given a cached read-write grant
     token, _ = _add_token_in_admin(admin_client)
     row = ApiToken.objects.get(source=TokenSource.ADMIN)
     assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
 
     # when
-    response = admin_client.post(
+    response = async_to_sync(brain_admin.post)(
         f"/admin/sessions_app/apitoken/{row.pk}/change/",
         {"tenant": "acme", "label": "ci", "read_only": "on", "session": "", "_save": "Save"},
     )
@@ -298,14 +313,16 @@ def test_changing_an_admin_token_in_the_admin_takes_effect_at_once(mirrored: Non
     assert ApiToken.objects.get(pk=row.pk).digest == db.digest_token(token)
 
 
-def test_deleting_an_admin_token_in_the_admin_takes_effect_at_once(mirrored: None, admin_client: Client) -> None:
+def test_deleting_an_admin_token_in_the_admin_takes_effect_at_once(
+    mirrored: None, admin_client: Client, brain_admin: BrainAdminClient
+) -> None:
     # given a cached grant
     token, _ = _add_token_in_admin(admin_client)
     row = ApiToken.objects.get(source=TokenSource.ADMIN)
     assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
 
     # when
-    response = admin_client.post(f"/admin/sessions_app/apitoken/{row.pk}/delete/", {"post": "yes"})
+    response = async_to_sync(brain_admin.post)(f"/admin/sessions_app/apitoken/{row.pk}/delete/", {"post": "yes"})
 
     # then
     assert response.status_code == 302
@@ -372,7 +389,9 @@ def test_bulk_delete_in_the_admin_refuses_a_selection_with_config_tokens(mirrore
     assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
 
 
-def test_bulk_delete_in_the_admin_removes_admin_tokens_at_once(mirrored: None, admin_client: Client) -> None:
+def test_bulk_delete_in_the_admin_removes_admin_tokens_at_once(
+    mirrored: None, admin_client: Client, brain_admin: BrainAdminClient
+) -> None:
     # given two cached admin tokens
     first, _ = _add_token_in_admin(admin_client, label="one")
     second, _ = _add_token_in_admin(admin_client, label="two")
@@ -380,7 +399,7 @@ def test_bulk_delete_in_the_admin_removes_admin_tokens_at_once(mirrored: None, a
     selected = [str(pk) for pk in ApiToken.objects.filter(source=TokenSource.ADMIN).values_list("pk", flat=True)]
 
     # when
-    response = admin_client.post(
+    response = async_to_sync(brain_admin.post)(
         "/admin/sessions_app/apitoken/",
         {"action": "delete_selected", "_selected_action": selected, "post": "yes"},
     )

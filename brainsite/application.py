@@ -1,0 +1,116 @@
+"""The application object: built once per process, it owns the engine, the tool registry, the
+token cache and telemetry, and hands narrow collaborators down. No module-level state.
+
+Daphne has no ASGI lifespan, so the Launcher builds and starts the application on the first
+scope; `runbrain` configures it and registers `shutdown()` with Twisted. Outside `runbrain` the
+host config comes from $BRAIN_CONFIG.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from typing import Any, cast
+
+from channels.db import database_sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest
+
+from brainsite.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
+from brainsite.logs import logger
+from brainsite.telemetry import Telemetry
+from sessions_app import db as sessions_db
+from sessions_app.auth import TokenCache
+from sessions_app.runtime.engine import Engine
+from tools_app import db as tools_db
+from tools_app.registry import InspectionGrants, ToolRegistry
+
+__all__ = ["BrainApp", "Launcher", "brain_of", "request_brain"]
+
+SCOPE_KEY = "brain"  # the ASGI scope entry that carries the application object
+
+
+class BrainApp:
+    def __init__(self, config: HostConfig, secrets: Secrets, *, telemetry: Telemetry | None = None) -> None:
+        self.config = config
+        self.secrets = secrets
+        self.telemetry = telemetry if telemetry is not None else Telemetry.from_environment()
+        self.tokens = TokenCache()
+        self.registry = ToolRegistry(
+            config.tools,
+            tool_tokens=secrets.tool_tokens,
+            public_url=config.public_url,
+            admin_loader=tools_db.aload_admin_bindings,
+            inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
+        )
+        self.engine = Engine(config, secrets, registry=self.registry, telemetry=self.telemetry)
+
+    async def start(self) -> None:
+        await database_sync_to_async(sessions_db.mirror_config_tokens)(self.config, self.secrets.tokens)
+        await database_sync_to_async(tools_db.mirror_config_bindings)(self.config.tools)
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        await self.engine.shutdown()
+        await self.registry.aclose()
+        await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
+
+
+def brain_of(scope: Mapping[str, Any]) -> BrainApp:
+    """The application object the ASGI entry attached to a request's scope."""
+    app: BrainApp = scope[SCOPE_KEY]
+    return app
+
+
+def request_brain(request: HttpRequest) -> BrainApp:
+    """brain_of() for a view's request (always an ASGIRequest under Brain's ASGI entry)."""
+    return brain_of(cast(ASGIRequest, request).scope)
+
+
+class Launcher:
+    """Builds the application once, on the first ASGI scope or when `runbrain` starts listening."""
+
+    def __init__(self) -> None:
+        self._config: tuple[HostConfig, Secrets] | None = None
+        self._app: BrainApp | None = None
+        self._starting: asyncio.Future[BrainApp] | None = None
+
+    def configure(self, config: HostConfig, secrets: Secrets) -> None:
+        self._config = (config, secrets)
+
+    def host_config(self) -> HostConfig:
+        return self._configured()[0]
+
+    def _configured(self) -> tuple[HostConfig, Secrets]:
+        if self._config is None:
+            config = load_host_config(os.environ.get("BRAIN_CONFIG", "brain.json"))
+            self._config = (config, resolve_secrets(config))
+        return self._config
+
+    async def started(self) -> BrainApp:
+        """The running application, starting it on the first call; concurrent callers wait."""
+        if self._app is not None:
+            return self._app
+        if self._starting is None:
+            self._starting = asyncio.get_running_loop().create_future()
+            try:
+                app = BrainApp(*self._configured())
+                await app.start()
+            except BaseException as exc:
+                self._starting.set_exception(exc)
+                self._starting.exception()  # retrieved: waiters re-raise it themselves
+                self._starting = None
+                raise
+            self._app = app
+            self._starting.set_result(app)
+            return app
+        return await asyncio.shield(self._starting)
+
+    async def shutdown(self) -> None:
+        app = self._app
+        if app is None:
+            return
+        logger.info("brain shutting down")
+        await app.stop()
+        logger.info("brain stopped")

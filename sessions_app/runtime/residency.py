@@ -1,0 +1,107 @@
+"""Where loaded sessions run: the harness host pools, the LRU of resident attachments, and each
+session's attachment. Knows sessions only as AttachmentHandlers with an id and a harness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from brainsite.hostconfig import Harness
+from brainsite.telemetry import Telemetry
+from runners.protocol import OpenParams
+from sessions_app.harness.host import AttachmentHandler
+from sessions_app.harness.pool import Attachment, HostPool
+
+__all__ = ["Resident", "Residency"]
+
+
+class Resident(AttachmentHandler, Protocol):
+    """A session as residency sees it."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def harness(self) -> str: ...
+
+    @property
+    def turn_running(self) -> bool: ...
+
+
+@dataclass(slots=True)
+class _Residence:
+    resident: Resident
+    attachment: Attachment
+
+
+class Residency:
+    """At most `max_resident` sessions stay attached; the least recently used idle one makes room."""
+
+    def __init__(
+        self,
+        harnesses: Mapping[str, Harness],
+        *,
+        workroot: Path,
+        max_resident: int,
+        telemetry: Telemetry,
+        track: Callable[[asyncio.Task[Any]], None],
+    ) -> None:
+        self.pools = {
+            name: HostPool(name, harness, workroot=workroot, telemetry=telemetry) for name, harness in harnesses.items()
+        }
+        self._max_resident = max_resident
+        self._residences: OrderedDict[str, _Residence] = OrderedDict()  # least recently used first
+        self._track = track
+
+    @property
+    def attached(self) -> int:
+        return len(self._residences)
+
+    @property
+    def hosts(self) -> int:
+        return sum(len(pool.hosts) for pool in self.pools.values())
+
+    def attachment_of(self, resident: Resident) -> Attachment | None:
+        residence = self._residences.get(resident.id)
+        if residence is None or residence.attachment.host.lost:
+            return None
+        return residence.attachment
+
+    async def attach(self, resident: Resident, open_params: Callable[[], OpenParams]) -> Attachment:
+        """The session's attachment, opening one (passively, from native/) when needed."""
+        current = self.attachment_of(resident)
+        if current is not None:
+            self._residences.move_to_end(resident.id)
+            return current
+        self._residences.pop(resident.id, None)
+        while len(self._residences) >= self._max_resident:
+            victim = next((r.resident for r in self._residences.values() if not r.resident.turn_running), None)
+            if victim is None:
+                break
+            await self.detach(victim)
+        attachment = await self.pools[resident.harness].attach(resident, open_params())
+        self._residences[resident.id] = _Residence(resident, attachment)
+        return attachment
+
+    async def detach(self, resident: Resident) -> None:
+        residence = self._residences.pop(resident.id, None)
+        if residence is not None:
+            await self.pools[resident.harness].detach(residence.attachment)
+
+    def release(self, resident: Resident) -> None:
+        """Detach in the background (a closed session)."""
+        if resident.id in self._residences:
+            self._track(asyncio.get_running_loop().create_task(self.detach(resident)))
+
+    def forget(self, resident: Resident) -> None:
+        """The host of the session's attachment is gone: nothing to detach."""
+        self._residences.pop(resident.id, None)
+
+    async def close(self) -> None:
+        self._residences.clear()
+        await asyncio.gather(*(pool.close() for pool in self.pools.values()), return_exceptions=True)
