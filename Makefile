@@ -40,6 +40,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/runner_bench.py
 	$(BIN)/python bench/tool_bench.py
+	$(BIN)/python bench/tool_turns_bench.py
+	$(BIN)/python bench/scale_bench.py
+	$(BIN)/python bench/load_bench.py
 
 clean:
 	rm -rf $(VENV) .brain
