@@ -91,10 +91,11 @@ class CpuMeter:
 
 async def run_phase(
     brain: BrainProcess, meter: CpuMeter, *, text: str, sessions: int, seconds: float, tools: list[str]
-) -> tuple[list[Turn], dict[str, float]]:
+) -> tuple[list[Turn], dict[str, float], float]:
     """`sessions` fresh sessions run `text` turns back to back for `seconds` after a warm-up.
 
-    Returns the measured turns and each process's CPU share (%) over the measured window.
+    Returns the measured turns, each process's CPU share (%) over the measured window, and its
+    length (the last turns end a little after `seconds`).
     """
     ids = await create_sessions(brain, "loop", sessions, tools=tools)
     clients = [await SessionClient(brain, session_id).open() for session_id in ids]
@@ -119,7 +120,7 @@ async def run_phase(
     finally:
         for client in clients:
             client.close()
-    return turns, {name: (after[name] - before.get(name, 0.0)) / elapsed * 100 for name in after}
+    return turns, {name: (after[name] - before.get(name, 0.0)) / elapsed * 100 for name in after}, elapsed
 
 
 def main() -> None:
@@ -151,20 +152,21 @@ def main() -> None:
             meter = CpuMeter({"brain": brain.pid, "provider": provider.pid, "tool service": service.pid})
             results: dict[str, list[Turn]] = {"plain": [], "tool": []}
             cpu: dict[str, list[dict[str, float]]] = {"plain": [], "tool": []}
+            windows = {"plain": 0.0, "tool": 0.0}
             for _ in range(arguments.rounds):
                 for kind, text in (("plain", PLAIN_TEXT), ("tool", TOOL_TEXT)):
-                    turns, shares = asyncio.run(
+                    turns, shares, elapsed = asyncio.run(
                         run_phase(brain, meter, text=text, sessions=sessions, seconds=arguments.seconds, tools=["echo"])
                     )
                     results[kind] += turns
                     cpu[kind].append(shares)
+                    windows[kind] += elapsed
             hosts_rss = children_rss_bytes(brain.pid)
         finally:
             if brain is not None:
                 brain.stop()
             stop(provider)
             stop(service)
-    measured = arguments.seconds * arguments.rounds
     print(
         f"{sessions} sessions, loop harness (max_shared {arguments.max_shared}), scripted provider, "
         f"{arguments.rounds} x {arguments.seconds:g} s per kind"
@@ -172,12 +174,12 @@ def main() -> None:
     rates: dict[str, float] = {}
     for kind, label in (("plain", "turns without a tool call"), ("tool", "turns with one echo call")):
         turns = results[kind]
-        rates[kind] = len(turns) / measured
+        rates[kind] = len(turns) / windows[kind]
         latencies = [turn.latency for turn in turns]
         print(f"{label:<28} {rates[kind]:7.1f} turns/s   latency {summary(latencies)}")
         rounds = cpu[kind]
-        shares = ", ".join(f"{name} {sum(r[name] for r in rounds) / len(rounds):.0f}%" for name in rounds[0])
-        print(f"{'':<28} CPU: {shares}")
+        usage = ", ".join(f"{name} {sum(r[name] for r in rounds) / len(rounds):.0f}%" for name in rounds[0])
+        print(f"{'':<28} CPU: {usage}")
     if rates["plain"] and rates["tool"]:
         tool = [t.latency for t in results["tool"]]
         plain = [t.latency for t in results["plain"]]
