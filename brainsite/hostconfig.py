@@ -199,7 +199,7 @@ def _schema_problem(schema: dict[str, Any]) -> str:
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
-        return exc.message[:200]
+        return str(exc.message)[:200]
     return ""
 
 

@@ -11,7 +11,10 @@ import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+django_stubs_ext.monkeypatch()  # generic admin and form classes (ModelAdmin[Model]) at run time
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

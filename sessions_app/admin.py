@@ -14,13 +14,13 @@ from .models import ApiToken, Session, Tenant, TokenSource
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_display = ("name", "created_at")
     search_fields = ("name",)
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
     list_display = ("__str__", "tenant", "manage", "read_only", "session", "source", "created_at")
     list_filter = ("source", "manage", "read_only")
     fields = ("tenant", "label", "manage", "read_only", "session", "source", "digest")
@@ -55,7 +55,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Session)
-class SessionAdmin(admin.ModelAdmin):
+class SessionAdmin(admin.ModelAdmin[Session]):
     list_display = ("id", "tenant", "status", "harness", "model", "created_at", "updated_at")
     list_filter = ("status", "harness", "tenant")
     search_fields = ("id", "model")

@@ -37,7 +37,7 @@ SSE_HEADERS = [
 ]
 
 
-class EventStreamConsumer(AsyncHttpConsumer):
+class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels ships no type hints
     async def http_request(self, message: dict[str, Any]) -> None:
         if message.get("more_body"):
             return

@@ -33,7 +33,7 @@ _FORM_FIELDS = (
 )
 
 
-class ToolBindingForm(forms.ModelForm):
+class ToolBindingForm(forms.ModelForm[ToolBinding]):
     # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
     url = forms.URLField(max_length=2048, assume_scheme="https")
 
@@ -65,7 +65,7 @@ class ToolBindingForm(forms.ModelForm):
 
 
 @admin.register(ToolBinding)
-class ToolBindingAdmin(admin.ModelAdmin):
+class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
     form = ToolBindingForm
     list_display = ("name", "transport", "url", "timeout_seconds", "from_config")
     search_fields = ("name",)

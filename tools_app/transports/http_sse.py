@@ -45,7 +45,8 @@ def _envelope(call: OutboundCall) -> bytes:
 
 
 def _media_type(response: httpx.Response) -> str:
-    return response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.split(";", 1)[0].strip().lower()
 
 
 class _Budget:
