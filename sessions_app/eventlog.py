@@ -269,22 +269,6 @@ class EventLog:
                 offset += len(line)
         return events
 
-    def scan(self) -> list[dict[str, Any]]:
-        """Every record parsed, for rebuilding session state on load."""
-        records: list[dict[str, Any]] = []
-        if self.size == 0:
-            return records
-        with self.path.open("rb") as handle:
-            offset = 0
-            for line in handle:
-                if not line.endswith(b"\n"):
-                    break
-                record = orjson.loads(line)
-                record["_offset"] = offset
-                records.append(record)
-                offset += len(line)
-        return records
-
     def scan_for_recovery(self, *, chunk_size: int = SCAN_CHUNK) -> Iterator[ScannedEvent]:
         """The RECOVERY_TYPES events of the log's whole lines, in order, streamed.
 

@@ -512,7 +512,7 @@ def test_position_after_a_malformed_cursor_is_unavailable(tmp_path: Path) -> Non
     assert log.size == len(events[0].line) + 1
 
 
-# --- repair and scan ------------------------------------------------------------------------
+# --- repair -----------------------------------------------------------------------------------
 
 
 def test_repair_trims_a_torn_last_line(tmp_path: Path) -> None:
@@ -603,43 +603,6 @@ def test_appends_after_repair_start_on_a_fresh_line(tmp_path: Path) -> None:
     # then
     assert appended.offset == len(events[0].line) + 1
     assert [event.id for event in reopened.read(0)] == [events[0].id, OTHER_ID]
-
-
-def test_scan_parses_every_record_with_its_offset(tmp_path: Path) -> None:
-    # given
-    log, events = _log_with(tmp_path, 3)
-
-    # when
-    records = log.scan()
-
-    # then
-    assert records == [{**json.loads(event.line), "_offset": event.offset} for event in events]
-
-
-def test_scan_skips_a_torn_last_line(tmp_path: Path) -> None:
-    # given
-    log, events = _log_with(tmp_path, 2)
-    log.close()
-    with (tmp_path / "events.jsonl").open("ab") as handle:
-        handle.write(b'{"id":"torn')
-    reopened = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
-
-    # when
-    records = reopened.scan()
-
-    # then
-    assert [record["id"] for record in records] == [events[0].id, events[1].id]
-
-
-def test_scan_of_an_empty_log_is_empty(tmp_path: Path) -> None:
-    # given
-    log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
-
-    # when
-    records = log.scan()
-
-    # then
-    assert records == []
 
 
 def test_append_refuses_turn_events_past_session_bytes_but_keeps_status_writable(tmp_path: Path) -> None:
