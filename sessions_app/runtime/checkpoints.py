@@ -6,6 +6,7 @@ are append-only, so a restore truncates each one to its recorded size. No Django
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Collection
@@ -106,16 +107,17 @@ class CheckpointStore:
     def _open_native(self, relative: str, *, flags: int) -> tuple[int, os.stat_result]:
         """A descriptor of a regular, singly linked native file, opened without following symlinks.
 
-        Raises FileNotFoundError for a missing file; the caller closes the descriptor.
+        Raises FileNotFoundError for a missing file and OSError for a disk failure; the caller
+        closes the descriptor.
         """
         path = self._inside_native(relative)
         try:
             descriptor = os.open(path, flags | _OPEN_FLAGS)
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError):
-                raise
-            # ELOOP from O_NOFOLLOW on a symlink, EISDIR or ENXIO on a directory or FIFO
-            raise CheckpointError(f"checkpoint file {relative!r} is not a regular file") from exc
+            # ELOOP: O_NOFOLLOW met a symlink; EISDIR: a directory; ENXIO: a FIFO without a reader
+            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO):
+                raise CheckpointError(f"checkpoint file {relative!r} is not a regular file") from exc
+            raise
         try:
             status = os.fstat(descriptor)
             if not stat.S_ISREG(status.st_mode):

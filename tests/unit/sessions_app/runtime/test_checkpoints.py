@@ -759,3 +759,22 @@ def test_restore_removes_a_symlinked_directory_without_touching_its_target(tmp_p
     assert not (store.native / "escape").exists()
     assert (outside / "kept").read_bytes() == b"x"
     assert _native_tree(store) == {"conversation.jsonl": b"turn1\n"}
+
+
+def test_restore_refuses_a_directory_in_place_of_a_listed_file(tmp_path: Path) -> None:
+    # given a listed file moved away and a directory of its name in its place
+    store = _store(tmp_path, {"conversation.jsonl": b"turn1\n", "extra.json": b"{}"})
+    checkpoint = store.record("c1", offset=0, time=TIME, reported=CONVERSATION)
+    with (store.native / "conversation.jsonl").open("ab") as handle:
+        handle.write(b"turn2\n")
+    (store.native / "conversation.jsonl").rename(store.native / "moved.jsonl")
+    (store.native / "conversation.jsonl").mkdir()
+    before = _native_tree(store)
+
+    # when
+    with pytest.raises(CheckpointError) as caught:
+        store.restore(checkpoint)
+
+    # then
+    assert str(caught.value) == "checkpoint file 'conversation.jsonl' is not a regular file"
+    assert _native_tree(store) == before
