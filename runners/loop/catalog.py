@@ -71,7 +71,8 @@ class ResolvedModel:
 
 @cache
 def _catalog() -> dict[str, Any]:
-    return json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+    catalog: dict[str, Any] = json.loads(CATALOG_FILE.read_text(encoding="utf-8"))
+    return catalog
 
 
 def lookup_model(model: str) -> ModelSpec | None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import anthropic
 import httpx
-from anthropic.types import Message, RawMessageStreamEvent
 
+from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import (
     MAX_RETRIES,
@@ -22,11 +22,17 @@ from .base import (
     parse_arguments,
     provider_failure,
 )
+from .sse import decode_event, encode_body, iter_sse
 
 __all__ = ["AnthropicMessages"]
 
 TRANSPORT = "anthropic-messages"
 _CACHE = {"type": "ephemeral"}
+# Stream events that carry message state; `ping` and unknown events are skipped, `error` raises.
+_MESSAGE_EVENTS = frozenset(
+    {"message_start", "message_delta", "message_stop"}
+    | {"content_block_start", "content_block_delta", "content_block_stop"}
+)
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_use", "max_tokens": "length"}
 
 
@@ -74,32 +80,45 @@ class AnthropicMessages:
     async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
         blocks: dict[int, dict[str, Any]] = {}
         stop, input_tokens, output_tokens = "end_turn", 0, 0
+        provider = self._endpoint.provider
         try:
-            stream = await self._client.post(
+            response = await self._client.post(
                 "/v1/messages",
-                body=self.build_body(request),
-                cast_to=Message,
+                body=encode_body(self.build_body(request)),
+                cast_to=httpx.Response,
                 stream=True,
-                stream_cls=anthropic.AsyncStream[RawMessageStreamEvent],
+                stream_cls=None,
             )
-            async with stream:
-                async for event in stream:
-                    if event.type == "message_start":
-                        usage = event.message.usage
+            assert isinstance(response, httpx.Response)  # cast_to=httpx.Response: the SDK returns it as is
+            try:
+                async for name, data in iter_sse(response):
+                    if name == "error":
+                        raise _stream_error(response, data)
+                    if name not in _MESSAGE_EVENTS:
+                        continue
+                    event = decode_event(provider, data)
+                    kind = event.get("type", name)
+                    if kind == "message_start":
+                        usage = event["message"]["usage"]
                         input_tokens = (
-                            usage.input_tokens
-                            + (usage.cache_creation_input_tokens or 0)
-                            + (usage.cache_read_input_tokens or 0)
+                            (usage.get("input_tokens") or 0)
+                            + (usage.get("cache_creation_input_tokens") or 0)
+                            + (usage.get("cache_read_input_tokens") or 0)
                         )
-                    elif event.type == "content_block_start":
-                        blocks[event.index] = _start_block(event.content_block)
-                    elif event.type == "content_block_delta":
-                        await _apply_delta(blocks[event.index], event.delta, on_text)
-                    elif event.type == "message_delta":
-                        stop = event.delta.stop_reason or stop
-                        output_tokens = event.usage.output_tokens or output_tokens
+                    elif kind == "content_block_start":
+                        blocks[event["index"]] = _start_block(event["content_block"])
+                    elif kind == "content_block_delta":
+                        block = blocks.get(event["index"])
+                        if block is None:
+                            raise ProviderFailure(f"{provider}: delta for a content block that never started")
+                        await _apply_delta(block, event["delta"], on_text)
+                    elif kind == "message_delta":
+                        stop = (event.get("delta") or {}).get("stop_reason") or stop
+                        output_tokens = (event.get("usage") or {}).get("output_tokens") or output_tokens
+            finally:
+                await response.aclose()
         except (anthropic.APIError, httpx.HTTPError) as exc:
-            raise provider_failure(self._endpoint.provider, exc) from exc
+            raise provider_failure(provider, exc) from exc
         ordered = [blocks[index] for index in sorted(blocks)]
         calls = tuple(
             ToolCall(
@@ -141,23 +160,43 @@ def _blocks(message: Any) -> tuple[str, list[dict[str, Any]]]:
     return "assistant", blocks
 
 
-def _start_block(block: Any) -> dict[str, Any]:
-    if block.type == "tool_use":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input or {}, "partial_json": ""}
-    if block.type == "thinking":
-        return {"type": "thinking", "thinking": block.thinking or "", "signature": block.signature or ""}
-    if block.type == "redacted_thinking":
-        return {"type": "redacted_thinking", "data": block.data}
-    return {"type": block.type, "text": getattr(block, "text", "") or ""}
+def _stream_error(response: httpx.Response, data: str) -> anthropic.APIStatusError:
+    """A mid-stream `error` event, as the SDK's own stream reports it (status of the response)."""
+    body: Any = data
+    try:
+        body = decode_event("anthropic", data)
+        message = f"{body}"
+    except ProviderFailure:
+        message = data or f"Error code: {response.status_code}"
+    return anthropic.APIStatusError(message, response=response, body=body)
 
 
-async def _apply_delta(block: dict[str, Any], delta: Any, on_text: TextSink) -> None:
-    if delta.type == "text_delta":
-        block["text"] = block.get("text", "") + delta.text
-        await on_text(delta.text)
-    elif delta.type == "input_json_delta":
-        block["partial_json"] += delta.partial_json
-    elif delta.type == "thinking_delta":
-        block["thinking"] += delta.thinking
-    elif delta.type == "signature_delta":
-        block["signature"] += delta.signature
+def _start_block(block: dict[str, Any]) -> dict[str, Any]:
+    kind = block.get("type")
+    if kind == "tool_use":
+        return {
+            "type": "tool_use",
+            "id": block["id"],
+            "name": block["name"],
+            "input": block.get("input") or {},
+            "partial_json": "",
+        }
+    if kind == "thinking":
+        return {"type": "thinking", "thinking": block.get("thinking") or "", "signature": block.get("signature") or ""}
+    if kind == "redacted_thinking":
+        return {"type": "redacted_thinking", "data": block.get("data")}
+    return {"type": kind, "text": block.get("text") or ""}
+
+
+async def _apply_delta(block: dict[str, Any], delta: dict[str, Any], on_text: TextSink) -> None:
+    kind = delta.get("type")
+    if kind == "text_delta":
+        text = delta.get("text") or ""
+        block["text"] = block.get("text", "") + text
+        await on_text(text)
+    elif kind == "input_json_delta":
+        block["partial_json"] += delta.get("partial_json") or ""
+    elif kind == "thinking_delta":
+        block["thinking"] += delta.get("thinking") or ""
+    elif kind == "signature_delta":
+        block["signature"] += delta.get("signature") or ""

@@ -1,11 +1,13 @@
 """What every transport implements, and the pieces they share (timeouts, text of tool results).
 
 A provider turns a `ModelRequest` into exactly one request body (`build_body`, deterministic, so
-a restored session sends the byte-identical request) and streams it (`generate`). Bodies go
-through the SDK client (auth, retries, SSE parsing, typed events and errors) via its `post`, not
-the typed `create` helpers: their per-field param transform walks the whole conversation in
-Python on every call (about 3 ms per message, so seconds for long sessions) and would rewrite
-the body we built.
+a restored session sends the byte-identical request) and streams it (`generate`). Bodies go,
+encoded once with orjson, through the SDK client's `post` (base URL, auth, headers, retries and
+status errors stay the SDK's), which hands back the raw streaming response (`cast_to=httpx.Response`,
+what `with_streaming_response` returns); `sse.py` reads its events without a typed object per
+event. Not the typed `create` helpers: their per-field param transform walks the whole
+conversation in Python on every call (about 0.25 ms per item, so seconds for long sessions) and
+would rewrite the body we built.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from runners.protocol import FrameError, decode_json
 
 from ..errors import ProviderFailure
 from ..messages import Generation, ModelRequest, ToolResult
@@ -74,12 +78,16 @@ def tool_result_text(result: ToolResult) -> str:
 
 
 def parse_arguments(raw: str) -> dict[str, Any]:
-    """Tool arguments as streamed; a model that emits broken JSON gets them wrapped, not dropped."""
+    """Tool arguments as streamed; broken JSON is wrapped, not dropped.
+
+    Decoded under the frame rules, so arguments with NaN, integers beyond 64 bits or lone
+    surrogates (which no `tool.call` frame could carry to Brain) are wrapped the same way.
+    """
     if not raw.strip():
         return {}
     try:
-        value = json.loads(raw)
-    except ValueError:
+        value = decode_json(raw.encode())
+    except (FrameError, UnicodeEncodeError):
         return {"_raw_arguments": raw}
     return value if isinstance(value, dict) else {"_value": value}
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import httpx
 import openai
-from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
+from .openai_responses import open_stream, openai_events
+from .sse import encode_body
 
 __all__ = ["OpenAICompletions"]
 
@@ -61,35 +62,36 @@ class OpenAICompletions:
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         finish, usage = "stop", Usage()
+        provider = self._endpoint.provider
         try:
-            stream = await self._client.post(
-                "/chat/completions",
-                body=self.build_body(request),
-                cast_to=ChatCompletion,
-                stream=True,
-                stream_cls=openai.AsyncStream[ChatCompletionChunk],
-            )
-            async with stream:
-                async for chunk in stream:
-                    if chunk.usage is not None:
-                        usage = Usage(input=chunk.usage.prompt_tokens or 0, output=chunk.usage.completion_tokens or 0)
-                    for choice in chunk.choices:
-                        delta = choice.delta
-                        if delta.content:
-                            text.append(delta.content)
-                            await on_text(delta.content)
-                        for call in delta.tool_calls or ():
-                            slot = calls.setdefault(call.index, {"id": "", "name": "", "arguments": ""})
-                            if call.id:
-                                slot["id"] = call.id
-                            if call.function and call.function.name:
-                                slot["name"] += call.function.name
-                            if call.function and call.function.arguments:
-                                slot["arguments"] += call.function.arguments
-                        if choice.finish_reason:
-                            finish = choice.finish_reason
+            response = await open_stream(self._client, "/chat/completions", encode_body(self.build_body(request)))
+            try:
+                async for chunk in openai_events(provider, response):
+                    chunk_usage = chunk.get("usage")
+                    if chunk_usage is not None:
+                        prompt, completion = chunk_usage.get("prompt_tokens"), chunk_usage.get("completion_tokens")
+                        usage = Usage(input=prompt or 0, output=completion or 0)
+                    for choice in chunk.get("choices") or ():
+                        delta = choice.get("delta") or {}
+                        content = delta.get("content")
+                        if content:
+                            text.append(content)
+                            await on_text(content)
+                        for call in delta.get("tool_calls") or ():
+                            slot = calls.setdefault(call.get("index", 0), {"id": "", "name": "", "arguments": ""})
+                            if call.get("id"):
+                                slot["id"] = call["id"]
+                            function = call.get("function") or {}
+                            if function.get("name"):
+                                slot["name"] += function["name"]
+                            if function.get("arguments"):
+                                slot["arguments"] += function["arguments"]
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+            finally:
+                await response.aclose()
         except (openai.APIError, httpx.HTTPError) as exc:
-            raise provider_failure(self._endpoint.provider, exc) from exc
+            raise provider_failure(provider, exc) from exc
         tool_calls = tuple(
             ToolCall(id=slot["id"] or f"call_{index}", name=slot["name"], arguments=parse_arguments(slot["arguments"]))
             for index, slot in sorted(calls.items())

@@ -6,17 +6,18 @@ native file alone reproduces it. Reasoning items come back encrypted and are rep
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import openai
-from openai.types.responses import Response, ResponseStreamEvent
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
+from .sse import decode_event, encode_body, iter_sse
 
-__all__ = ["AzureOpenAIResponses", "OpenAIResponses"]
+__all__ = ["AzureOpenAIResponses", "OpenAIResponses", "open_stream", "openai_events"]
 
 TRANSPORT = "openai-responses"
 
@@ -78,33 +79,54 @@ class OpenAIResponses:
         return body
 
     async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+        provider = self._endpoint.provider
         final: Any = None
         try:
-            stream = await self._client.post(
-                "/responses",
-                body=self.build_body(request),
-                cast_to=Response,
-                stream=True,
-                stream_cls=openai.AsyncStream[ResponseStreamEvent],
-            )
-            async with stream:
-                async for event in stream:
-                    if event.type == "response.output_text.delta" and event.delta:
-                        await on_text(event.delta)
-                    elif event.type == "response.completed" or event.type == "response.incomplete":
-                        final = event.response
-                    elif event.type == "response.failed":
-                        error = getattr(event.response, "error", None)
-                        raise ProviderFailure(
-                            f"{self._endpoint.provider}: {getattr(error, 'message', 'response failed')}"
-                        )
-                    elif event.type == "error":
-                        raise ProviderFailure(f"{self._endpoint.provider} stream error: {event.message}")
+            response = await open_stream(self._client, "/responses", encode_body(self.build_body(request)))
+            try:
+                async for event in openai_events(provider, response):
+                    kind = event.get("type")
+                    if kind == "response.output_text.delta":
+                        delta = event.get("delta")
+                        if delta:
+                            await on_text(delta)
+                    elif kind == "response.completed" or kind == "response.incomplete":
+                        final = event.get("response")
+                    elif kind == "response.failed":
+                        error = (event.get("response") or {}).get("error")
+                        message = error.get("message", "response failed") if isinstance(error, dict) else None
+                        raise ProviderFailure(f"{provider}: {message or 'response failed'}")
+                    elif kind == "error":
+                        raise ProviderFailure(f"{provider} stream error: {event.get('message')}")
+            finally:
+                await response.aclose()
         except (openai.APIError, httpx.HTTPError) as exc:
-            raise provider_failure(self._endpoint.provider, exc) from exc
-        if final is None:
-            raise ProviderFailure(f"{self._endpoint.provider}: stream ended before the response completed")
+            raise provider_failure(provider, exc) from exc
+        if not isinstance(final, dict):
+            raise ProviderFailure(f"{provider}: stream ended before the response completed")
         return _generation(final)
+
+
+async def open_stream(client: openai.AsyncOpenAI, path: str, body: bytes) -> httpx.Response:
+    """POST through the SDK (auth, retries, status errors) and hand back the unread stream."""
+    response = await client.post(path, body=body, cast_to=httpx.Response, stream=True, stream_cls=None)
+    assert isinstance(response, httpx.Response)  # cast_to=httpx.Response: the SDK returns it as is
+    return response
+
+
+async def openai_events(provider: str, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """Each event's object until `[DONE]`; an `error` member raises as the SDK's own stream does."""
+    async for _event, data in iter_sse(response):
+        if data.startswith("[DONE]"):
+            return
+        value = decode_event(provider, data)
+        error = value.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            if not message or not isinstance(message, str):
+                message = "An error occurred during streaming"
+            raise openai.APIError(message, response.request, body=error)
+        yield value
 
 
 class AzureOpenAIResponses(OpenAIResponses):
@@ -128,36 +150,43 @@ def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
     return items
 
 
-def _generation(response: Any) -> Generation:
+def _generation(response: dict[str, Any]) -> Generation:
     text: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[dict[str, Any]] = []
-    for item in response.output or ():
-        if item.type == "message":
-            text.extend(part.text for part in item.content if getattr(part, "type", "") == "output_text")
-        elif item.type == "function_call":
-            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=parse_arguments(item.arguments or "")))
-        elif item.type == "reasoning" and getattr(item, "encrypted_content", None):
+    for item in response.get("output") or ():
+        kind = item.get("type")
+        if kind == "message":
+            text.extend(part.get("text", "") for part in item.get("content") or () if part.get("type") == "output_text")
+        elif kind == "function_call":
+            arguments = parse_arguments(item.get("arguments") or "")
+            calls.append(ToolCall(id=item["call_id"], name=item["name"], arguments=arguments))
+        elif kind == "reasoning" and item.get("encrypted_content"):
             reasoning.append(
                 {
                     "type": "reasoning",
-                    "id": item.id,
-                    "summary": [s.model_dump(exclude_none=True) for s in item.summary or ()],
-                    "encrypted_content": item.encrypted_content,
+                    "id": item["id"],
+                    "summary": [_without_nulls(s) for s in item.get("summary") or ()],
+                    "encrypted_content": item["encrypted_content"],
                 }
             )
-    usage = response.usage
+    usage = response.get("usage")
     if calls:
         stop_reason = "tool_use"
-    elif response.status == "incomplete":
-        details = getattr(response, "incomplete_details", None)
-        stop_reason = "length" if getattr(details, "reason", "") == "max_output_tokens" else "content_filter"
+    elif response.get("status") == "incomplete":
+        details = response.get("incomplete_details") or {}
+        stop_reason = "length" if details.get("reason") == "max_output_tokens" else "content_filter"
     else:
         stop_reason = "stop"
     return Generation(
         text="".join(text),
         tool_calls=tuple(calls),
         stop_reason=stop_reason,
-        usage=Usage(input=usage.input_tokens, output=usage.output_tokens) if usage else Usage(),
+        usage=Usage(input=usage.get("input_tokens") or 0, output=usage.get("output_tokens") or 0) if usage else Usage(),
         replay={"transport": TRANSPORT, "items": reasoning} if reasoning else None,
     )
+
+
+def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
+    """A summary part as it is replayed: the members the provider set (null means unset)."""
+    return {key: member for key, member in value.items() if member is not None}
