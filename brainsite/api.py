@@ -1,14 +1,26 @@
-"""The NinjaAPI: routers of each app, health routes, and every error as the spec's envelope."""
+"""The NinjaAPI: routers of each app, health routes, and every error as the spec's envelope.
+
+It also serves the wire contract: GET /openapi.json (each app's routes declare their schemas;
+`BrainAPI` adds what ninja cannot express per route) and Swagger UI at /docs, whose assets
+come from ninja's own package so the page loads without network access.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
+import ninja
 import orjson
 from django.http import Http404, HttpRequest, HttpResponse
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
+from ninja.openapi.docs import DocsBase
+from ninja.openapi.schema import REF_TEMPLATE, OpenAPISchema
 from ninja.renderers import BaseRenderer
+from pydantic import ConfigDict
 
 from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized, error_envelope
 from brainsite.logs import logger
@@ -16,8 +28,45 @@ from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
 from sessions_app.auth import BearerAuth
 from tools_app.api import router as tools_router
+from tools_app.schemas import Call, Command, ToolResult
 
 from . import health
+
+__all__ = ["ErrorDetail", "ErrorResponse", "api", "error_response", "swagger_asset"]
+
+# The contract's name for the bearer scheme; ninja names a scheme after its auth class.
+SECURITY_SCHEMES = {BearerAuth.__name__: "bearer"}
+ERRORS_DESCRIPTION = (
+    "Error. 400 invalid_request; 401 missing/invalid Bearer token; 403 forbidden; 404 not_found; "
+    "409 conflict or cursor_unavailable; 413 body limit; 422 unsupported; 429 overloaded (Retry-After: 1); "
+    "500 brain_error. X-Request-ID is present on every response."
+)
+# Swagger UI files shipped in ninja's package, by name, with their media types.
+SWAGGER_ASSETS = {
+    "swagger-ui.css": "text/css",
+    "swagger-ui-bundle.js": "text/javascript",
+    "swagger-ui-init.js": "text/javascript",
+    "favicon.png": "image/png",
+}
+SWAGGER_DIRECTORY = Path(ninja.__file__).parent / "static" / "ninja"
+# Components no operation's body refers to: the executor SSE `data:` and tool event data.
+PUBLISHED_SCHEMAS: tuple[type[Schema], ...] = (Command, Call, ToolResult)
+
+
+class ErrorDetail(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    code: str
+    message: str
+
+
+class ErrorResponse(Schema):
+    """The envelope of every error (brainsite.errors.error_envelope writes it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    error: ErrorDetail
+    request_id: str
 
 
 class OrjsonRenderer(BaseRenderer):
@@ -27,15 +76,96 @@ class OrjsonRenderer(BaseRenderer):
         return orjson.dumps(data)
 
 
-api = NinjaAPI(title="Brain", version="current", renderer=OrjsonRenderer(), docs_url=None, openapi_url="/openapi.json")
+class LocalSwagger(DocsBase):
+    """ninja's Swagger page without Django templates or a CDN: assets come from `swagger_asset`."""
+
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+        settings = {"url": self.get_openapi_url(api, kwargs), "layout": "BaseLayout", "deepLinking": True}
+        # `</` inside a script element would end it early.
+        settings_json = json.dumps(settings).replace("<", "\\u003c")
+        base = request.path.rstrip("/")
+        page = (
+            "<!DOCTYPE html>\n<html>\n<head>\n"
+            f'<link type="text/css" rel="stylesheet" href="{base}/swagger-ui.css">\n'
+            f'<link rel="icon" type="image/png" href="{base}/favicon.png">\n'
+            f"<title>{api.title}</title>\n</head>\n<body>\n"
+            f'<script type="application/json" id="swagger-settings">{settings_json}</script>\n'
+            '<div id="swagger-ui"></div>\n'
+            f'<script src="{base}/swagger-ui-bundle.js"></script>\n'
+            f'<script src="{base}/swagger-ui-init.js"></script>\n'
+            "</body>\n</html>\n"
+        )
+        return HttpResponse(page, content_type="text/html; charset=utf-8")
+
+
+class BrainAPI(NinjaAPI):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        _publish_errors_and_security(document)
+        published: tuple[type[Schema], ...] = (ErrorResponse, *PUBLISHED_SCHEMAS)
+        for model in published:
+            _publish_component(document, model)
+        return document
+
+
+def _publish_component(document: OpenAPISchema, model: type[Schema]) -> None:
+    schema = model.model_json_schema(ref_template=REF_TEMPLATE)
+    document["components"]["schemas"].update(schema.pop("$defs", {}), **{model.__name__: schema})
+
+
+def _publish_errors_and_security(document: OpenAPISchema) -> None:
+    """What a route cannot declare to ninja: every authenticated operation may answer the error
+    envelope (the contract's `default` response), the bearer scheme carries the contract's name,
+    and public operations say `security: []`."""
+    components = document["components"]
+    schemes = components.get("securitySchemes", {})
+    components["securitySchemes"] = {SECURITY_SCHEMES.get(name, name): scheme for name, scheme in schemes.items()}
+    default = {
+        "description": ERRORS_DESCRIPTION,
+        "content": {"application/json": {"schema": {"$ref": REF_TEMPLATE.format(model="ErrorResponse")}}},
+    }
+    for operations in document["paths"].values():
+        for operation in operations.values():
+            security = [
+                {SECURITY_SCHEMES.get(name, name): scopes for name, scopes in requirement.items()}
+                for requirement in operation.get("security", [])
+            ]
+            operation["security"] = security
+            if security:
+                operation["responses"]["default"] = default
+
+
+api = BrainAPI(
+    title="Brain",
+    version="current",
+    description="HTTP API for the Brain agent session server.",
+    renderer=OrjsonRenderer(),
+    docs=LocalSwagger(),
+    docs_url="/docs",
+    openapi_url="/openapi.json",
+)
 api.add_router("", sessions_router, auth=BearerAuth())
 api.add_router("", tools_router, auth=BearerAuth())
 api.add_router("", persistence_router, auth=BearerAuth())
 api.add_router("", health.router)
 
 
+async def swagger_asset(request: HttpRequest, name: str) -> HttpResponse:
+    """GET /docs/<name>: one of Swagger UI's files, read off the loop (the bundle is ~1.4 MB)."""
+    content_type = SWAGGER_ASSETS.get(name)
+    if content_type is None:
+        return error_response(request, NotFound("not found"))
+    content = await asyncio.to_thread((SWAGGER_DIRECTORY / name).read_bytes)
+    response = HttpResponse(content, content_type=content_type)
+    response["Cache-Control"] = "public, max-age=3600"
+    return response
+
+
 def request_id(request: HttpRequest) -> str:
-    return getattr(request, "scope", {}).get("brain_request_id", "")
+    scope: dict[str, Any] = getattr(request, "scope", {})
+    return str(scope.get("brain_request_id", ""))
 
 
 def error_response(request: HttpRequest, error: BrainError) -> HttpResponse:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from brainsite.api import api
+from brainsite.api import api, swagger_asset
 
-urlpatterns = [path("", api.urls)]
+urlpatterns = [
+    path("docs/<str:name>", swagger_asset, name="swagger-asset"),
+    path("", api.urls),
+]

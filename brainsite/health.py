@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse
-from ninja import Router
+from django.http import HttpRequest
+from ninja import Router, Schema
+from pydantic import ConfigDict
 
 from brainsite.application import request_brain
 
 router = Router(tags=["health"])
 
 
-@router.get("/health/live")
+# The contract's Status component; sessions_app.schemas and tools_app.schemas repeat it.
+class Status(Schema):
+    model_config = ConfigDict(extra="forbid")
+
+    status: str
+
+
+@router.get("/health/live", response={200: Status}, operation_id="healthLive", summary="Liveness")
 async def live(request: HttpRequest) -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/health/ready", response={200: dict[str, str], 503: dict[str, str]})
-async def ready(request: HttpRequest) -> tuple[int, dict[str, str]] | HttpResponse:
+@router.get("/health/ready", response={200: Status, 503: Status}, operation_id="healthReady", summary="Readiness")
+async def ready(request: HttpRequest) -> tuple[int, dict[str, str]]:
     if request_brain(request).engine.draining:
         return 503, {"status": "not_ready"}
     return 200, {"status": "ready"}

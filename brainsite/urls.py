@@ -6,11 +6,12 @@ from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
-from brainsite.api import api, error_response
+from brainsite.api import api, error_response, swagger_asset
 from brainsite.errors import NotFound
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("docs/<str:name>", swagger_asset, name="swagger-asset"),
     path("", api.urls),
 ]
 

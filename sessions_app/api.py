@@ -1,26 +1,75 @@
-"""Routes of the sessions API: parse, authorize, call services. No ORM, no runtime internals."""
+"""Routes of the sessions API: parse, authorize, call services. No ORM, no runtime internals.
+
+Each route declares the contract's operationId, path parameter and schemas for the OpenAPI
+document. The send and event-page routes return pre-encoded bytes (an `HttpResponse`, which
+ninja passes through untouched), so their declared schemas document the wire and cost nothing.
+"""
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any
 
 import orjson
 from django.http import HttpRequest, HttpResponse
-from ninja import Router
+from ninja import Path, Router
+from pydantic import WithJsonSchema
 
 from brainsite.application import request_brain
 from brainsite.errors import InvalidRequest
 from brainsite.principal import principal_of, require_manage, require_write
 
 from . import services
-from .eventlog import Event
-from .schemas import CreateSessionIn, InputIn
+from .eventlog import Event as LoggedEvent
+from .schemas import CreateSession, EventList, Input, SendAccepted, Session, SessionList, Status
 
 router = Router(tags=["sessions"])
 
 MAX_PAGE = 1000  # spec: limit is 1-1000 (out of range is 400, never clamped)
 DEFAULT_PAGE = 100
+SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (services), so unchecked here
+
+# Published, not validated: services answer a malformed id with 404 like an unknown one.
+SessionId = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
+]
+
+# Query parameters are parsed by `_limit` and services (out-of-range limits are 400 with the
+# spec's message, bad cursors 409), so they are published here rather than declared to ninja.
+_LIMIT_PARAMETER = {
+    "in": "query",
+    "name": "limit",
+    "description": "Maximum number of items to return (JSON mode).",
+    "schema": {"type": "integer", "minimum": 1, "maximum": MAX_PAGE, "default": DEFAULT_PAGE},
+}
+_LIST_PARAMETERS = [
+    {
+        "in": "query",
+        "name": "after",
+        "description": "Last session ID from the previous page.",
+        "schema": {"type": "string"},
+    },
+    _LIMIT_PARAMETER,
+]
+_EVENTS_PARAMETERS = [
+    {
+        "in": "query",
+        "name": "after",
+        "description": "Opaque cursor from the last retained event.",
+        "schema": {"type": "string"},
+    },
+    _LIMIT_PARAMETER,
+    {
+        "in": "header",
+        "name": "Last-Event-ID",
+        "description": "SSE reconnect cursor (used when the after query parameter is omitted).",
+        "schema": {"type": "string"},
+    },
+]
+# With `Accept: text/event-stream` brainsite.asgi hands the same path to the SSE consumer.
+_EVENT_STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
+
+INTERRUPT_REQUESTED = b'{"status":"interrupt_requested"}'
 
 
 def _limit(request: HttpRequest) -> int:
@@ -35,7 +84,7 @@ def _limit(request: HttpRequest) -> int:
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")  # W3C trace context
 
 
-def _event_response(event: Event) -> HttpResponse:
+def _event_response(event: LoggedEvent) -> HttpResponse:
     """202 with the event's stored bytes: no decode and re-encode on the hot path."""
     return HttpResponse(event.wire(), status=202, content_type="application/json")
 
@@ -51,8 +100,10 @@ def _traceparent(request: HttpRequest) -> str:
     return value if TRACEPARENT.fullmatch(value) else ""
 
 
-@router.post("/sessions", response={201: dict[str, Any]})
-async def create_session(request: HttpRequest, body: CreateSessionIn) -> tuple[int, dict[str, Any]]:
+@router.post(
+    "/sessions", response={201: Session}, operation_id="create", summary="Create a session", exclude_unset=True
+)
+async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int, dict[str, Any]]:
     record = await services.create_session(
         request_brain(request).engine,
         principal_of(request),
@@ -63,7 +114,14 @@ async def create_session(request: HttpRequest, body: CreateSessionIn) -> tuple[i
     return 201, record.as_wire()
 
 
-@router.get("/sessions")
+@router.get(
+    "/sessions",
+    response={200: SessionList},
+    operation_id="list",
+    summary="List sessions",
+    exclude_unset=True,
+    openapi_extra={"parameters": _LIST_PARAMETERS},
+)
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
@@ -71,28 +129,26 @@ async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     return {"sessions": [record.as_wire() for record in records]}
 
 
-@router.get("/sessions/{session_id}")
-async def get_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
-    record = await services.get_session(request_brain(request).engine, principal_of(request), session_id)
+@router.get("/sessions/{id}", response={200: Session}, operation_id="get", summary="Get a session", exclude_unset=True)
+async def get_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:  # noqa: A002 (the contract's name)
+    record = await services.get_session(request_brain(request).engine, principal_of(request), id)
     return record.as_wire()
 
 
-@router.post("/sessions/{session_id}/events", response={202: dict[str, Any]})
-async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tuple[int, dict[str, Any]] | HttpResponse:
+@router.post("/sessions/{id}/events", response={202: SendAccepted}, operation_id="send", summary="Send input")
+async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpResponse:  # noqa: A002
     principal = principal_of(request)
     require_write(principal)
     engine = request_brain(request).engine
     if body.type == "user.interrupt":
         if body.model_fields_set - {"type"}:
             raise InvalidRequest("user.interrupt accepts no other fields")
-        await services.interrupt_session(engine, principal, session_id)
-        return 202, {"status": "interrupt_requested"}
-    if body.type != "user.message":
-        raise InvalidRequest("type must be user.message or user.interrupt")
+        await services.interrupt_session(engine, principal, id)
+        return HttpResponse(INTERRUPT_REQUESTED, status=202, content_type="application/json")
     event = await services.send_message(
         engine,
         principal,
-        session_id,
+        id,
         text=body.text,
         key=body.key,
         delivery=body.delivery,
@@ -101,24 +157,36 @@ async def send_input(request: HttpRequest, session_id: str, body: InputIn) -> tu
     return _event_response(event)
 
 
-@router.get("/sessions/{session_id}/events")
-async def read_events(request: HttpRequest, session_id: str) -> HttpResponse:
+@router.get(
+    "/sessions/{id}/events",
+    response={200: EventList},
+    operation_id="events",
+    summary="Read or stream events",
+    openapi_extra={"parameters": _EVENTS_PARAMETERS, "responses": {200: {"content": _EVENT_STREAM}}},
+)
+async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:  # noqa: A002
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
-    page = await services.read_events(engine, principal_of(request), session_id, after=after, limit=_limit(request))
+    page = await services.read_events(engine, principal_of(request), id, after=after, limit=_limit(request))
     return _page_response(page)
 
 
-@router.post("/sessions/{session_id}/resume")
-async def resume_session(request: HttpRequest, session_id: str) -> dict[str, Any]:
+@router.post(
+    "/sessions/{id}/resume",
+    response={200: Session},
+    operation_id="resume",
+    summary="Resume a session",
+    exclude_unset=True,
+)
+async def resume_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:  # noqa: A002
     principal = principal_of(request)
     require_manage(principal)
-    return (await services.resume_session(request_brain(request).engine, principal, session_id)).as_wire()
+    return (await services.resume_session(request_brain(request).engine, principal, id)).as_wire()
 
 
-@router.post("/sessions/{session_id}/close", response={202: dict[str, Any]})
-async def close_session(request: HttpRequest, session_id: str) -> tuple[int, dict[str, str]]:
+@router.post("/sessions/{id}/close", response={202: Status}, operation_id="close", summary="Close a session")
+async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[str, str]]:  # noqa: A002
     principal = principal_of(request)
     require_manage(principal)
-    await services.close_session(request_brain(request).engine, principal, session_id)
+    await services.close_session(request_brain(request).engine, principal, id)
     return 202, {"status": "close_requested"}

@@ -1,11 +1,35 @@
-"""Wire schemas of the sessions API (openapi.json): strict, unknown fields rejected."""
+"""Wire schemas of the sessions API, named as the contract's components (openapi.json).
+
+Request bodies are strict and reject unknown fields. Response schemas document the wire and,
+where a handler returns a dict, check it; the hot paths (send, event pages) return their
+pre-encoded bytes instead. Imported only by sessions_app.api and the URL wiring.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from ninja import Schema
-from pydantic import ConfigDict, model_validator
+from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
+
+__all__ = [
+    "Checkpoint",
+    "CreateSession",
+    "CredentialInput",
+    "Event",
+    "EventList",
+    "Input",
+    "SendAccepted",
+    "Session",
+    "SessionConfig",
+    "SessionList",
+    "Status",
+    "Tool",
+    "ToolBinding",
+]
+
+# RFC 3339 text, kept a str: the server writes it once and responses never re-parse it.
+DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
 def _reject_lone_surrogates(value: Any) -> None:
@@ -25,7 +49,15 @@ def _reject_lone_surrogates(value: Any) -> None:
             _reject_lone_surrogates(item)
 
 
+class WireSchema(Schema):
+    """A response body: exactly the contract's fields (`additionalProperties: false`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class StrictSchema(Schema):
+    """A request body: no coercion, no unknown fields, valid Unicode throughout."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
 
     @model_validator(mode="before")
@@ -35,36 +67,96 @@ class StrictSchema(Schema):
         return data
 
 
-class ToolBindingIn(StrictSchema):
+class Tool(StrictSchema):
+    name: str
+    description: str
+    input_schema: Any
+    output_schema: Any = None
+
+
+class ToolBinding(StrictSchema):
     alias: str
     executor: str | None = None
     operations: list[str] | None = None
     parameters: Any = None
     provider: str | None = None
-    runtime: list[dict[str, Any]] | None = None
+    runtime: list[Tool] | None = None
 
 
-class SessionConfigIn(StrictSchema):
+class SessionConfig(StrictSchema):
     model: str
     tools: list[str]
     instructions: str | None = None
     reasoning_effort: str | None = None
-    bindings: list[ToolBindingIn] | None = None
+    bindings: list[ToolBinding] | None = None
 
 
-class CredentialIn(StrictSchema):
+class CredentialInput(StrictSchema):
     binding: str
     value: Any
 
 
-class CreateSessionIn(StrictSchema):
+class CreateSession(StrictSchema):
     harness: str
-    config: SessionConfigIn
-    credentials: list[CredentialIn] | None = None
+    config: SessionConfig
+    credentials: list[CredentialInput] | None = None
 
 
-class InputIn(StrictSchema):
-    type: str
+class Input(StrictSchema):
+    """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400, but the
+    reserved "steer" is in it so that services can answer 422 `unsupported` (spec)."""
+
+    type: Literal["user.message", "user.interrupt"]
     text: str | None = None
     key: str | None = None
-    delivery: str | None = None
+    delivery: Literal["queue", "steer"] | None = None
+
+
+class Checkpoint(WireSchema):
+    id: str
+    offset: int
+    time: DateTime
+
+
+class Session(WireSchema):
+    id: str
+    harness: str
+    config: SessionConfig
+    status: str
+    created_at: DateTime
+    updated_at: DateTime
+    descriptors: list[Tool]
+    checkpoint: Checkpoint | None = None
+    credential_bindings: list[str] | None = None
+
+
+class SessionList(WireSchema):
+    sessions: list[Session]
+
+
+class Event(WireSchema):
+    id: str
+    type: str
+    time: DateTime
+    data: Any
+    input_id: str | None = None
+    cursor: str | None = None
+
+
+class EventList(WireSchema):
+    events: list[Event]
+    next_cursor: str
+
+
+class Status(WireSchema):
+    status: str
+
+
+def _one_of(schema: dict[str, Any]) -> None:
+    # A send answers exactly one of the two shapes, which the contract spells `oneOf`;
+    # pydantic spells every union `anyOf`.
+    schema["oneOf"] = schema.pop("anyOf")
+
+
+# 202 of a send: the recorded user.message Event, or Status for an interrupt.
+SendAccepted = Annotated[Event | Status, Field(json_schema_extra=_one_of)]

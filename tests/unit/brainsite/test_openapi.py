@@ -1,0 +1,247 @@
+"""The served OpenAPI document against the wire contract (spec/openapi.json): the same
+operations, operationIds, parameters, and request and response schemas once `$ref`s are
+resolved and cosmetic differences are normalised away."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from brainsite import health
+from brainsite.api import api
+from sessions_app import schemas as session_schemas
+from tools_app import schemas as tool_schemas
+
+CONTRACT = Path("/work/shared/spec/openapi.json")
+METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options"})
+# Keys that only document: they never change what a body may be.
+COSMETIC_KEYS = frozenset({"title", "description", "example", "examples", "summary", "tags"})
+# Where we publish more than the contract says: the enums a send validates (`type`, and
+# `delivery`, whose "steer" services answer with 422). Checked exactly, then removed.
+REFINEMENTS = {
+    ("Input", "type"): ["user.message", "user.interrupt"],
+    ("Input", "delivery"): ["queue", "steer"],
+}
+
+Document = dict[str, Any]
+
+pytestmark = pytest.mark.skipif(not CONTRACT.exists(), reason="contract not available")
+
+
+def _served() -> Document:
+    # through JSON, as clients read it: ninja keys responses by int status codes
+    document: Document = json.loads(json.dumps(api.get_openapi_schema(path_prefix="")))
+    return document
+
+
+def _contract() -> Document:
+    document: Document = json.loads(CONTRACT.read_text(encoding="utf-8"))
+    return document
+
+
+def _canonical(node: Any, components: Document, trail: tuple[str, ...] = ()) -> Any:
+    """`node` with every `$ref` inlined and cosmetic differences removed."""
+    if isinstance(node, list):
+        return [_canonical(item, components, trail) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        name = node["$ref"].removeprefix("#/components/schemas/")
+        if name in trail:  # a recursive schema: compare by name below this point
+            return {"$ref": name}
+        return _canonical(components[name], components, (*trail, name))
+    result: dict[str, Any] = {}
+    for key, value in node.items():
+        if key in COSMETIC_KEYS or key.startswith("x-"):
+            continue  # documentation and evidence notes
+        if key == "default" and value is None:
+            continue  # pydantic's marker of an optional field; the contract leaves it out of `required`
+        if key == "additionalProperties" and value in (True, {}):
+            continue  # `true` and `{}` both say what an absent keyword says
+        if key == "properties":
+            result[key] = {name: _canonical(item, components, trail) for name, item in value.items()}
+        else:
+            result[key] = _canonical(value, components, trail)
+    if "required" in result:
+        result["required"] = sorted(result["required"])  # a set, written in any order
+    options = result.get("anyOf")
+    if isinstance(options, list) and len(options) == 2 and {"type": "null"} in options:
+        # pydantic spells an optional field `X | None` as `anyOf [X, null]`; the contract as X
+        del result["anyOf"]
+        result.update(next(option for option in options if option != {"type": "null"}))
+    return result
+
+
+def _apply_refinements(document: Document) -> list[str]:
+    problems = []
+    schemas = document["components"]["schemas"]
+    for (schema, field), values in REFINEMENTS.items():
+        published = schemas[schema]["properties"][field]
+        target = next((option for option in published.get("anyOf", [published]) if "enum" in option), {})
+        if target.get("enum") != values:
+            problems.append(f"{schema}.{field}: enum {target.get('enum')} is not {values}")
+        target.pop("enum", None)
+    return problems
+
+
+def _operations(document: Document) -> dict[tuple[str, str], Document]:
+    return {
+        (method, path): operation
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if method in METHODS
+    }
+
+
+def _parameters(operation: Document, components: Document) -> dict[tuple[str, str], Any]:
+    return {
+        (parameter["in"], parameter["name"]): (
+            bool(parameter.get("required", False)),
+            _canonical(parameter.get("schema", {}), components),
+        )
+        for parameter in operation.get("parameters", [])
+    }
+
+
+def _content(holder: Document, components: Document) -> dict[str, Any]:
+    # a response without a body may omit `content` or give it empty
+    return {media: _canonical(item.get("schema", {}), components) for media, item in holder.get("content", {}).items()}
+
+
+def _body(operation: Document, components: Document) -> Any:
+    body = operation.get("requestBody")
+    return None if body is None else (bool(body.get("required", False)), _content(body, components))
+
+
+def _differences(served: Document, contract: Document) -> list[str]:
+    """Every way the served document's operations differ from the contract's."""
+    served = copy.deepcopy(served)
+    problems = _apply_refinements(served)
+    ours, theirs = _operations(served), _operations(contract)
+    ours_components, their_components = served["components"]["schemas"], contract["components"]["schemas"]
+    problems += [f"missing operation {method.upper()} {path}" for method, path in sorted(theirs.keys() - ours.keys())]
+    problems += [f"extra operation {method.upper()} {path}" for method, path in sorted(ours.keys() - theirs.keys())]
+    for key in sorted(ours.keys() & theirs.keys()):
+        mine, spec = ours[key], theirs[key]
+        label = f"{key[0].upper()} {key[1]}"
+        if mine.get("operationId") != spec.get("operationId"):
+            problems.append(f"{label}: operationId {mine.get('operationId')} != {spec.get('operationId')}")
+        if mine.get("security", []) != spec.get("security", []):  # absent: the document's (none)
+            problems.append(f"{label}: security {mine.get('security')} != {spec.get('security')}")
+        if _parameters(mine, ours_components) != _parameters(spec, their_components):
+            problems.append(f"{label}: parameters differ")
+        if _body(mine, ours_components) != _body(spec, their_components):
+            problems.append(f"{label}: request body differs")
+        if mine["responses"].keys() != spec["responses"].keys():
+            problems.append(f"{label}: statuses {sorted(mine['responses'])} != {sorted(spec['responses'])}")
+        for status in sorted(mine["responses"].keys() & spec["responses"].keys()):
+            if _content(mine["responses"][status], ours_components) != _content(
+                spec["responses"][status], their_components
+            ):
+                problems.append(f"{label}: response {status} differs")
+    return problems
+
+
+def test_the_served_document_has_the_contracts_operations_and_schemas() -> None:
+    # when
+    problems = _differences(_served(), _contract())
+
+    # then
+    assert problems == []
+
+
+def test_the_served_components_are_named_as_in_the_contract() -> None:
+    # when
+    served = set(_served()["components"]["schemas"])
+
+    # then
+    assert served == set(_contract()["components"]["schemas"])
+    assert _served()["components"]["securitySchemes"] == _contract()["components"]["securitySchemes"]
+
+
+def test_each_served_component_matches_the_contracts() -> None:
+    # given
+    served, contract = _served(), _contract()
+    _apply_refinements(served)
+    ours, theirs = served["components"]["schemas"], contract["components"]["schemas"]
+
+    # when
+    differing = sorted(name for name in theirs if _canonical(ours.get(name), ours) != _canonical(theirs[name], theirs))
+
+    # then
+    assert differing == []
+
+
+@pytest.mark.parametrize(
+    ("copy_", "original"),
+    [
+        pytest.param(tool_schemas.Tool, session_schemas.Tool, id="tool_case"),
+        pytest.param(tool_schemas.Status, session_schemas.Status, id="tools_status_case"),
+        pytest.param(health.Status, session_schemas.Status, id="health_status_case"),
+    ],
+)
+def test_schemas_repeated_across_apps_publish_the_same_schema(copy_: Any, original: Any) -> None:
+    # the document keeps one schema per name, so a copy that drifted would go unnoticed there
+    assert copy_.model_json_schema() == original.model_json_schema()
+
+
+def _drop_required(document: Document) -> None:
+    document["components"]["schemas"]["Session"]["required"].remove("descriptors")
+
+
+def _retype(document: Document) -> None:
+    document["components"]["schemas"]["Checkpoint"]["properties"]["offset"]["type"] = "string"
+
+
+def _remove_field(document: Document) -> None:
+    del document["components"]["schemas"]["SyncStatus"]["properties"]["native_checkpoint"]
+
+
+def _restatus(document: Document) -> None:
+    responses = document["paths"]["/sessions/{id}/close"]["post"]["responses"]
+    responses["200"] = responses.pop("202")
+
+
+def _drop_errors(document: Document) -> None:
+    del document["paths"]["/catalog"]["get"]["responses"]["default"]
+
+
+def _rename_parameter(document: Document) -> None:
+    document["paths"]["/sessions/{id}"]["get"]["parameters"][0]["name"] = "session_id"
+
+
+def _allow_extra_fields(document: Document) -> None:
+    document["components"]["schemas"]["ErrorDetail"]["additionalProperties"] = True
+
+
+def _widen_enum(document: Document) -> None:
+    document["components"]["schemas"]["Input"]["properties"]["delivery"]["type"] = "integer"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        pytest.param(_drop_required, id="required_list_case"),
+        pytest.param(_retype, id="wrong_type_case"),
+        pytest.param(_remove_field, id="missing_field_case"),
+        pytest.param(_restatus, id="status_code_case"),
+        pytest.param(_drop_errors, id="error_response_case"),
+        pytest.param(_rename_parameter, id="path_parameter_case"),
+        pytest.param(_allow_extra_fields, id="additional_properties_case"),
+        pytest.param(_widen_enum, id="input_type_case"),
+    ],
+)
+def test_the_comparison_catches_a_changed_contract(change: Any) -> None:
+    # given
+    contract = _contract()
+    change(contract)
+
+    # when
+    problems = _differences(_served(), contract)
+
+    # then
+    assert problems != []

@@ -1,0 +1,121 @@
+"""Wire schemas of the tools API, named as the contract's components (openapi.json): the
+catalog and the runtime executor protocol. Imported only by tools_app.api and the URL wiring.
+
+`Tool` and `Status` repeat sessions_app.schemas' (the layer rules keep each app's schemas its
+own); tests/unit/brainsite/test_openapi.py checks that the copies publish the same schema.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ninja import Schema
+from pydantic import ConfigDict
+
+__all__ = [
+    "Call",
+    "Command",
+    "Content",
+    "ExecutorCredential",
+    "ExecutorRegistration",
+    "Reply",
+    "Result",
+    "Status",
+    "Tool",
+    "ToolCatalog",
+    "ToolResult",
+    "ToolScope",
+]
+
+
+class WireSchema(Schema):
+    """A response body: exactly the contract's fields (`additionalProperties: false`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class StrictSchema(Schema):
+    """A request body: no coercion and no unknown fields."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class Tool(StrictSchema):
+    name: str
+    description: str
+    input_schema: Any
+    output_schema: Any = None
+
+
+class ToolCatalog(WireSchema):
+    tools: list[Tool]
+
+
+class Status(WireSchema):
+    status: str
+
+
+class ExecutorRegistration(StrictSchema):
+    binding: str
+    tools: list[Tool]
+    session: str | None = None
+
+
+class ExecutorCredential(WireSchema):
+    id: str
+    token: str
+
+
+class ToolScope(WireSchema):
+    tenant_id: str
+    session_id: str
+    call_id: str
+    brain_url: str | None = None
+    inspection_token: str | None = None
+
+
+class Command(WireSchema):
+    """The `data:` of one SSE frame of GET /executors/{id}/commands (and of an RPC frame)."""
+
+    type: str  # ready, ping, call or cancel
+    connection: str
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    scope: ToolScope | None = None
+
+
+class Content(StrictSchema):
+    type: str
+    text: str | None = None
+    data: str | None = None
+    mime_type: str | None = None
+
+
+class Result(StrictSchema):
+    content: list[Content]
+    is_error: bool | None = None
+    unknown_outcome: bool | None = None
+    structured_content: Any = None
+
+
+class Reply(StrictSchema):
+    connection: str
+    call_id: str
+    progress: Any = None
+    result: Result | None = None
+
+
+class Call(WireSchema):
+    """`tool.call` event data."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+class ToolResult(WireSchema):
+    """`tool.result` event data."""
+
+    call_id: str
+    result: Result
