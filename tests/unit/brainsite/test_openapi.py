@@ -81,7 +81,9 @@ def _apply_refinements(document: Document) -> list[str]:
     schemas = document["components"]["schemas"]
     for (schema, field), values in REFINEMENTS.items():
         published = schemas[schema]["properties"][field]
-        target = next((option for option in published.get("anyOf", [published]) if "enum" in option), {})
+        target: dict[str, Any] = next(
+            (option for option in published.get("anyOf", [published]) if "enum" in option), {}
+        )
         if target.get("enum") != values:
             problems.append(f"{schema}.{field}: enum {target.get('enum')} is not {values}")
         target.pop("enum", None)
