@@ -90,7 +90,12 @@ def start_brain(
         stderr=(directory / "brain.log").open("ab"),
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health/live")
+    try:
+        wait_http(url + "/health/live")
+    except RuntimeError:
+        process.terminate()
+        process.wait(30)
+        raise
     return process, url, token
 
 
@@ -326,9 +331,14 @@ def main() -> None:
             cwd=ROOT,
             stderr=subprocess.DEVNULL,
         )
-        brain, url, token = start_brain(
-            directory / "instant", harness=INSTANT_RUNNER, active=max(16, arguments.parallel)
-        )
+        try:
+            brain, url, token = start_brain(
+                directory / "instant", harness=INSTANT_RUNNER, active=max(16, arguments.parallel)
+            )
+        except RuntimeError:
+            floor.terminate()
+            floor.wait(10)
+            raise
         try:
             wait_http(f"http://127.0.0.1:{floor_port}/ping")
             floor_samples = asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns))
@@ -346,9 +356,14 @@ def main() -> None:
             brain.wait(30)
             floor.wait(10)
         provider, provider_url = start_scripted_provider(directory / "provider")
-        brain, url, token = start_brain(
-            directory / "loop", harness=LOOP_RUNNER, active=max(16, arguments.parallel), provider_url=provider_url
-        )
+        try:
+            brain, url, token = start_brain(
+                directory / "loop", harness=LOOP_RUNNER, active=max(16, arguments.parallel), provider_url=provider_url
+            )
+        except RuntimeError:
+            provider.terminate()
+            provider.wait(10)
+            raise
         try:
             loop_median, _ = summarize(
                 "brain turn, loop runner + scripted", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
