@@ -1,9 +1,5 @@
-"""The NinjaAPI: routers of each app, health routes, and every error as the spec's envelope.
-
-It also serves the wire contract: GET /openapi.json (each app's routes declare their schemas;
-`BrainAPI` adds what ninja cannot express per route) and Swagger UI at /docs, whose assets
-come from ninja's own package so the page loads without network access.
-"""
+"""The NinjaAPI: routers of each app, health routes, every error as the spec's envelope, the
+contract at GET /openapi.json, and Swagger UI at /docs served from ninja's package (no CDN)."""
 
 from __future__ import annotations
 

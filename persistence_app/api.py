@@ -34,7 +34,7 @@ _SESSION_RESPONSE = {
 
 
 @router.post("/sessions/{id}/flush", response={200: SyncStatus}, operation_id="flush", summary="Flush external state")
-async def flush_session(request: HttpRequest, id: SessionId) -> NoReturn:  # noqa: A002 (the contract's name)
+async def flush_session(request: HttpRequest, id: SessionId) -> NoReturn:
     principal = principal_of(request)
     require_manage(principal)
     await services.get_session(request_brain(request).engine, principal, id)
@@ -44,7 +44,7 @@ async def flush_session(request: HttpRequest, id: SessionId) -> NoReturn:  # noq
 @router.get(
     "/sessions/{id}/sync", response={200: SyncStatus}, operation_id="sync", summary="Read synchronization status"
 )
-async def sync_status(request: HttpRequest, id: SessionId) -> NoReturn:  # noqa: A002
+async def sync_status(request: HttpRequest, id: SessionId) -> NoReturn:
     await services.get_session(request_brain(request).engine, principal_of(request), id)
     raise Unsupported(NOT_CONFIGURED)
 
@@ -56,7 +56,7 @@ async def sync_status(request: HttpRequest, id: SessionId) -> NoReturn:  # noqa:
     summary="Restore a checkpoint",
     openapi_extra=_SESSION_RESPONSE,
 )
-async def restore_session(request: HttpRequest, id: SessionId, body: Restore) -> NoReturn:  # noqa: A002
+async def restore_session(request: HttpRequest, id: SessionId, body: Restore) -> NoReturn:
     principal = principal_of(request)
     require_manage(principal)
     await services.get_session(request_brain(request).engine, principal, id)

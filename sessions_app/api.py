@@ -1,9 +1,6 @@
 """Routes of the sessions API: parse, authorize, call services. No ORM, no runtime internals.
-
-Each route declares the contract's operationId, path parameter and schemas for the OpenAPI
-document. The send and event-page routes return pre-encoded bytes (an `HttpResponse`, which
-ninja passes through untouched), so their declared schemas document the wire and cost nothing.
-"""
+Send and event pages return pre-encoded bytes (an `HttpResponse`, which ninja passes through
+untouched): their declared schemas document the wire at no cost per request."""
 
 from __future__ import annotations
 
@@ -29,7 +26,8 @@ MAX_PAGE = 1000  # spec: limit is 1-1000 (out of range is 400, never clamped)
 DEFAULT_PAGE = 100
 SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (services), so unchecked here
 
-# Published, not validated: services answer a malformed id with 404 like an unknown one.
+# The path parameter `id` (the contract's name). Its pattern is published, not validated:
+# services answer a malformed id with 404 like an unknown one.
 SessionId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
 ]
@@ -130,13 +128,13 @@ async def list_sessions(request: HttpRequest) -> dict[str, Any]:
 
 
 @router.get("/sessions/{id}", response={200: Session}, operation_id="get", summary="Get a session", exclude_unset=True)
-async def get_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:  # noqa: A002 (the contract's name)
+async def get_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     record = await services.get_session(request_brain(request).engine, principal_of(request), id)
     return record.as_wire()
 
 
 @router.post("/sessions/{id}/events", response={202: SendAccepted}, operation_id="send", summary="Send input")
-async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpResponse:  # noqa: A002
+async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpResponse:
     principal = principal_of(request)
     require_write(principal)
     engine = request_brain(request).engine
@@ -164,7 +162,7 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
     summary="Read or stream events",
     openapi_extra={"parameters": _EVENTS_PARAMETERS, "responses": {200: {"content": _EVENT_STREAM}}},
 )
-async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:  # noqa: A002
+async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
     page = await services.read_events(engine, principal_of(request), id, after=after, limit=_limit(request))
@@ -178,14 +176,14 @@ async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:  # n
     summary="Resume a session",
     exclude_unset=True,
 )
-async def resume_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:  # noqa: A002
+async def resume_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     principal = principal_of(request)
     require_manage(principal)
     return (await services.resume_session(request_brain(request).engine, principal, id)).as_wire()
 
 
 @router.post("/sessions/{id}/close", response={202: Status}, operation_id="close", summary="Close a session")
-async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[str, str]]:  # noqa: A002
+async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[str, str]]:
     principal = principal_of(request)
     require_manage(principal)
     await services.close_session(request_brain(request).engine, principal, id)

@@ -1,9 +1,6 @@
-"""Wire schemas of the sessions API, named as the contract's components (openapi.json).
-
-Request bodies are strict and reject unknown fields. Response schemas document the wire and,
-where a handler returns a dict, check it; the hot paths (send, event pages) return their
-pre-encoded bytes instead. Imported only by sessions_app.api and the URL wiring.
-"""
+"""Wire schemas of the sessions API, named as the contract's components (openapi.json):
+strict request bodies, and response bodies that handlers returning a dict are checked against.
+Imported only by sessions_app.api and the URL wiring."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
     operation_id="unregisterExecutor",
     summary="Close a runtime executor",
 )
-async def unregister_executor(request: HttpRequest, id: ExecutorId) -> NoReturn:  # noqa: A002 (the contract's name)
+async def unregister_executor(request: HttpRequest, id: ExecutorId) -> NoReturn:
     raise Unsupported(NOT_ENABLED)
 
 
@@ -67,7 +67,7 @@ async def unregister_executor(request: HttpRequest, id: ExecutorId) -> NoReturn:
     summary="Connect a runtime executor",
     openapi_extra=_EVENT_STREAM,
 )
-async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:  # noqa: A002
+async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:
     raise Unsupported(NOT_ENABLED)
 
 
@@ -77,7 +77,7 @@ async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:  
     operation_id="executorReply",
     summary="Submit runtime progress or result",
 )
-async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> NoReturn:  # noqa: A002
+async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> NoReturn:
     raise Unsupported(NOT_ENABLED)
 
 
@@ -88,5 +88,5 @@ async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> N
     summary="Connect bidirectional runtime RPC",
     openapi_extra=_UPGRADE,
 )
-async def executor_rpc(request: HttpRequest, id: ExecutorId) -> NoReturn:  # noqa: A002
+async def executor_rpc(request: HttpRequest, id: ExecutorId) -> NoReturn:
     raise Unsupported(NOT_ENABLED)

@@ -1,9 +1,6 @@
 """Wire schemas of the tools API, named as the contract's components (openapi.json): the
-catalog and the runtime executor protocol. Imported only by tools_app.api and the URL wiring.
-
-`Tool` and `Status` repeat sessions_app.schemas' (the layer rules keep each app's schemas its
-own); tests/unit/brainsite/test_openapi.py checks that the copies publish the same schema.
-"""
+catalog and the runtime executor protocol. `Tool` and `Status` repeat sessions_app.schemas'
+(layer rules); tests/unit/brainsite/test_openapi.py checks the copies stay equal."""
 
 from __future__ import annotations
 
