@@ -1,6 +1,6 @@
 """Turn benchmark: latency (send -> `idle` on SSE) against a floor, throughput, memory.
 
-    python bench/turn_bench.py [--turns 300] [--parallel 64] [--seconds 10] [--idle 1000]
+    python bench/turn_bench.py [--turns 300] [--parallel 64] [--seconds 10] [--idle 1000] [--loop-only]
 
 Prints: median/p95 turn latency through Brain with an instant runner; the same for the floor
 (a bare ASGI app on Daphne pushing one SSE event per POST) measured in the same run; their
@@ -313,79 +313,93 @@ def _print_throughput(name: str, rate: float, parallel: int, cpu: float) -> None
     print(f"{name:<34} {rate:7.1f} turns/s, {parallel} parallel sessions (server CPU {cpu:.0f}%)")
 
 
+def measure_instant_runner(directory: Path, arguments: argparse.Namespace) -> float:
+    """The bare ASGI floor and Brain with the instant runner; returns Brain's median (ms)."""
+    global _SERVER_PID
+    floor_port = free_port()
+    floor = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "--access-log", "/dev/null", "-b", "127.0.0.1", "-p", str(floor_port)]
+        + ["bench.floor_app:app"],
+        cwd=ROOT,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        brain, url, token = start_brain(directory, harness=INSTANT_RUNNER, active=max(16, arguments.parallel))
+    except RuntimeError:
+        floor.terminate()
+        floor.wait(10)
+        raise
+    try:
+        wait_http(f"http://127.0.0.1:{floor_port}/ping")
+        floor_samples = asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns))
+        floor_median, _ = summarize("floor (bare ASGI POST -> SSE)", floor_samples)
+        instant_median, _ = summarize(
+            "brain turn, instant runner", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
+        )
+        print(f"{'ratio instant runner / floor':<34} {instant_median / floor_median:.2f}x")
+        _SERVER_PID = brain.pid
+        rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
+        _print_throughput("throughput, instant runner", rate, arguments.parallel, cpu)
+        return instant_median
+    finally:
+        brain.terminate()
+        floor.terminate()
+        brain.wait(30)
+        floor.wait(10)
+
+
+def measure_loop_runner(directory: Path, arguments: argparse.Namespace, instant_median: float | None) -> None:
+    """Brain with the loop runner on the Responses wire, and the same requests sent directly."""
+    global _SERVER_PID
+    provider, provider_url = start_scripted_provider(directory / "provider")
+    try:
+        brain, url, token = start_brain(
+            directory / "loop", harness=LOOP_RUNNER, active=max(16, arguments.parallel), provider_url=provider_url
+        )
+    except RuntimeError:
+        provider.terminate()
+        provider.wait(10)
+        raise
+    try:
+        loop_median, _ = summarize(
+            "brain turn, loop runner + scripted", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
+        )
+        if instant_median is not None:
+            print(f"{'ratio loop runner / instant runner':<34} {loop_median / instant_median:.2f}x")
+        requests = provider_requests(provider_url)
+        if len(requests) != arguments.turns + 10 or {r["wire"] for r in requests} != {"openai-responses"}:
+            raise RuntimeError(f"expected {arguments.turns + 10} Responses requests, got {len(requests)}")
+        direct_median, _ = summarize(
+            "floor: same requests, direct", asyncio.run(direct_provider_latencies(provider_url, requests))
+        )
+        print(f"{'ratio loop runner / direct':<34} {loop_median / direct_median:.2f}x")
+        if not arguments.loop_only:
+            _SERVER_PID = brain.pid
+            rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
+            _print_throughput("throughput, loop runner", rate, arguments.parallel, cpu)
+    finally:
+        brain.terminate()
+        provider.terminate()
+        brain.wait(30)
+        provider.wait(10)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--parallel", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--idle", type=int, default=1000)
+    parser.add_argument("--loop-only", action="store_true", help="only the loop runner's latency and its direct floor")
     arguments = parser.parse_args()
     print(f"machine: {os.cpu_count()} cores, Python {sys.version.split()[0]}")
-    global _SERVER_PID
     with tempfile.TemporaryDirectory(prefix="brain-bench-") as tmp:
         directory = Path(tmp)
-        floor_port = free_port()
-        floor = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "--access-log", "/dev/null", "-b", "127.0.0.1", "-p", str(floor_port)]
-            + ["bench.floor_app:app"],
-            cwd=ROOT,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            brain, url, token = start_brain(
-                directory / "instant", harness=INSTANT_RUNNER, active=max(16, arguments.parallel)
-            )
-        except RuntimeError:
-            floor.terminate()
-            floor.wait(10)
-            raise
-        try:
-            wait_http(f"http://127.0.0.1:{floor_port}/ping")
-            floor_samples = asyncio.run(floor_latencies(f"http://127.0.0.1:{floor_port}", arguments.turns))
-            floor_median, _ = summarize("floor (bare ASGI POST -> SSE)", floor_samples)
-            instant_median, _ = summarize(
-                "brain turn, instant runner", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
-            )
-            print(f"{'ratio instant runner / floor':<34} {instant_median / floor_median:.2f}x")
-            _SERVER_PID = brain.pid
-            rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
-            _print_throughput("throughput, instant runner", rate, arguments.parallel, cpu)
-        finally:
-            brain.terminate()
-            floor.terminate()
-            brain.wait(30)
-            floor.wait(10)
-        provider, provider_url = start_scripted_provider(directory / "provider")
-        try:
-            brain, url, token = start_brain(
-                directory / "loop", harness=LOOP_RUNNER, active=max(16, arguments.parallel), provider_url=provider_url
-            )
-        except RuntimeError:
-            provider.terminate()
-            provider.wait(10)
-            raise
-        try:
-            loop_median, _ = summarize(
-                "brain turn, loop runner + scripted", asyncio.run(brain_turn_latencies(url, token, arguments.turns))
-            )
-            print(f"{'ratio loop runner / instant runner':<34} {loop_median / instant_median:.2f}x")
-            requests = provider_requests(provider_url)
-            if len(requests) != arguments.turns + 10 or {r["wire"] for r in requests} != {"openai-responses"}:
-                raise RuntimeError(f"expected {arguments.turns + 10} Responses requests, got {len(requests)}")
-            direct_median, _ = summarize(
-                "floor: same requests, direct", asyncio.run(direct_provider_latencies(provider_url, requests))
-            )
-            print(f"{'ratio loop runner / direct':<34} {loop_median / direct_median:.2f}x")
-            _SERVER_PID = brain.pid
-            rate, cpu = asyncio.run(throughput(url, token, arguments.parallel, arguments.seconds))
-            _print_throughput("throughput, loop runner", rate, arguments.parallel, cpu)
-        finally:
-            brain.terminate()
-            provider.terminate()
-            brain.wait(30)
-            provider.wait(10)
-        per_session = idle_memory(directory / "memory", arguments.idle)
-        print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
+        instant_median = None if arguments.loop_only else measure_instant_runner(directory / "instant", arguments)
+        measure_loop_runner(directory, arguments, instant_median)
+        if not arguments.loop_only:
+            per_session = idle_memory(directory / "memory", arguments.idle)
+            print(f"{'memory':<34} {per_session / 1024:7.1f} KiB RSS per loaded idle session (n={arguments.idle})")
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ COMPACTION_INSTRUCTIONS = (
     "without the full history. Keep facts, decisions, open tasks, names, numbers and tool outcomes. "
     "Write plain text, no preamble."
 )
+# Key of a message's size in characters among its derived forms.
+_CHARS = "compaction.chars"
 _SUMMARY_REQUEST = "Summarize the conversation above for the assistant's future reference."
 
 
@@ -40,11 +42,17 @@ def estimate_tokens(request: ModelRequest) -> int:
 def _message_chars(messages: tuple[Message, ...] | list[Message]) -> int:
     total = 0
     for message in messages:
-        if isinstance(message, AssistantMessage):
-            total += len(message.text) + sum(len(compact_json(c.arguments)) + len(c.name) for c in message.tool_calls)
-        else:
-            total += len(message.text)
+        chars = message.derived.get(_CHARS)
+        if chars is None:
+            chars = message.derived[_CHARS] = _chars(message)
+        total += chars
     return total
+
+
+def _chars(message: Message) -> int:
+    if isinstance(message, AssistantMessage):
+        return len(message.text) + sum(len(compact_json(c.arguments)) + len(c.name) for c in message.tool_calls)
+    return len(message.text)
 
 
 def needs_compaction(request: ModelRequest, *, context_window: int) -> bool:

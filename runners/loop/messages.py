@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 __all__ = [
@@ -18,9 +18,17 @@ __all__ = [
 ]
 
 
+def _derived() -> Any:
+    """Forms derived from a message once and reused on every later request that carries it
+    (a transport's request items, the compaction size estimate), keyed by who derived them.
+    Never compared or shown; the message itself stays immutable."""
+    return field(default_factory=dict, init=False, repr=False, compare=False)
+
+
 @dataclass(frozen=True, slots=True)
 class UserMessage:
     text: str
+    derived: dict[str, Any] = _derived()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +49,7 @@ class AssistantMessage:
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
     replay: dict[str, Any] | None = None
+    derived: dict[str, Any] = _derived()
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +58,7 @@ class ToolResult:
     name: str
     text: str
     is_error: bool = False
+    derived: dict[str, Any] = _derived()
 
 
 Message = UserMessage | AssistantMessage | ToolResult

@@ -160,14 +160,15 @@ def _blocks(message: Any) -> tuple[str, list[dict[str, Any]]]:
     return "assistant", blocks
 
 
-def _stream_error(response: httpx.Response, data: str) -> anthropic.APIStatusError:
+def _stream_error(response: httpx.Response, data: bytes) -> anthropic.APIStatusError:
     """A mid-stream `error` event, as the SDK's own stream reports it (status of the response)."""
-    body: Any = data
+    text = data.decode("utf-8", "replace")
+    body: Any = text
     try:
         body = decode_event("anthropic", data)
         message = f"{body}"
     except ProviderFailure:
-        message = data or f"Error code: {response.status_code}"
+        message = text or f"Error code: {response.status_code}"
     return anthropic.APIStatusError(message, response=response, body=body)
 
 

@@ -13,7 +13,7 @@ import httpx
 import openai
 
 from ..errors import ProviderFailure
-from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..messages import AssistantMessage, Generation, Message, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
 from .sse import decode_event, encode_body, iter_sse
 
@@ -45,14 +45,10 @@ class OpenAIResponses:
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
         for message in request.messages:
-            if isinstance(message, UserMessage):
-                items.append({"role": "user", "content": [{"type": "input_text", "text": message.text}]})
-            elif isinstance(message, ToolResult):
-                items.append(
-                    {"type": "function_call_output", "call_id": message.call_id, "output": tool_result_text(message)}
-                )
-            elif isinstance(message, AssistantMessage):
-                items.extend(_assistant_items(message))
+            derived = message.derived.get(TRANSPORT)
+            if derived is None:
+                derived = message.derived[TRANSPORT] = _message_items(message)
+            items.extend(derived)
         body: dict[str, Any] = {
             "model": request.model,
             "instructions": request.instructions,
@@ -117,7 +113,7 @@ async def open_stream(client: openai.AsyncOpenAI, path: str, body: bytes) -> htt
 async def openai_events(provider: str, response: httpx.Response) -> AsyncIterator[dict[str, Any]]:
     """Each event's object until `[DONE]`; an `error` member raises as the SDK's own stream does."""
     async for _event, data in iter_sse(response):
-        if data.startswith("[DONE]"):
+        if data.startswith(b"[DONE]"):
             return
         value = decode_event(provider, data)
         error = value.get("error")
@@ -135,6 +131,15 @@ class AzureOpenAIResponses(OpenAIResponses):
     @staticmethod
     def _headers(endpoint: Endpoint) -> dict[str, str]:
         return {"api-key": endpoint.api_key}  # Azure authenticates API keys with this header
+
+
+def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
+    """The input items of one message; derived once per message, shared by every later request."""
+    if isinstance(message, UserMessage):
+        return ({"role": "user", "content": [{"type": "input_text", "text": message.text}]},)
+    if isinstance(message, ToolResult):
+        return ({"type": "function_call_output", "call_id": message.call_id, "output": tool_result_text(message)},)
+    return tuple(_assistant_items(message))
 
 
 def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:

@@ -20,13 +20,17 @@ try:
 except ImportError:  # the stdlib gives the same results, only slower
     orjson = None  # type: ignore[assignment]  # the module or None, checked where used
 
-_loads: Callable[[str], Any] = orjson.loads if orjson is not None else json.loads
+_loads: Callable[[bytes], Any] = orjson.loads if orjson is not None else json.loads
 
 __all__ = ["decode_event", "encode_body", "iter_sse"]
 
 
 def encode_body(body: dict[str, Any]) -> bytes:
-    """The request body as the SDK would send it (compact UTF-8 JSON, no NaN), encoded once."""
+    """The request body as compact UTF-8 JSON, encoded once.
+
+    Every value in a body came through the strict frame codec or a provider's own JSON, so there
+    is no NaN for orjson to write as null; what orjson refuses is retried with the stdlib.
+    """
     if orjson is not None:
         try:
             return orjson.dumps(body)
@@ -38,32 +42,39 @@ def encode_body(body: dict[str, Any]) -> bytes:
         raise BrainFailure(f"request body is not JSON: {exc}") from exc
 
 
-async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, str]]:
+async def iter_sse(response: httpx.Response) -> AsyncIterator[tuple[str, bytes]]:
     """(event, data) per server-sent event, as the SDKs' decoders split them.
 
-    Data lines are joined with newlines; comments, `id` and `retry` are skipped; an event the
-    stream ends without dispatching (no blank line after it) is dropped.
+    Lines end in CR, LF or CRLF; data lines are joined with LF; comments, `id` and `retry` are
+    skipped; an event the stream ends without dispatching (no blank line after it) is dropped.
+    Bytes throughout, so orjson reads the data without a text round trip.
     """
     event = ""
-    data: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if event or data:
-                yield event, "\n".join(data)
-            event, data = "", []
-        elif line[0] == ":":
-            continue
-        else:
-            name, _, value = line.partition(":")
-            if value[:1] == " ":
-                value = value[1:]
-            if name == "data":
-                data.append(value)
-            elif name == "event":
-                event = value
+    data: list[bytes] = []
+    pending = b""
+    async for chunk in response.aiter_bytes():
+        lines = (pending + chunk if pending else chunk).splitlines(keepends=True)
+        # the last line may be incomplete, or end in a CR whose LF is in the next chunk
+        pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        for raw in lines:
+            line = raw.rstrip(b"\r\n")
+            if not line:
+                if event or data:
+                    yield event, b"\n".join(data)
+                event, data = "", []
+            elif line[0] != 58:  # b":" starts a comment
+                name, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
+                if name == b"data":
+                    data.append(value)
+                elif name == b"event":
+                    event = value.decode("utf-8", "replace")
+    if pending.rstrip(b"\r\n") == b"" and pending and (event or data):
+        yield event, b"\n".join(data)  # the stream ended on a CR that was the event's blank line
 
 
-def decode_event(provider: str, data: str) -> dict[str, Any]:
+def decode_event(provider: str, data: bytes) -> dict[str, Any]:
     """One event's JSON object; anything else means the provider broke its stream."""
     try:
         value = _loads(data)
