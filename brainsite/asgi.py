@@ -72,8 +72,8 @@ class BrainHttpMiddleware:
                 return
         match = _EVENTS_PATH.match(scope.get("path", ""))
         if match and scope.get("method") == "GET" and self._wants_stream(scope):
-            scope["url_route"] = {"kwargs": {"session_id": match.group(1)}}
-            scope["brain_route"] = "sessions/<session_id>/events"
+            scope["url_route"] = {"kwargs": {"id": match.group(1)}}
+            scope["brain_route"] = "sessions/<id>/events"
             await self.stream_app(scope, receive, send_with_headers)
             return
         path = scope.get("path", "")

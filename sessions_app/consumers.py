@@ -65,7 +65,7 @@ class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels 
         await self.send_body(body)
 
     async def _stream(self) -> None:
-        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        session_id = self.scope["url_route"]["kwargs"]["id"]
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         after = query["after"][0] if "after" in query else (self._header(b"last-event-id") or "")
         try:

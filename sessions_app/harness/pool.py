@@ -102,6 +102,7 @@ class HostPool:
                 return host
         finally:
             self._spawning -= 1
+            self._notify_capacity()  # waiters see the new host's free slots, or may spawn again
 
     def _on_host_exit(self, host: HarnessHost) -> None:
         if host in self.hosts:

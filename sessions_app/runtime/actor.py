@@ -8,6 +8,7 @@ the engine only as a SessionHost.
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager
@@ -117,6 +118,7 @@ class SessionActor:
         self._trace: TurnTrace | None = None  # the running turn's, while telemetry is on
         self._reported_log_size = log.size  # event log bytes already counted in brain.transcript.bytes
         self._native_sizes: dict[str, int] | None = None  # native file sizes of the last checkpoint
+        self._marked_running = False  # whether the running marker is on disk
 
     # -- state -------------------------------------------------------------------------------
 
@@ -152,15 +154,26 @@ class SessionActor:
         # The database hears of statuses write-behind; the marker is on disk before the 202 of
         # the message that starts a turn, so a kill -9 right after it cannot hide the lost turn.
         if status == SessionStatus.RUNNING:
-            (self.directory / RUNNING_MARKER).touch()
+            self._mark_running(True)
         self.emit("session.status", {"status": status.value}, input_id=input_id)
         if status != SessionStatus.RUNNING:
-            (self.directory / RUNNING_MARKER).unlink(missing_ok=True)
+            self._mark_running(False)
             self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
         if status == SessionStatus.CLOSED:
             for subscriber in list(self.subscribers):
                 subscriber.close()  # spec: streams end when the session is closed
             self.subscribers.clear()
+
+    def _mark_running(self, running: bool) -> None:
+        """Create or remove the running marker: two syscalls, and none when nothing changes."""
+        if running == self._marked_running:
+            return
+        marker = self.directory / RUNNING_MARKER
+        if running:
+            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        else:
+            marker.unlink(missing_ok=True)
+        self._marked_running = running
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -182,7 +195,8 @@ class SessionActor:
             logger.info("session interrupted by restart", extra={"session_id": self.id})
         elif status == SessionStatus.RUNNING:
             self._set_status(SessionStatus.INTERRUPTED)
-        (self.directory / RUNNING_MARKER).unlink(missing_ok=True)  # a loaded actor has no running turn yet
+        self._marked_running = True  # whatever a dead server left: a loaded actor has no running turn yet
+        self._mark_running(False)
         self._host.mark_dirty(self)
 
     # -- events ------------------------------------------------------------------------------

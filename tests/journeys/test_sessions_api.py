@@ -405,7 +405,7 @@ def test_the_openapi_document_is_served(api_brain: BrainServer) -> None:
     # then
     assert response.status_code == 200
     assert response.json()["openapi"].startswith("3.")
-    assert "/sessions/{session_id}/events" in response.json()["paths"]
+    assert "/sessions/{id}/events" in response.json()["paths"]
 
 
 def test_an_unknown_route_is_a_404_envelope(api_brain: BrainServer) -> None:

@@ -125,10 +125,10 @@ def test_metrics_are_exported_by_name_without_tenant_or_session_labels(
     assert receiver.latest("brain.executions.active") == {(): 0.0}
     assert receiver.latest("brain.http.rejected") == {(("error.code", "not_found"),): 1.0}
     requests = receiver.latest("brain.http.requests")
-    events_route = ("http.route", "/sessions/{session_id}/events")
+    events_route = ("http.route", "/sessions/{id}/events")
     assert requests[(("http.request.method", "POST"), events_route)] == 1.0
     assert requests[(("http.request.method", "GET"), events_route)] >= 1.0  # the stream, and history pages
-    assert requests[(("http.request.method", "GET"), ("http.route", "/sessions/{session_id}"))] == 1.0
+    assert requests[(("http.request.method", "GET"), ("http.route", "/sessions/{id}"))] == 1.0
     for point in receiver.points:
         assert point.resource["service.name"] == "brain"
         assert not any("tenant" in key or "session.id" in key for key in point.attributes), point
