@@ -6,6 +6,23 @@ from __future__ import annotations
 import os
 import sys
 
+EVENT_LOOP_ENV = "BRAIN_EVENT_LOOP"  # "asyncio" runs runbrain on the standard library's loop
+
+
+def _choose_event_loop(argv: list[str]) -> None:
+    """runbrain runs on uvloop (measured faster: bench/turn_bench.py, README). The policy must be
+    set before Daphne's module creates the loop Twisted's reactor runs on."""
+    choice = os.environ.get(EVENT_LOOP_ENV, "uvloop")
+    if choice not in ("uvloop", "asyncio"):
+        raise SystemExit(f"{EVENT_LOOP_ENV} must be uvloop or asyncio, not {choice!r}")
+    if len(argv) > 1 and argv[1] == "runbrain" and choice == "uvloop":
+        import asyncio
+
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+
+
 CONFIG_COMMANDS = ("runbrain", "check_brain_config")  # commands that take --config themselves
 
 
@@ -43,6 +60,7 @@ def _preselect_data_dir(argv: list[str]) -> None:
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
+    _choose_event_loop(sys.argv)
     _preselect_data_dir(sys.argv)
     from django.core.management import execute_from_command_line
 

@@ -34,7 +34,7 @@ class Command(BaseCommand):
 
         import asyncio
 
-        from daphne.server import Server  # installs Twisted's asyncio reactor first
+        from daphne.server import Server, twisted_loop  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
         from brainsite.asgi import application, launcher
@@ -67,5 +67,7 @@ class Command(BaseCommand):
             application_close_timeout=5,
             server_name="brain",
         )
+        # the reactor's loop is the current one, so ensure_future schedules on the loop that runs
+        asyncio.set_event_loop(twisted_loop)
         reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)  # type: ignore[arg-type]  # stubs mistype the phase
         server.run()
