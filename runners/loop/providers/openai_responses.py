@@ -20,6 +20,7 @@ from .sse import decode_event, encode_body, iter_sse
 __all__ = ["AzureOpenAIResponses", "OpenAIResponses", "open_stream", "openai_events"]
 
 TRANSPORT = "openai-responses"
+ENCODED_ITEMS = TRANSPORT + ".encoded"  # derived key: the items of one message as JSON, comma-joined
 
 
 class OpenAIResponses:
@@ -45,14 +46,27 @@ class OpenAIResponses:
     def build_body(self, request: ModelRequest) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
         for message in request.messages:
-            derived = message.derived.get(TRANSPORT)
-            if derived is None:
-                derived = message.derived[TRANSPORT] = _message_items(message)
-            items.extend(derived)
+            items.extend(_items_of(message))
+        return {"input": items, **self._settings(request)}
+
+    def encode_request(self, request: ModelRequest) -> bytes:
+        """build_body() as JSON bytes. Each message's items are encoded once and spliced in, so a
+        long conversation costs a join per turn instead of re-encoding every earlier item."""
+        pieces: list[bytes] = []
+        for message in request.messages:
+            encoded = message.derived.get(ENCODED_ITEMS)
+            if encoded is None:
+                encoded = message.derived[ENCODED_ITEMS] = b",".join(encode_body(item) for item in _items_of(message))
+            if encoded:
+                pieces.append(encoded)
+        settings = encode_body(self._settings(request))  # a non-empty object: b'{"model":...}'
+        return b'{"input":[' + b",".join(pieces) + b"]," + settings[1:]
+
+    def _settings(self, request: ModelRequest) -> dict[str, Any]:
+        """Every body member but `input`."""
         body: dict[str, Any] = {
             "model": request.model,
             "instructions": request.instructions,
-            "input": items,
             "stream": True,
             "store": False,
         }
@@ -78,7 +92,7 @@ class OpenAIResponses:
         provider = self._endpoint.provider
         final: Any = None
         try:
-            response = await open_stream(self._client, "/responses", encode_body(self.build_body(request)))
+            response = await open_stream(self._client, "/responses", self.encode_request(request))
             try:
                 async for event in openai_events(provider, response):
                     kind = event.get("type")
@@ -131,6 +145,13 @@ class AzureOpenAIResponses(OpenAIResponses):
     @staticmethod
     def _headers(endpoint: Endpoint) -> dict[str, str]:
         return {"api-key": endpoint.api_key}  # Azure authenticates API keys with this header
+
+
+def _items_of(message: Message) -> tuple[dict[str, Any], ...]:
+    derived: tuple[dict[str, Any], ...] | None = message.derived.get(TRANSPORT)
+    if derived is None:
+        derived = message.derived[TRANSPORT] = _message_items(message)
+    return derived
 
 
 def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
