@@ -22,6 +22,7 @@ from brainsite.errors import CursorUnavailable
 
 __all__ = [
     "LIVE_ONLY",
+    "LogWriteFailed",
     "MAX_CURSOR_BYTES",
     "MAX_RECORD_BYTES",
     "RECOVERY_TYPES",
@@ -64,6 +65,11 @@ def _is_skipped(buffer: bytes, start: int, end: int) -> bool:
         and buffer.startswith(_TYPE_PREFIX, start + _TYPE_PREFIX_AT, end)
         and not buffer.startswith(_RECOVERY_TYPE_PREFIXES, start + _TYPE_AT, end)
     )
+
+
+class LogWriteFailed(OSError):
+    """An append that did not reach the disk whole; the log was cut back to its last good size.
+    The message names no server path: it reaches clients in session.error events."""
 
 
 class CorruptLog(ValueError):
@@ -199,12 +205,30 @@ class EventLog:
             raise RecordTooLarge(f"{event.type} record of {len(record)} bytes exceeds 4 MiB")
         if self.size + len(record) > self.max_bytes and event.type not in ALWAYS_WRITABLE:
             raise RecordTooLarge(f"event log reached its session_bytes limit of {self.max_bytes} bytes")
-        written = os.write(self._descriptor(), record)
-        if written != len(record):  # a short write leaves a torn line; repair() trims it
-            raise OSError(f"short write to {self.path}")
+        descriptor = self._descriptor()
+        try:
+            written = os.write(descriptor, record)
+        except OSError as exc:
+            self._truncate_to_size(descriptor)
+            raise LogWriteFailed(f"event log write failed: {exc.strerror or type(exc).__name__}") from exc
+        if written != len(record):  # disk full or a file size limit part way through the line
+            self._truncate_to_size(descriptor)
+            raise LogWriteFailed(f"event log write failed: wrote {written} of {len(record)} bytes")
         event.offset = self.size
         self.size += written
         return event
+
+    def _truncate_to_size(self, descriptor: int) -> None:
+        """Cut a partial line back off, so later offsets and cursors stay right."""
+        try:
+            os.ftruncate(descriptor, self.size)
+        except OSError:
+            self.close()  # the next open starts from the file as it is; load-time repair trims it
+
+    def sync(self) -> None:
+        """fsync the log (checkpoints and close): what a power cut may not take back."""
+        if self._fd is not None:
+            os.fsync(self._fd)
 
     def repair(self) -> None:
         """Trim a torn last line (a crash mid-write) so every line is a whole record."""

@@ -23,13 +23,22 @@ from brainsite.hostconfig import Limits
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry, TurnTrace
 from runners.protocol import NativeFile
-from sessions_app.eventlog import LIVE_ONLY, MAX_RECORD_BYTES, Event, EventLog, RecordTooLarge, new_id, now_rfc3339
+from sessions_app.eventlog import (
+    LIVE_ONLY,
+    MAX_RECORD_BYTES,
+    Event,
+    EventLog,
+    LogWriteFailed,
+    RecordTooLarge,
+    new_id,
+    now_rfc3339,
+)
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
 from sessions_app.records import SessionRecord, SessionStatus
 from tools_app.registry import ToolResult, error_result
 
-from .checkpoints import CheckpointError, CheckpointStore
+from .checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
 from .pubsub import Subscriber
 from .recovery import Recovered
 from .toolcalls import ToolCalls
@@ -249,7 +258,8 @@ class SessionActor:
             event = self.emit("user.message", data)
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
-            raise BrainError() from exc
+            detail = str(exc) if isinstance(exc, LogWriteFailed | RecordTooLarge) else "event log write failed"
+            raise BrainError(f"the message was not accepted: {detail}") from exc
         if key is not None:
             self.keys[key] = event.offset
         self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic()))
@@ -442,11 +452,16 @@ class SessionActor:
         if self._trace is not None and self._native_sizes is None:  # first checkpoint since loading
             last = await asyncio.to_thread(self.checkpoints.last)
             self._native_sizes = {item["path"]: item["size"] for item in last["files"]} if last else {}
-        # append-only files need a stat each and one journal line: cheaper than a thread hop
-        entry = self.checkpoints.record(new_id(), offset=self.log.size, time=now_rfc3339(), reported=reported)
+        # one thread hop for the checks, the journal line and both fsyncs
+        entry = await asyncio.to_thread(self._persist_checkpoint, reported, offset=self.log.size)
         self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
         if self._native_sizes is not None:
             self._record_native_growth(entry["files"])
+
+    def _persist_checkpoint(self, reported: Any, *, offset: int) -> CheckpointEntry:
+        """In a worker thread: the log up to `offset` on disk, then the checkpoint naming it."""
+        self.log.sync()
+        return self.checkpoints.record(new_id(), offset=offset, time=now_rfc3339(), reported=reported)
 
     def _record_log_growth(self) -> None:
         size = self.log.size

@@ -157,6 +157,8 @@ class CheckpointStore:
                 handle.seek(-1, os.SEEK_END)
                 torn = handle.read(1) != b"\n"
             handle.write((b"\n" if torn else b"") + orjson.dumps(entry) + b"\n")
+            handle.flush()
+            os.fsync(handle.fileno())  # a completed turn survives a power cut
         return entry
 
     def last(self) -> CheckpointEntry | None:

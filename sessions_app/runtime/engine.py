@@ -15,30 +15,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brainsite.errors import NotFound, Overloaded
+from brainsite.errors import BrainError, NotFound, Overloaded
 from brainsite.hostconfig import HostConfig, Limits, Secrets
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry
 from runners.protocol import OpenParams, ProviderOptions, ToolDescriptor
 from sessions_app import db
-from sessions_app.eventlog import EventLog, new_id, now_rfc3339
+from sessions_app.eventlog import CorruptLog, EventLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord, SessionStatus
 from tools_app.registry import ToolRegistry
 
 from .actor import RUNNING_MARKER, SessionActor
-from .checkpoints import CheckpointStore
+from .checkpoints import CheckpointError, CheckpointStore
 from .pubsub import SubscriberSlots
 from .recovery import recover
 from .residency import Residency
 from .toolcalls import ToolCalls
 
-__all__ = ["Engine", "Stats", "new_session_record"]
+__all__ = ["Engine", "SessionDamaged", "Stats", "new_session_record"]
 
 # Status rows reach the database at most this long after a change. Crash recovery does not
 # depend on it (the event log and the running marker do); the admin and lists see it.
 WRITE_BEHIND_SECONDS = 0.2
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
+
+
+class SessionDamaged(BrainError):
+    """A session whose log or checkpoint journal does not decode: it alone cannot load (500)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +97,7 @@ class Engine:
         markers = await asyncio.to_thread(lambda: list(self.sessions_dir.glob(f"*/{RUNNING_MARKER}")))
         marked = [marker.parent.name for marker in markers]
         for record in await db.aclaim_running_sessions(marked):
-            with contextlib.suppress(NotFound, Overloaded):
+            with contextlib.suppress(NotFound, Overloaded, SessionDamaged):  # a damaged one stays unloaded
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
         self._flusher = asyncio.get_running_loop().create_task(self._write_behind(), name="brain-write-behind")
@@ -120,7 +124,12 @@ class Engine:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._flusher
         await self.flush()
+        await asyncio.to_thread(self._sync_and_close_logs)
+
+    def _sync_and_close_logs(self) -> None:
         for actor in self.actors.values():
+            with contextlib.suppress(OSError):
+                actor.log.sync()
             actor.log.close()
 
     # -- write-behind ------------------------------------------------------------------------
@@ -158,8 +167,12 @@ class Engine:
         directory = self.session_dir(record.id)
         (directory / "native").mkdir(parents=True, exist_ok=False)
         (directory / "events.jsonl").touch()
-        CheckpointStore(directory).record(
-            record.checkpoint["id"], offset=0, time=record.checkpoint["time"], reported=[]
+        await asyncio.to_thread(
+            CheckpointStore(directory).record,
+            record.checkpoint["id"],
+            offset=0,
+            time=record.checkpoint["time"],
+            reported=[],
         )
         await db.acreate_session(record)
         return record
@@ -197,7 +210,18 @@ class Engine:
         await self._make_room()
         directory = self.session_dir(session_id)
         log = EventLog(directory / "events.jsonl", max_bytes=self.limits.session_bytes)
-        recovered = await asyncio.to_thread(recover, directory, log)
+        try:
+            recovered = await asyncio.to_thread(recover, directory, log)
+        except CorruptLog as exc:
+            log.close()
+            logger.error("session log damaged", extra={"session_id": session_id, "offset": exc.offset})
+            raise SessionDamaged(
+                f"session {session_id} cannot be loaded: its event log is damaged at byte {exc.offset}"
+            ) from exc
+        except CheckpointError as exc:
+            log.close()
+            logger.error("session checkpoints damaged", extra={"session_id": session_id, "error": str(exc)})
+            raise SessionDamaged(f"session {session_id} cannot be loaded: its checkpoint journal is damaged") from exc
         tool_calls = ToolCalls(
             self.registry, tenant=record.tenant, session_id=record.id, tools=tuple(record.config.get("tools", ()))
         )

@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
 
 SHUTDOWN_SECONDS = 18.0
-SWITCH_INTERVAL_SECONDS = 0.001  # spec: exit within about 20 s of SIGTERM/SIGINT
+SWITCH_INTERVAL_SECONDS = 0.001
+PRIVATE_UMASK = 0o077  # spec: exit within about 20 s of SIGTERM/SIGINT
 
 
 class Command(BaseCommand):
@@ -28,6 +29,9 @@ class Command(BaseCommand):
         except ConfigError as exc:
             raise CommandError(f"invalid config {options['config']}: {exc}") from exc
         os.environ["BRAIN_CONFIG"] = options["config"]
+        # Sessions are private: the data dir, logs, checkpoints, native files (the harness children
+        # inherit the mask) and the SQLite database are readable by Brain's user only.
+        os.umask(PRIVATE_UMASK)
         if not options["skip_migrate"]:
             from django.core.management import call_command
 
