@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, cast
 
@@ -11,7 +13,7 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from ninja.security.base import AuthBase
 
-from brainsite.errors import Forbidden, Unauthorized
+from brainsite.errors import Forbidden, Overloaded, Unauthorized
 from brainsite.principal import Principal
 
 from . import db
@@ -20,20 +22,30 @@ __all__ = ["BearerAuth", "TokenCache", "tokens_of"]
 
 MAX_AUTHORIZATION_CHARS = 1024  # spec: longer Authorization headers are 401
 CACHE_SECONDS = 30.0  # admin changes clear the cache at once; this bounds other drift
-CACHE_ENTRIES = 10_000  # bounded: an attacker's random tokens cannot grow memory
+GRANT_ENTRIES = 10_000  # cached valid tokens; unknown tokens never take these places
+UNKNOWN_ENTRIES = 10_000  # negative cache, its own cap: a flood of random tokens evicts only itself
+MAX_PENDING_LOOKUPS = 64  # database lookups in flight at once; beyond it a new token is 429
 
 
 class TokenCache:
-    """Bearer token -> Principal for this process: cached database grants and live inspection
-    grants. Owned by the application object; the admin clears it when tokens change."""
+    """Bearer token -> Principal for this process: cached database grants, a bounded negative
+    cache, and live inspection grants. Owned by the application object; the admin clears it
+    when tokens change.
+
+    A token is looked up in the database at most once per CACHE_SECONDS, concurrent requests
+    with the same token share one lookup, and at most MAX_PENDING_LOOKUPS run at once.
+    """
 
     def __init__(self) -> None:
-        self._grants: dict[str, tuple[Principal | None, float]] = {}
+        self._grants: dict[str, tuple[Principal, float]] = {}
+        self._unknown: OrderedDict[str, float] = OrderedDict()  # digest -> expiry, oldest first
+        self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
         self._inspections: dict[str, Principal] = {}  # digest -> grant, only while its tool call runs
 
     def forget(self) -> None:
         """Drop cached grants (a token was created, changed or deleted in the admin)."""
         self._grants.clear()
+        self._unknown.clear()
 
     def grant_inspection(self, session_id: str, tenant: str) -> str:
         """A read-only token limited to one session, for an `inspect_session` tool call."""
@@ -54,18 +66,52 @@ class TokenCache:
         inspection = self._inspections.get(digest)
         if inspection is not None:
             return inspection
-        now = time.monotonic()
-        cached = self._grants.get(digest)
-        if cached is not None and cached[1] > now:
-            principal = cached[0]
-        else:
-            principal = await db.afind_grant(digest)
-            if len(self._grants) >= CACHE_ENTRIES:
-                self._grants.clear()
-            self._grants[digest] = (principal, now + CACHE_SECONDS)
+        principal = await self._grant(digest)
         if principal is None:
             raise Unauthorized("missing or invalid bearer token")
         return principal
+
+    async def _grant(self, digest: str) -> Principal | None:
+        now = time.monotonic()
+        cached = self._grants.get(digest)
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        unknown_until = self._unknown.get(digest)
+        if unknown_until is not None and unknown_until > now:
+            return None
+        pending = self._lookups.get(digest)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        if len(self._lookups) >= MAX_PENDING_LOOKUPS:
+            raise Overloaded("too many token lookups in flight")
+        pending = asyncio.get_running_loop().create_future()
+        self._lookups[digest] = pending
+        try:
+            principal: Principal | None = await db.afind_grant(digest)
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: waiters re-raise it themselves
+            raise
+        finally:
+            del self._lookups[digest]
+        self._remember(digest, principal, expires=time.monotonic() + CACHE_SECONDS)
+        pending.set_result(principal)
+        return principal
+
+    def _remember(self, digest: str, principal: Principal | None, *, expires: float) -> None:
+        if principal is None:
+            self._unknown[digest] = expires
+            self._unknown.move_to_end(digest)
+            while len(self._unknown) > UNKNOWN_ENTRIES:
+                self._unknown.popitem(last=False)
+            return
+        self._unknown.pop(digest, None)
+        if len(self._grants) >= GRANT_ENTRIES:
+            now = time.monotonic()
+            self._grants = {key: value for key, value in self._grants.items() if value[1] > now}
+            if len(self._grants) >= GRANT_ENTRIES:
+                self._grants.clear()
+        self._grants[digest] = (principal, expires)
 
 
 def tokens_of(scope: Mapping[str, Any]) -> TokenCache:

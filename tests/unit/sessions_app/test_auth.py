@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
@@ -15,10 +16,10 @@ from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.test import Client
 
-from brainsite.errors import Unauthorized
+from brainsite.errors import Overloaded, Unauthorized
 from brainsite.hostconfig import HostConfig, parse_host_config
 from sessions_app import db
-from sessions_app.auth import MAX_AUTHORIZATION_CHARS, TokenCache
+from sessions_app.auth import MAX_AUTHORIZATION_CHARS, MAX_PENDING_LOOKUPS, UNKNOWN_ENTRIES, TokenCache
 from sessions_app.models import ApiToken, Session, Tenant, TokenSource
 from sessions_app.records import Principal, SessionRecord
 from tests.support.admin_client import BrainAdminClient
@@ -459,3 +460,59 @@ def test_sessions_cannot_be_added_changed_or_deleted_in_the_admin(admin_client: 
     assert (add.status_code, change.status_code, delete.status_code) == (403, 200, 403)
     assert list(change.context["adminform"].form.fields) == []
     assert Session.objects.get().id == SESSION_ID
+
+
+# --- bounds under a flood of unknown tokens -------------------------------------------------
+
+
+async def _flood(tokens: TokenCache, count: int, *, batch: int = 32) -> None:
+    for start in range(0, count, batch):
+        outcomes = await asyncio.gather(
+            *(tokens.authenticate(f"Bearer random-{n:08d}-0123456789abcdef") for n in range(start, start + batch)),
+            return_exceptions=True,
+        )
+        assert all(isinstance(outcome, Unauthorized) for outcome in outcomes)
+
+
+def test_a_flood_of_unknown_tokens_never_evicts_a_valid_grant(mirrored: None) -> None:
+    # given: alice's grant cached, then her row gone from the database (so only the cache knows her)
+    tokens = TokenCache()
+    assert async_to_sync(tokens.authenticate)(f"Bearer {ALICE_TOKEN}") == Principal(tenant="acme", manage=True)
+    ApiToken.objects.filter(digest=db.digest_token(ALICE_TOKEN)).delete()
+
+    # when: more unknown tokens than the negative cache holds
+    async_to_sync(_flood)(tokens, UNKNOWN_ENTRIES + 200)
+
+    # then: still served from the cache
+    assert async_to_sync(tokens.authenticate)(f"Bearer {ALICE_TOKEN}") == Principal(tenant="acme", manage=True)
+
+
+def test_an_unknown_token_is_looked_up_once_per_cache_period(mirrored: None) -> None:
+    # given: a 401 for a token, which then appears in the database without the admin's notice
+    tokens = TokenCache()
+    token = "late-token-0123456789abcdef0123"
+    with pytest.raises(Unauthorized):
+        async_to_sync(tokens.authenticate)(f"Bearer {token}")
+    ApiToken.objects.create(digest=db.digest_token(token), tenant_id="acme", source=TokenSource.ADMIN)
+
+    # when / then: the second 401 came from the negative cache, not a query
+    with pytest.raises(Unauthorized):
+        async_to_sync(tokens.authenticate)(f"Bearer {token}")
+    tokens.forget()
+    assert async_to_sync(tokens.authenticate)(f"Bearer {token}") == Principal(tenant="acme")
+
+
+def test_lookups_in_flight_are_bounded_and_the_rest_are_overloaded(mirrored: None) -> None:
+    # given
+    tokens = TokenCache()
+
+    async def burst() -> list[BaseException | Principal]:
+        headers = [f"Bearer burst-{n:04d}-0123456789abcdef0123" for n in range(MAX_PENDING_LOOKUPS + 36)]
+        return await asyncio.gather(*(tokens.authenticate(header) for header in headers), return_exceptions=True)
+
+    # when: all start before the first lookup returns
+    outcomes = async_to_sync(burst)()
+
+    # then
+    assert sum(isinstance(outcome, Overloaded) for outcome in outcomes) == 36
+    assert sum(isinstance(outcome, Unauthorized) for outcome in outcomes) == MAX_PENDING_LOOKUPS
