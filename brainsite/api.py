@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import ninja
 import orjson
@@ -15,6 +15,7 @@ from ninja import NinjaAPI, Schema
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.openapi.docs import DocsBase
 from ninja.openapi.schema import REF_TEMPLATE, OpenAPISchema
+from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from pydantic import ConfigDict
 
@@ -94,6 +95,43 @@ class LocalSwagger(DocsBase):
         return HttpResponse(page, content_type="text/html; charset=utf-8")
 
 
+MAX_JSON_DEPTH = 64  # request bodies nest far less; deeper ones are 400, never a RecursionError
+
+
+class BodyParser(Parser):
+    """Request bodies decoded by orjson, the library the event log encodes with (no lone
+    surrogates, NaN or infinities), and bounded in depth. Failures become ninja's 400."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        try:
+            value = orjson.loads(request.body)
+        except orjson.JSONDecodeError as exc:
+            if "surrogate" in str(exc):
+                raise InvalidRequest("body: strings must be valid Unicode (no lone surrogates)") from exc
+            raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
+        if _depth_exceeds(value, MAX_JSON_DEPTH):
+            raise InvalidRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
+        return cast(dict[str, Any], value)
+
+
+def _depth_exceeds(value: Any, limit: int) -> bool:
+    """Whether `value` nests deeper than `limit`; iterative, so any depth is safe to check."""
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        depth += 1
+        if depth > limit:
+            return True
+        children: list[Any] = []
+        for item in level:
+            if isinstance(item, dict):
+                children.extend(child for child in item.values() if isinstance(child, dict | list))
+            elif isinstance(item, list):
+                children.extend(child for child in item if isinstance(child, dict | list))
+        level = children
+    return False
+
+
 class BrainAPI(NinjaAPI):
     def get_openapi_schema(
         self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
@@ -138,6 +176,7 @@ api = BrainAPI(
     version="current",
     description="HTTP API for the Brain agent session server.",
     renderer=OrjsonRenderer(),
+    parser=BodyParser(),
     docs=LocalSwagger(),
     docs_url="/docs",
     openapi_url="/openapi.json",
@@ -200,6 +239,8 @@ def on_not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    if isinstance(exc.__cause__, InvalidRequest):  # a body BodyParser refused, with its reason
+        return error_response(request, exc.__cause__)
     error = BrainError(str(exc))
     error.status = exc.status_code
     error.code = "invalid_request" if exc.status_code < 500 else "brain_error"

@@ -414,3 +414,30 @@ def test_an_unknown_route_is_a_404_envelope(api_brain: BrainServer) -> None:
     # then
     assert response.status_code == 404
     assert response.json()["error"] == {"code": "not_found", "message": "not found"}
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        pytest.param(b"[" * 3_000 + b"]" * 3_000, "body is not valid JSON", id="deeper_than_the_parser_case"),
+        pytest.param(
+            b'{"harness":"instant","config":' + b'{"a":' * 65 + b"1" + b"}" * 65 + b"}",
+            "body nests deeper than 64 levels",
+            id="deeper_than_the_bound_case",
+        ),
+        pytest.param(b'{"harness":"instant","config":{"model":1e400}}', "body is not valid JSON", id="infinity_case"),
+    ],
+)
+def test_a_body_nested_too_deep_or_not_json_is_400_and_creates_nothing(
+    api_brain: BrainServer, content: bytes, message: str
+) -> None:
+    # given
+    before = _ids(api_brain)
+    # when
+    with api_brain.client() as client:
+        response = client.post("/sessions", content=content, headers={"Content-Type": "application/json"})
+    # then
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_request"
+    assert response.json()["error"]["message"].startswith(message)
+    assert _ids(api_brain) == before
