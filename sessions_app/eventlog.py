@@ -35,6 +35,7 @@ __all__ = [
     "encode_cursor",
     "new_id",
     "now_rfc3339",
+    "public_message",
 ]
 
 MAX_RECORD_BYTES = 4 << 20  # spec: each retained record is capped at 4 MiB
@@ -70,6 +71,14 @@ def _is_skipped(buffer: bytes, start: int, end: int) -> bool:
 class LogWriteFailed(OSError):
     """An append that did not reach the disk whole; the log was cut back to its last good size.
     The message names no server path: it reaches clients in session.error events."""
+
+
+def public_message(exc: BaseException) -> str:
+    """What a session.error may say of an exception: an OSError's reason without its file names
+    (clients never learn server paths)."""
+    if isinstance(exc, OSError) and not isinstance(exc, LogWriteFailed):
+        return f"{type(exc).__name__}: {exc.strerror}" if exc.strerror else type(exc).__name__
+    return str(exc) or type(exc).__name__
 
 
 class CorruptLog(ValueError):

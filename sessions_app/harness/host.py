@@ -50,6 +50,9 @@ class AttachmentHandler(Protocol):
 
     def on_host_lost(self, reason: str) -> None: ...
 
+    def on_frame_error(self, reason: str) -> None:
+        """A well-formed frame of this attachment broke the protocol; other attachments go on."""
+
 
 def child_environment(command: list[str], home: Path) -> dict[str, str]:
     """The whitelisted environment of a harness child. No credentials: those go in `open`."""
@@ -85,6 +88,7 @@ class HarnessHost:
         self,
         *,
         harness: str,
+        tenant: str,
         command: list[str],
         workdir: Path,
         max_shared: int,
@@ -92,6 +96,7 @@ class HarnessHost:
         on_exit: Callable[[HarnessHost], None],
     ) -> None:
         self.harness = harness
+        self.tenant = tenant  # the only tenant whose sessions this host serves
         self.command = resolve_command(command)
         self.workdir = workdir
         self.max_shared = max_shared
@@ -187,11 +192,14 @@ class HarnessHost:
             self._on_request(frame)
         elif "event" in frame:
             name, data = frame["event"], frame.get("data")
-            if name not in EVENT_NAMES or not isinstance(data, dict):
-                raise FrameError(f"unknown runner event {name!r}")
             handler = self.attachments.get(attachment)
-            if handler is not None:  # late events of a detached attachment are dropped
-                handler.on_runner_event(frame.get("turn", ""), name, data)
+            if handler is None:
+                return  # late events of a detached attachment are dropped
+            if name not in EVENT_NAMES or not isinstance(data, dict):
+                # a well-formed frame of one session: that session's turn fails, the host lives on
+                handler.on_frame_error(f"unknown runner event {name[:64]!r}")
+                return
+            handler.on_runner_event(frame.get("turn", ""), name, data)
         elif "id" in frame:
             future = self._pending.get(frame["id"])
             if future is None or future.done():
@@ -206,14 +214,20 @@ class HarnessHost:
 
     def _on_request(self, frame: Frame) -> None:
         if frame["method"] != "tool.call" or not frame.get("id"):
-            raise FrameError(f"unknown runner request {frame['method']!r}")
-        params = frame.get("params")
-        if not isinstance(params, dict) or not isinstance(params.get("name"), str):
-            raise FrameError("tool.call params must name a tool")
+            raise FrameError(f"unknown runner request {frame['method'][:64]!r}")
         handler = self.attachments.get(frame["attachment"])
         reply: Frame = {"attachment": frame["attachment"], "id": frame["id"]}
         if "turn" in frame:
             reply["turn"] = frame["turn"]
+        params = frame.get("params")
+        if not isinstance(params, dict) or not isinstance(params.get("name"), str):
+            # one session's bad call: an error result for the runner, the host lives on
+            reply["result"] = {
+                "content": [{"type": "text", "text": "tool.call params must name a tool"}],
+                "is_error": True,
+            }
+            self._write(reply)
+            return
         if handler is None or len(self._calls) >= MAX_TOOL_CALLS:
             message = "tool call refused: too many concurrent tool calls" if handler else "attachment is not open"
             reply["result"] = {"content": [{"type": "text", "text": message}], "is_error": True}

@@ -47,13 +47,16 @@ class HostPool:
         self._spawning = 0
         self._capacity_changed = asyncio.Event()
 
-    def _choose(self) -> HarnessHost | None:
-        candidates = [h for h in self.hosts if not h.lost and len(h.attachments) < self.config.max_shared]
+    def _choose(self, tenant: str) -> HarnessHost | None:
+        candidates = [
+            h for h in self.hosts if h.tenant == tenant and not h.lost and len(h.attachments) < self.config.max_shared
+        ]
         return min(candidates, key=lambda h: len(h.attachments), default=None)
 
-    async def attach(self, handler: AttachmentHandler, open_params: OpenParams) -> Attachment:
-        """Open a session on a host with room, starting a host when allowed."""
-        host = await self._reserve_host()
+    async def attach(self, handler: AttachmentHandler, open_params: OpenParams, *, tenant: str) -> Attachment:
+        """Open a session on a host of its tenant with room, starting a host when allowed.
+        Hosts are never shared across tenants: one tenant's runner never sees another's sessions."""
+        host = await self._reserve_host(tenant)
         attachment = Attachment(secrets.token_hex(8), host)
         host.attachments[attachment.id] = handler
         try:
@@ -67,27 +70,28 @@ class HostPool:
             host.spawned_at = 0.0
         return attachment
 
-    async def _reserve_host(self) -> HarnessHost:
+    async def _reserve_host(self, tenant: str) -> HarnessHost:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CAPACITY_WAIT_SECONDS
         while True:
-            host = self._choose()
+            host = self._choose(tenant)
             if host is not None:
                 return host
             if len(self.hosts) + self._spawning < self.config.max_hosts:
-                return await self._spawn()
+                return await self._spawn(tenant)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise HostUnavailable(f"every {self.name} host is full")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._capacity_changed.wait(), remaining)
 
-    async def _spawn(self) -> HarnessHost:
+    async def _spawn(self, tenant: str) -> HarnessHost:
         self._spawning += 1
         try:
             async with self._starting:
                 host = HarnessHost(
                     harness=self.name,
+                    tenant=tenant,
                     command=self.config.command,
                     workdir=self.workroot / f"{self.name}-{secrets.token_hex(4)}",
                     max_shared=self.config.max_shared,

@@ -32,6 +32,7 @@ from sessions_app.eventlog import (
     RecordTooLarge,
     new_id,
     now_rfc3339,
+    public_message,
 )
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
@@ -43,7 +44,14 @@ from .pubsub import Subscriber
 from .recovery import Recovered
 from .toolcalls import ToolCalls
 
-__all__ = ["RESTART_MESSAGE", "RUNNING_MARKER", "PendingInput", "SessionActor", "SessionHost", "TurnFailure"]
+__all__ = [
+    "RESTART_MESSAGE",
+    "RUNNING_MARKER",
+    "PendingInput",
+    "SessionActor",
+    "SessionHost",
+    "TurnFailure",
+]
 
 INTERRUPT_GRACE_SECONDS = 5.0  # a runner that ignores `interrupt` this long loses its attachment
 CHECKPOINT_TIMEOUT_SECONDS = 30.0
@@ -142,6 +150,10 @@ class SessionActor:
     @property
     def harness(self) -> str:
         return self.record.harness
+
+    @property
+    def tenant(self) -> str:
+        return self.record.tenant
 
     @property
     def turn_running(self) -> bool:
@@ -380,7 +392,7 @@ class SessionActor:
             code = "provider_error" if exc.code == "provider_error" else "brain_error"
             failure = self._failure or TurnFailure(code, exc.message or f"harness reported {exc.code}")
         except (HostLost, HostUnavailable, CheckpointError, OSError, RecordTooLarge, TimeoutError) as exc:
-            failure = self._failure or TurnFailure("brain_error", str(exc) or type(exc).__name__)
+            failure = self._failure or TurnFailure("brain_error", public_message(exc))
         except Exception as exc:  # supervision boundary: an unexpected bug fails this turn only
             logger.exception("turn crashed", extra={"session_id": self.id})
             failure = TurnFailure("brain_error", f"internal error: {type(exc).__name__}")
@@ -485,7 +497,7 @@ class SessionActor:
         try:
             self.emit(name, data, input_id=self.current.id)
         except (OSError, RecordTooLarge) as exc:
-            self._fail_running_turn(TurnFailure("brain_error", str(exc)))
+            self._fail_running_turn(TurnFailure("brain_error", public_message(exc)))
         if self._trace is not None:
             self._trace.output()
 
@@ -497,6 +509,10 @@ class SessionActor:
     def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
         """ToolCallTurn: one event of a tool call."""
         self.emit(type_, data, input_id=input_id)
+
+    def on_frame_error(self, reason: str) -> None:
+        if self.task is not None:
+            self._fail_running_turn(TurnFailure("brain_error", f"harness sent an invalid frame: {reason}"))
 
     def on_host_lost(self, reason: str) -> None:
         self._host.forget_attachment(self)

@@ -30,6 +30,9 @@ class Resident(AttachmentHandler, Protocol):
     def harness(self) -> str: ...
 
     @property
+    def tenant(self) -> str: ...
+
+    @property
     def turn_running(self) -> bool: ...
 
 
@@ -84,7 +87,7 @@ class Residency:
             if victim is None:
                 break
             await self.detach(victim)
-        attachment = await self.pools[resident.harness].attach(resident, open_params())
+        attachment = await self.pools[resident.harness].attach(resident, open_params(), tenant=resident.tenant)
         self._residences[resident.id] = _Residence(resident, attachment)
         return attachment
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from brainsite.logs import logger
 from brainsite.telemetry import TurnTrace
-from sessions_app.eventlog import RecordTooLarge, new_id
+from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from tools_app.registry import CallCancelled, CallContext, ToolRegistry, ToolResult, error_result
 
 __all__ = ["ToolCallTurn", "ToolCalls"]
@@ -56,7 +56,7 @@ class ToolCalls:
         try:
             turn.record_event("tool.call", {"id": call_id, "name": name, "arguments": arguments}, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
-            turn.fail_running_turn(str(exc))
+            turn.fail_running_turn(public_message(exc))
             return error_result("tool call could not be recorded")
         call_trace = trace.tool_call(name) if trace is not None else None
 
@@ -78,7 +78,7 @@ class ToolCalls:
         try:
             turn.record_event("tool.result", {"call_id": call_id, "result": result}, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
-            turn.fail_running_turn(str(exc))
+            turn.fail_running_turn(public_message(exc))
         return result
 
     async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> ToolResult:

@@ -52,6 +52,9 @@ def test_a_provider_error_interrupts_the_session(module_brain: BrainServer) -> N
         pytest.param("crash", "harness process exited", id="crash_case"),
         pytest.param("garbage", "harness broke the frame protocol", id="broken_framing_case"),
         pytest.param("badcheckpoint", "checkpoint file 'conversation.jsonl' has", id="bad_checkpoint_case"),
+        pytest.param(
+            "badevent", "harness sent an invalid frame: unknown runner event 'assistant.bogus'", id="bad_event_case"
+        ),
     ],
 )
 def test_brains_own_failures_fail_the_session(module_brain: BrainServer, prompt: str, message: str) -> None:
@@ -133,6 +136,29 @@ def test_a_crashed_host_fails_only_the_sessions_it_was_running(brain_factory: Ca
         ("session.error", unaffected["id"], {"code": "conflict", "message": "turn interrupted"}),
         ("session.status", unaffected["id"], {"status": "interrupted"}),
     ]
+
+
+def test_an_invalid_frame_of_one_session_fails_only_that_session(brain_factory: Callable[..., BrainServer]) -> None:
+    # given: two sessions on one host, the neighbour mid-turn
+    server = brain_factory(harnesses={"instant": {"command": INSTANT_RUNNER, "max_shared": 2, "max_hosts": 1}})
+    neighbour, offender = create_session(server), create_session(server)
+    for session in (neighbour, offender):
+        warm = send_ok(server, session["id"], "warm")
+        wait_for_turn_end(server, session["id"], warm["id"])
+    slow = send_ok(server, neighbour["id"], "sleep:1")
+
+    # when
+    bad = send_ok(server, offender["id"], "badevent")
+    offender_events = wait_for_turn_end(server, offender["id"], bad["id"])
+    neighbour_events = wait_for_turn_end(server, neighbour["id"], slow["id"])
+
+    # then: the offender failed; the neighbour's turn and the shared host carried on
+    assert offender_events[-1]["data"] == {"status": "failed"}
+    assert neighbour_events[-1]["data"] == {"status": "idle"}
+    assert neighbour_events[-2]["data"]["text"] == "echo: sleep:1"
+    again = send_ok(server, neighbour["id"], "history")
+    answer = wait_for_turn_end(server, neighbour["id"], again["id"])[-2]
+    assert answer["data"]["text"] == "history: warm | sleep:1 | history"  # same host: its memory is intact
 
 
 def test_the_harness_child_sees_only_whitelisted_environment_variables(module_brain: BrainServer) -> None:

@@ -9,6 +9,7 @@ Stdlib only (runs with Brain's whitelisted environment). Prompts:
   provider_error / brain_error -> error reply with that code
   crash           -> exit at once;  garbage -> write a non-JSON line
   badcheckpoint   -> the next checkpoint reports a wrong size
+  badevent        -> an event frame with an unknown name for this attachment, then echo
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class Runner:
                 return
             if text == "badcheckpoint":
                 attachment.bad_checkpoint = True
+            if text == "badevent":  # a well-formed frame with an event name the protocol lacks
+                self.write({**base, "event": "assistant.bogus", "data": {"text": "?"}})
             answer = f"echo: {text}"
             if text == "history":
                 answer = "history: " + " | ".join(attachment.user_texts())

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from sessions_app.eventlog import LogWriteFailed, public_message
+
 ROOT = Path(__file__).resolve().parents[3]
 
 # Run in a child: RLIMIT_FSIZE and SIGXFSZ are process-wide.
@@ -50,3 +54,26 @@ def test_a_short_write_is_truncated_and_the_append_fails_clearly(tmp_path: Path)
     lines = path.read_bytes().split(b"\n")
     assert lines[-1] == b""
     assert [json.loads(line)["type"] for line in lines[:-1]] == ["assistant.message"] * 3
+
+
+@pytest.mark.parametrize(
+    ("exc", "message"),
+    [
+        pytest.param(
+            FileNotFoundError(2, "No such file or directory", "/srv/brain/x"),
+            "FileNotFoundError: No such file or directory",
+            id="os_error_case",
+        ),
+        pytest.param(
+            LogWriteFailed("event log write failed: wrote 1 of 2 bytes"),
+            "event log write failed: wrote 1 of 2 bytes",
+            id="log_write_case",
+        ),
+        pytest.param(TimeoutError(), "TimeoutError", id="empty_case"),
+        pytest.param(
+            ValueError("bad checkpoint 'conversation.jsonl'"), "bad checkpoint 'conversation.jsonl'", id="plain_case"
+        ),
+    ],
+)
+def test_a_session_error_message_names_no_server_path(exc: BaseException, message: str) -> None:
+    assert public_message(exc) == message

@@ -25,6 +25,9 @@ class Handler:
     def on_host_lost(self, reason: str) -> None:
         pass
 
+    def on_frame_error(self, reason: str) -> None:
+        pass
+
 
 def open_params(directory: Path) -> OpenParams:
     return {
@@ -44,7 +47,7 @@ async def test_attaches_waiting_for_a_starting_host_share_it_at_once(tmp_path: P
     # when: four sessions attach at once; three find the only host still starting
     try:
         attachments = await asyncio.wait_for(
-            asyncio.gather(*(pool.attach(Handler(), open_params(tmp_path / f"s{n}")) for n in range(4))),
+            asyncio.gather(*(pool.attach(Handler(), open_params(tmp_path / f"s{n}"), tenant="acme") for n in range(4))),
             timeout=20,
         )
 
@@ -52,5 +55,23 @@ async def test_attaches_waiting_for_a_starting_host_share_it_at_once(tmp_path: P
         assert len(pool.hosts) == 1
         assert {attachment.host for attachment in attachments} == {pool.hosts[0]}
         assert len(pool.hosts[0].attachments) == 4
+    finally:
+        await pool.close()
+
+
+async def test_sessions_of_different_tenants_never_share_a_host(tmp_path: Path) -> None:
+    # given: room for four sessions per host
+    config = Harness(command=[sys.executable, INSTANT_RUNNER], max_shared=4, max_hosts=4)
+    pool = HostPool("instant", config, workroot=tmp_path / "hosts", telemetry=Telemetry())
+
+    # when
+    try:
+        acme = [await pool.attach(Handler(), open_params(tmp_path / f"a{n}"), tenant="acme") for n in range(2)]
+        globex = await pool.attach(Handler(), open_params(tmp_path / "g"), tenant="globex")
+
+        # then
+        assert acme[0].host is acme[1].host
+        assert globex.host is not acme[0].host
+        assert (acme[0].host.tenant, globex.host.tenant) == ("acme", "globex")
     finally:
         await pool.close()
