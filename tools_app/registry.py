@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any, TypedDict
 
 import orjson
-from jsonschema import FormatChecker
 from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
@@ -48,7 +47,6 @@ RESULT_FIELDS = frozenset({"content", "is_error", "structured_content", "unknown
 CONTENT_FIELDS = {"text": frozenset({"type", "text"}), "image": frozenset({"type", "data", "mime_type"})}
 MAX_ERROR_DETAIL = 300  # characters of a validation message shown to the model
 
-_format_checker = FormatChecker()
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +97,8 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
     """A validator for `schema` that checks `format`; raises jsonschema.SchemaError if invalid."""
     cls = validator_for(schema)
     cls.check_schema(schema)
-    validator: Validator = cls(schema, format_checker=_format_checker)
+    # the dialect's own checker: draft 3's `time` and 2020-12's `time` are different formats
+    validator: Validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
     return validator
 
 

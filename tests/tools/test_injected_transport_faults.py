@@ -77,3 +77,47 @@ async def test_a_read_error_mid_stream_is_an_unknown_outcome(install: Install) -
     # then
     assert result["is_error"] is True and result.get("unknown_outcome") is True
     assert "ReadError" in text_of(result)
+
+
+@pytest.mark.parametrize(
+    ("format_name", "bad", "good"),
+    [
+        pytest.param("date-time", "yesterday", "2026-12-01T10:00:00Z", id="date_time_case"),
+        pytest.param("date", "2026-13-45", "2026-12-01", id="date_case"),
+        pytest.param("time", "25:00", "10:00:00Z", id="time_case"),
+        pytest.param("duration", "P", "P3D", id="duration_case"),
+        pytest.param("uri", "not a uri", "https://example.com/x", id="uri_case"),
+        pytest.param("uri-reference", "\\\\x", "/x?y=1", id="uri_reference_case"),
+        pytest.param("iri", "x y", "https://例え.jp/", id="iri_case"),
+        pytest.param("uri-template", "{", "/items/{id}", id="uri_template_case"),
+        pytest.param("email", "nope", "a@example.com", id="email_case"),
+        pytest.param("hostname", "-bad-", "example.com", id="hostname_case"),
+        pytest.param("idn-hostname", "-x-", "例え.jp", id="idn_hostname_case"),
+        pytest.param("ipv4", "1.2.3", "10.0.0.1", id="ipv4_case"),
+        pytest.param("ipv6", "1::2::3", "::1", id="ipv6_case"),
+        pytest.param("uuid", "x", "0b5d2a2e-8c1b-4f7e-9d1a-3c2b1a0f9e8d", id="uuid_case"),
+        pytest.param("json-pointer", "a", "/a/0", id="json_pointer_case"),
+        pytest.param("regex", "(", "^a+$", id="regex_case"),
+    ],
+)
+async def test_every_format_in_a_tool_schema_is_enforced_before_dispatch(
+    install: Install, format_name: str, bad: str, good: str
+) -> None:
+    # given
+    sent: list[bytes] = []
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
+
+    schema = {"type": "object", "properties": {"value": {"type": "string", "format": format_name}}}
+    tools = install(binding("echo", URL, input_schema=schema), transports=transports(httpx.MockTransport(reply)))
+
+    # when
+    refused = await tools.invoke(context("echo"), "echo", {"value": bad})
+    accepted = await tools.invoke(context("echo"), "echo", {"value": good})
+
+    # then: the bad value never left Brain; the good one did, once
+    assert refused["is_error"] is True and "invalid arguments" in text_of(refused)
+    assert "is_error" not in accepted
+    assert len(sent) == 1
