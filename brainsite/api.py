@@ -133,9 +133,21 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 class BrainAPI(NinjaAPI):
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self._documents: dict[tuple[str | None, tuple[tuple[str, Any], ...]], OpenAPISchema] = {}
+
     def get_openapi_schema(
         self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
     ) -> OpenAPISchema:
+        """The document, built once per prefix: routes never change after startup."""
+        key = (path_prefix, tuple(sorted((path_params or {}).items())))
+        document = self._documents.get(key)
+        if document is None:
+            document = self._documents[key] = self._build_openapi_schema(path_prefix, path_params)
+        return document
+
+    def _build_openapi_schema(self, path_prefix: str | None, path_params: dict[str, Any] | None) -> OpenAPISchema:
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         _publish_errors_and_security(document)
         published: tuple[type[Schema], ...] = (ErrorResponse, *PUBLISHED_SCHEMAS)

@@ -247,3 +247,10 @@ def test_the_comparison_catches_a_changed_contract(change: Any) -> None:
 
     # then
     assert problems != []
+
+
+def test_the_document_is_built_once_and_served_from_then_on() -> None:
+    from brainsite.api import api
+
+    # when / then: the same object, not a rebuild per request
+    assert api.get_openapi_schema(path_prefix="") is api.get_openapi_schema(path_prefix="")
