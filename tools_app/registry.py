@@ -48,7 +48,6 @@ CONTENT_FIELDS = {"text": frozenset({"type", "text"}), "image": frozenset({"type
 MAX_ERROR_DETAIL = 300  # characters of a validation message shown to the model
 
 
-
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """The trusted identity of one call, kept apart from the model's arguments."""
