@@ -32,6 +32,9 @@ EXIT_FRAMING_ERROR = 2
 MAX_PENDING_BYTES = 64 * 1024
 # Note appended to a tool result whose remote side effect may or may not have happened.
 UNKNOWN_OUTCOME_NOTE = "(The tool call may or may not have taken effect.)"
+# Brain answers every tool.call within the binding's timeout_seconds (at most 86,400 s); a reply
+# later than that plus a margin is never coming, and the turn fails instead of hanging.
+TOOL_REPLY_SECONDS = 86_400.0 + 60.0
 
 
 def _log(message: str) -> None:
@@ -95,8 +98,9 @@ class _TurnChannel:
 
 
 class Host:
-    def __init__(self, out: FrameWriter) -> None:
+    def __init__(self, out: FrameWriter, *, tool_reply_seconds: float = TOOL_REPLY_SECONDS) -> None:
         self.out = out
+        self._tool_reply_seconds = tool_reply_seconds
         self._attachments: dict[str, Attachment] = {}
         self._pending_calls: dict[str, asyncio.Future[Frame]] = {}
         self._call_ids = itertools.count(1)
@@ -288,7 +292,11 @@ class Host:
                         "params": {"id": call.id, "name": call.name, "arguments": call.arguments},
                     }
                 )
-                reply = await future
+                reply = await asyncio.wait_for(future, self._tool_reply_seconds)
+            except TimeoutError:
+                raise BrainFailure(
+                    f"tool call {call.name!r} got no reply from Brain within {self._tool_reply_seconds:g} s"
+                ) from None
             finally:
                 self._pending_calls.pop(frame_id, None)  # a late reply after an interrupt is dropped
         return _tool_result(call, reply)
