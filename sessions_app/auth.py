@@ -6,7 +6,7 @@ import asyncio
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from django.core.handlers.asgi import ASGIRequest
@@ -41,11 +41,47 @@ class TokenCache:
         self._unknown: OrderedDict[str, float] = OrderedDict()  # digest -> expiry, oldest first
         self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
         self._inspections: dict[str, Principal] = {}  # digest -> grant, only while its tool call runs
+        self._streams: dict[str, set[Callable[[], None]]] = {}  # digest -> closers of streams it opened
+        self._rechecks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def forget(self) -> None:
-        """Drop cached grants (a token was created, changed or deleted in the admin)."""
+        """Drop cached grants (a token was created, changed or deleted in the admin), and close
+        the streams of every token the database no longer grants. Safe from any thread."""
         self._grants.clear()
         self._unknown.clear()
+        if self._streams and self._loop is not None:
+            self._loop.call_soon_threadsafe(self._recheck_streams)
+
+    def _recheck_streams(self) -> None:
+        task = asyncio.get_running_loop().create_task(self._close_revoked_streams())
+        self._rechecks.add(task)
+        task.add_done_callback(self._rechecks.discard)
+
+    async def _close_revoked_streams(self) -> None:
+        for digest in [digest for digest in self._streams if digest not in self._inspections]:
+            if await self._grant(digest) is None:
+                self._close_streams(digest)
+
+    def _close_streams(self, digest: str) -> None:
+        for close in self._streams.pop(digest, set()):
+            close()
+
+    def track_stream(self, header: str | None, close: Callable[[], None]) -> Callable[[], None]:
+        """Close this stream when the token that opened it is revoked; returns the untracker.
+        Call after `authenticate` accepted the same header."""
+        digest = db.digest_token((header or "").partition(" ")[2].strip())
+        self._loop = asyncio.get_running_loop()
+        self._streams.setdefault(digest, set()).add(close)
+
+        def untrack() -> None:
+            closers = self._streams.get(digest)
+            if closers is not None:
+                closers.discard(close)
+                if not closers:
+                    del self._streams[digest]
+
+        return untrack
 
     def grant_inspection(self, session_id: str, tenant: str) -> str:
         """A read-only token limited to one session, for an `inspect_session` tool call."""
@@ -54,7 +90,10 @@ class TokenCache:
         return token
 
     def revoke_inspection(self, token: str) -> None:
-        self._inspections.pop(db.digest_token(token), None)
+        """The tool call ended: the token stops working and the streams it opened end."""
+        digest = db.digest_token(token)
+        self._inspections.pop(digest, None)
+        self._close_streams(digest)
 
     async def authenticate(self, header: str | None) -> Principal:
         if not header or len(header) > MAX_AUTHORIZATION_CHARS:

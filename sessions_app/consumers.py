@@ -69,12 +69,13 @@ class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels 
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         after = query["after"][0] if "after" in query else (self._header(b"last-event-id") or "")
         try:
-            engine = brain_of(self.scope).engine
-            principal = await brain_of(self.scope).tokens.authenticate(self._header(b"authorization"))
+            engine, tokens = brain_of(self.scope).engine, brain_of(self.scope).tokens
+            principal = await tokens.authenticate(self._header(b"authorization"))
             actor, subscriber, start, end = await services.open_stream(engine, principal, session_id, after=after)
         except BrainError as error:
             await self._send_error(error)
             return
+        untrack = tokens.track_stream(self._header(b"authorization"), subscriber.close)  # revocation ends it
         try:
             await self.send_headers(status=200, headers=SSE_HEADERS)
             await self.send_body(b"", more_body=True)
@@ -103,6 +104,7 @@ class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels 
         except TimeoutError:
             self._abort()  # spec: the write deadline passed; drop the client
         finally:
+            untrack()
             services.close_stream(engine, actor, subscriber)
 
     def _abort(self) -> None:

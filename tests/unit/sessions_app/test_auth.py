@@ -11,7 +11,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from asgiref.sync import async_to_sync
+from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
 from django.test import Client
@@ -516,3 +516,58 @@ def test_lookups_in_flight_are_bounded_and_the_rest_are_overloaded(mirrored: Non
     # then
     assert sum(isinstance(outcome, Overloaded) for outcome in outcomes) == 36
     assert sum(isinstance(outcome, Unauthorized) for outcome in outcomes) == MAX_PENDING_LOOKUPS
+
+
+# --- revocation ends the streams a token opened ----------------------------------------------
+
+
+class Closer:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def test_an_inspection_token_ends_its_streams_when_its_call_returns() -> None:
+    # given: a stream opened with an inspection token
+    tokens = TokenCache()
+    header = f"Bearer {tokens.grant_inspection(SESSION_ID, 'acme')}"
+    stream = Closer()
+
+    async def open_and_revoke() -> None:
+        await tokens.authenticate(header)
+        untrack = tokens.track_stream(header, stream)
+        # when
+        tokens.revoke_inspection(header.partition(" ")[2])
+        untrack()  # the stream's own cleanup afterwards is harmless
+
+    async_to_sync(open_and_revoke)()
+
+    # then
+    assert stream.calls == 1
+    with pytest.raises(Unauthorized):
+        async_to_sync(tokens.authenticate)(header)
+
+
+def test_a_token_deleted_in_the_database_ends_its_streams_once_the_cache_is_forgotten(mirrored: None) -> None:
+    # given: streams of alice and of bob; alice's token is then deleted
+    tokens = TokenCache()
+    alice, bob = Closer(), Closer()
+
+    async def scenario() -> None:
+        for header, stream in ((f"Bearer {ALICE_TOKEN}", alice), (f"Bearer {BOB_TOKEN}", bob)):
+            await tokens.authenticate(header)
+            tokens.track_stream(header, stream)
+        await sync_to_async(ApiToken.objects.filter(digest=db.digest_token(ALICE_TOKEN)).delete)()
+        # when: the admin's save hook, which may run on another thread
+        await asyncio.to_thread(tokens.forget)
+        for _ in range(100):
+            if alice.calls:
+                break
+            await asyncio.sleep(0.01)
+
+    async_to_sync(scenario)()
+
+    # then
+    assert (alice.calls, bob.calls) == (1, 0)
