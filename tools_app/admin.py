@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 
+from .db import declared_token_envs
 from .models import ToolBinding
 from .registry import registry_of
 
@@ -59,7 +60,10 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
             self.add_error(field if field in _FORM_FIELDS else None, message)
             return data
         token_env = data.get("token_env")
-        if token_env and not os.environ.get(token_env):
+        if token_env and token_env not in declared_token_envs():
+            # one answer whether or not the variable exists: the form reveals nothing of the environment
+            self.add_error("token_env", "must be a tool token variable the host config declares")
+        elif token_env and not os.environ.get(token_env):
             self.add_error("token_env", f"environment variable {token_env} is not set for this server")
         return data
 

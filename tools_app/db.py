@@ -43,6 +43,12 @@ def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
         ToolBinding.objects.filter(from_config=True).exclude(name__in=names).delete()
 
 
+def declared_token_envs() -> frozenset[str]:
+    """The token variables the host config's tools name: the only ones an admin binding may use."""
+    rows = ToolBinding.objects.filter(from_config=True).exclude(token_env="")
+    return frozenset(rows.values_list("token_env", flat=True))
+
+
 def binding_config(row: ToolBinding) -> ToolBindingConfig:
     """The validated config form of a row (the admin form checked it the same way)."""
     return ToolBindingConfig.model_validate(binding_fields(row))

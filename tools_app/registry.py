@@ -141,6 +141,7 @@ class ToolRegistry:
         for binding in bindings:
             token = tokens.get(binding.name) if binding.token_env else ""
             self._config_entries[binding.name] = _entry(binding, token)
+        self._declared_token_envs = frozenset(b.token_env for b in bindings if b.token_env)
         self._admin_entries: dict[str, _Entry] = {}
         self._admin_expires = 0.0
         self._admin_loader = admin_loader
@@ -167,7 +168,7 @@ class ToolRegistry:
                 if binding.name in self._config_entries:
                     continue  # the config's binding wins; the admin mirrors it read-only
                 previous = self._admin_entries.get(binding.name)
-                token = os.environ.get(binding.token_env) or None if binding.token_env else ""
+                token = self._admin_token(binding)
                 fresh[binding.name] = (
                     previous
                     if previous is not None and previous.binding == binding and previous.token == token
@@ -178,6 +179,15 @@ class ToolRegistry:
         if not self._admin_entries:
             return self._config_entries
         return {**self._admin_entries, **self._config_entries}
+
+    def _admin_token(self, binding: ToolBindingConfig) -> str | None:
+        """An admin binding's credential: only from a variable the config's tools declare (None
+        refuses its calls), so an admin cannot point a tool at any secret of the server."""
+        if not binding.token_env:
+            return ""
+        if binding.token_env not in self._declared_token_envs:
+            return None
+        return os.environ.get(binding.token_env) or None
 
     def catalog_for(self, tenant: str) -> list[ToolDescriptor]:
         """Descriptors of every config tool the tenant may enable; never URLs or credentials."""

@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
@@ -15,7 +16,8 @@ from tests.support.admin_client import BrainAdminClient
 from tools_app.admin import ToolBindingForm
 from tools_app.db import aload_admin_bindings, mirror_config_bindings
 from tools_app.models import ToolBinding
-from tools_app.registry import ToolRegistry
+from tools_app.registry import CallContext, ToolRegistry
+from tools_app.transports.http_sse import HttpSseTransport, make_client
 
 VALID: dict[str, Any] = {
     "name": "lookup",
@@ -77,7 +79,12 @@ def test_a_valid_binding_passes_the_admin_form() -> None:
             {"inspect_session": "on", "mcp_tool": "search"}, "inspect_session", "mcp_tool", id="inspect_with_mcp_case"
         ),
         pytest.param({"transport": "grpc"}, "transport", "unknown transport", id="transport_case"),
-        pytest.param({"token_env": "SURELY_UNSET_TOOL_TOKEN"}, "token_env", "not set", id="token_env_unset_case"),
+        pytest.param(
+            {"token_env": "SURELY_UNSET_TOOL_TOKEN"},
+            "token_env",
+            "host config declares",
+            id="token_env_undeclared_case",
+        ),
     ],
 )
 def test_the_admin_form_is_as_strict_as_startup(changes: dict[str, Any], field: str, message: str) -> None:
@@ -159,3 +166,73 @@ def test_config_bindings_are_mirrored_read_only(admin_client: Client) -> None:
     assert row.from_config is True
     assert change.status_code == 403 and delete.status_code == 403
     assert ToolBinding.objects.get(name="lookup").description == "Look something up."
+
+
+@pytest.mark.django_db
+def test_a_token_env_the_config_does_not_declare_gets_one_answer_whether_or_not_it_exists(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given: one variable that exists in the server's environment and one that does not
+    monkeypatch.setenv("SOME_SERVER_SECRET", "s3cret-value")
+    monkeypatch.delenv("SURELY_UNSET_TOOL_TOKEN", raising=False)
+
+    # when
+    existing, missing = form(token_env="SOME_SERVER_SECRET"), form(token_env="SURELY_UNSET_TOOL_TOKEN")
+
+    # then: the same error, so the form is no oracle for the environment
+    assert not existing.is_valid() and not missing.is_valid()
+    assert existing.errors["token_env"] == missing.errors["token_env"]
+
+
+@pytest.mark.django_db
+def test_a_token_env_a_config_tool_declares_is_accepted_when_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given
+    declared = ToolBindingConfig.model_validate(
+        {**json_fields(VALID), "name": "config_tool", "token_env": "DECLARED_TOOL_TOKEN"}
+    )
+    mirror_config_bindings([declared])
+    monkeypatch.setenv("DECLARED_TOOL_TOKEN", "tool-token-0123456789")
+
+    # when / then
+    candidate = form(token_env="DECLARED_TOOL_TOKEN")
+    assert candidate.is_valid(), candidate.errors
+
+
+def json_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The form's fields as config values: JSON text decoded, blanks and form-only fields dropped."""
+    decoded = {key: json.loads(data[key]) for key in ("input_schema", "tenants")}
+    return {
+        "name": data["name"],
+        "description": data["description"],
+        "url": data["url"],
+        **decoded,
+    }
+
+
+async def test_an_admin_binding_with_an_undeclared_token_env_is_refused_at_call_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given: an admin binding (perhaps written before this check) naming a server secret
+    monkeypatch.setenv("SOME_SERVER_SECRET", "s3cret-value")
+    sent: list[httpx.Request] = []
+    admin_binding = ToolBindingConfig.model_validate({**json_fields(VALID), "token_env": "SOME_SERVER_SECRET"})
+
+    async def loader() -> list[ToolBindingConfig]:
+        return [admin_binding]
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
+
+    tools = ToolRegistry(
+        [], admin_loader=loader, transports={"http": HttpSseTransport(make_client(httpx.MockTransport(reply)))}
+    )
+    context = CallContext(tenant="acme", session_id="5" * 32, call_id="c" * 32, tools=("lookup",), progress=print)
+
+    # when
+    result = await tools.invoke(context, "lookup", {"q": "x"})
+    await tools.aclose()
+
+    # then: refused before dispatch, and the secret never left
+    assert result["is_error"] is True
+    assert sent == []
