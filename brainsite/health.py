@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 from django.http import HttpRequest
-from ninja import Router, Schema
-from pydantic import ConfigDict
+from ninja import Router
 
 from brainsite.application import request_brain
+from brainsite.wire import Status
 
 router = Router(tags=["health"])
-
-
-# The contract's Status component; sessions_app.schemas and tools_app.schemas repeat it.
-class Status(Schema):
-    model_config = ConfigDict(extra="forbid")
-
-    status: str
 
 
 @router.get("/health/live", response={200: Status}, operation_id="healthLive", summary="Liveness")

@@ -3,15 +3,12 @@ Imported only by persistence_app.api and the URL wiring."""
 
 from __future__ import annotations
 
-from typing import Annotated
-
 from ninja import Schema
-from pydantic import ConfigDict, WithJsonSchema
+from pydantic import ConfigDict
+
+from brainsite.wire import DateTime
 
 __all__ = ["Restore", "SyncStatus"]
-
-# RFC 3339 text, kept a str as in sessions_app.schemas.
-DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
 
 class Restore(Schema):

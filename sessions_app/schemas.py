@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from ninja import Schema
-from pydantic import ConfigDict, Field, WithJsonSchema, model_validator
+from pydantic import Field
+
+from brainsite.wire import DateTime, Status, StrictSchema, Tool, WireSchema
 
 __all__ = [
     "Checkpoint",
@@ -24,51 +25,6 @@ __all__ = [
     "Tool",
     "ToolBinding",
 ]
-
-# RFC 3339 text, kept a str: the server writes it once and responses never re-parse it.
-DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
-
-
-def _reject_lone_surrogates(value: Any) -> None:
-    # JSON may escape half of a UTF-16 pair ("\ud800"); such a string cannot be written as
-    # UTF-8 to the event log or the database, so it is a bad request, not a server error.
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError as exc:
-            raise ValueError("strings must be valid Unicode (no lone surrogates)") from exc
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _reject_lone_surrogates(key)
-            _reject_lone_surrogates(item)
-    elif isinstance(value, list):
-        for item in value:
-            _reject_lone_surrogates(item)
-
-
-class WireSchema(Schema):
-    """A response body: exactly the contract's fields (`additionalProperties: false`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class StrictSchema(Schema):
-    """A request body: no coercion, no unknown fields, valid Unicode throughout."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _valid_unicode(cls, data: Any) -> Any:
-        _reject_lone_surrogates(data)
-        return data
-
-
-class Tool(StrictSchema):
-    name: str
-    description: str
-    input_schema: Any
-    output_schema: Any = None
 
 
 class ToolBinding(StrictSchema):
@@ -143,10 +99,6 @@ class Event(WireSchema):
 class EventList(WireSchema):
     events: list[Event]
     next_cursor: str
-
-
-class Status(WireSchema):
-    status: str
 
 
 def _one_of(schema: dict[str, Any]) -> None:

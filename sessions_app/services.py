@@ -161,7 +161,7 @@ async def open_stream(
 ) -> tuple[SessionActor, Subscriber, int, int]:
     """Register a live subscriber, then return what to replay: log bytes [start, end)."""
     actor = await _actor(engine, principal, session_id)
-    start = await asyncio.to_thread(actor.log.position_after, after)
+    start = await asyncio.to_thread(actor.log.position_after, after) if after else 0  # a cursor reads a line
     engine.subscriber_slots.acquire()
     subscriber = Subscriber(max_events=engine.limits.subscriber_events, max_bytes=engine.limits.subscriber_bytes)
     end = actor.subscribe(subscriber)

@@ -1,13 +1,11 @@
 """Wire schemas of the tools API, named as the contract's components (openapi.json): the
-catalog and the runtime executor protocol. `Tool` and `Status` repeat sessions_app.schemas'
-(layer rules); tests/unit/brainsite/test_openapi.py checks the copies stay equal."""
+catalog and the runtime executor protocol. `Tool` and `Status` come from brainsite.wire."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ninja import Schema
-from pydantic import ConfigDict
+from brainsite.wire import Status, StrictSchema, Tool, WireSchema
 
 __all__ = [
     "Call",
@@ -25,31 +23,8 @@ __all__ = [
 ]
 
 
-class WireSchema(Schema):
-    """A response body: exactly the contract's fields (`additionalProperties: false`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class StrictSchema(Schema):
-    """A request body: no coercion and no unknown fields."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-class Tool(StrictSchema):
-    name: str
-    description: str
-    input_schema: Any
-    output_schema: Any = None
-
-
 class ToolCatalog(WireSchema):
     tools: list[Tool]
-
-
-class Status(WireSchema):
-    status: str
 
 
 class ExecutorRegistration(StrictSchema):

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from brainsite import health
+from brainsite import wire
 from brainsite.api import api
 from sessions_app import schemas as session_schemas
 from tools_app import schemas as tool_schemas
@@ -183,11 +183,11 @@ def test_each_served_component_matches_the_contracts() -> None:
     [
         pytest.param(tool_schemas.Tool, session_schemas.Tool, id="tool_case"),
         pytest.param(tool_schemas.Status, session_schemas.Status, id="tools_status_case"),
-        pytest.param(health.Status, session_schemas.Status, id="health_status_case"),
+        pytest.param(wire.Status, session_schemas.Status, id="health_status_case"),
     ],
 )
-def test_schemas_repeated_across_apps_publish_the_same_schema(copy_: Any, original: Any) -> None:
-    # the document keeps one schema per name, so a copy that drifted would go unnoticed there
+def test_schemas_shared_across_apps_publish_the_same_schema(copy_: Any, original: Any) -> None:
+    # the document keeps one schema per name, so a drifted copy would go unnoticed there
     assert copy_.model_json_schema() == original.model_json_schema()
 
 
