@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from channels.db import database_sync_to_async
@@ -20,6 +20,7 @@ from django.http import HttpRequest
 from brainsite.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry
+from persistence_app.service import ArchiveService
 from sessions_app import db as sessions_db
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine
@@ -45,16 +46,51 @@ class BrainApp:
             inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
         )
         self.engine = Engine(config, secrets, registry=self.registry, telemetry=self.telemetry)
+        self.archive: ArchiveService | None = None
+        if config.persistence is not None:
+            self.archive = ArchiveService(
+                config.persistence,
+                self.engine.data_dir,
+                os.environ,
+                dispatch=_celery_dispatch(),
+                telemetry=self.telemetry,
+            )
 
     async def start(self) -> None:
         await database_sync_to_async(sessions_db.mirror_config_tokens)(self.config, self.secrets.tokens)
         await database_sync_to_async(tools_db.mirror_config_bindings)(self.config.tools)
+        if self.archive is not None:
+            await self.archive.start(self.engine)  # before the engine: loading settles sessions
         await self.engine.start()
+
+    @property
+    def ready(self) -> bool:
+        """Readiness: not shutting down and, with persistence, the sync backlog under control."""
+        if self.engine.draining:
+            return False
+        return self.archive is None or self.archive.ready
 
     async def stop(self) -> None:
         await self.engine.shutdown()
+        if self.archive is not None:
+            await self.archive.close()  # unsynced sessions are found again by the next start's scan
         await self.registry.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
+
+
+def _celery_dispatch() -> Callable[[str, int], None] | None:
+    """Hands publishes to `manage.py syncworker` when a broker is configured."""
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL:
+        return None
+    from brainsite.celery import app
+    from persistence_app.tasks import PUBLISH_TASK
+
+    def dispatch(session_id: str, seq: int) -> None:
+        app.send_task(PUBLISH_TASK, args=(session_id, seq))
+
+    return dispatch
 
 
 def brain_of(scope: Mapping[str, Any]) -> BrainApp:

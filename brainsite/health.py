@@ -18,6 +18,6 @@ async def live(request: HttpRequest) -> dict[str, str]:
 
 @router.get("/health/ready", response={200: Status, 503: Status}, operation_id="healthReady", summary="Readiness")
 async def ready(request: HttpRequest) -> tuple[int, dict[str, str]]:
-    if request_brain(request).engine.draining:
+    if not request_brain(request).ready:
         return 503, {"status": "not_ready"}
     return 200, {"status": "ready"}

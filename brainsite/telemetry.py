@@ -11,6 +11,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,9 @@ class _Instruments:
     tool_duration: Histogram
     transcript_bytes: Counter
     native_bytes: Counter
+    sync_duration: Histogram
+    sync_failures: Counter
+    meter: Any
 
 
 def _build_instruments() -> _Instruments | None:
@@ -114,6 +118,11 @@ def _build_instruments() -> _Instruments | None:
         native_bytes=meter.create_counter(
             "brain.native.appended_bytes", unit="By", description="Growth of native harness state"
         ),
+        sync_duration=seconds("brain.sync.duration", "Time to publish a session to external storage"),
+        sync_failures=meter.create_counter(
+            "brain.sync.failures", unit="{sync}", description="Publishes that failed after their retries"
+        ),
+        meter=meter,
     )
     logger.info("telemetry exporting", extra={"endpoint": os.environ[ENDPOINT_ENV]})
     return instruments
@@ -236,6 +245,25 @@ class Telemetry:
     def record_native_bytes(self, count: int) -> None:
         if self._instruments is not None and count > 0:
             self._instruments.native_bytes.add(count)
+
+    def record_sync(self, seconds: float, *, failed: bool) -> None:
+        if self._instruments is not None:
+            self._instruments.sync_duration.record(seconds)
+            if failed:
+                self._instruments.sync_failures.add(1)
+
+    def observe_sync_pending(self, pending: Callable[[], int]) -> None:
+        """brain.sync.pending: the upload backlog, read at each export."""
+        if self._instruments is None:
+            return
+        from opentelemetry.metrics import Observation
+
+        self._instruments.meter.create_observable_up_down_counter(
+            "brain.sync.pending",
+            callbacks=[lambda _options: [Observation(pending())]],
+            unit="{session}",
+            description="Sessions waiting for upload to external storage",
+        )
 
     def shutdown(self) -> None:
         """Export what is buffered and stop; blocks up to the exporters' timeouts."""

@@ -1,18 +1,20 @@
-"""POST /flush, GET /sync, POST /restore. External persistence is not built into this server
-yet, so after the usual authorization and session lookup they answer 422 `unsupported`, the
-spec's answer when `persistence` is not configured."""
+"""POST /flush, GET /sync, POST /restore: the checkpoint archive of the host config's
+`persistence` block. Without one they answer 422 `unsupported` after the usual authorization
+and session lookup, as the spec says."""
 
 from __future__ import annotations
 
-from typing import Annotated, NoReturn
+from typing import Annotated, Any
 
-from django.http import HttpRequest
+import orjson
+from django.http import HttpRequest, HttpResponse
 from ninja import Path, Router
 from pydantic import WithJsonSchema
 
-from brainsite.application import request_brain
+from brainsite.application import BrainApp, request_brain
 from brainsite.errors import Unsupported
 from brainsite.principal import principal_of, require_manage
+from persistence_app.service import ArchiveService
 from sessions_app import services
 
 from .schemas import Restore, SyncStatus
@@ -33,20 +35,28 @@ _SESSION_RESPONSE = {
 }
 
 
+def _archive(brain: BrainApp) -> ArchiveService:
+    if brain.archive is None:
+        raise Unsupported(NOT_CONFIGURED)
+    return brain.archive
+
+
 @router.post("/sessions/{id}/flush", response={200: SyncStatus}, operation_id="flush", summary="Flush external state")
-async def flush_session(request: HttpRequest, id: SessionId) -> NoReturn:
+async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+    brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
-    await services.get_session(request_brain(request).engine, principal, id)
-    raise Unsupported(NOT_CONFIGURED)
+    record = await services.get_session(brain.engine, principal, id)
+    return await _archive(brain).flush(record.id)
 
 
 @router.get(
     "/sessions/{id}/sync", response={200: SyncStatus}, operation_id="sync", summary="Read synchronization status"
 )
-async def sync_status(request: HttpRequest, id: SessionId) -> NoReturn:
-    await services.get_session(request_brain(request).engine, principal_of(request), id)
-    raise Unsupported(NOT_CONFIGURED)
+async def sync_status(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+    brain = request_brain(request)
+    record = await services.get_session(brain.engine, principal_of(request), id)
+    return await _archive(brain).status(record.id)
 
 
 @router.post(
@@ -56,8 +66,13 @@ async def sync_status(request: HttpRequest, id: SessionId) -> NoReturn:
     summary="Restore a checkpoint",
     openapi_extra=_SESSION_RESPONSE,
 )
-async def restore_session(request: HttpRequest, id: SessionId, body: Restore) -> NoReturn:
+async def restore_session(request: HttpRequest, id: SessionId, body: Restore) -> HttpResponse:
+    brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
-    await services.get_session(request_brain(request).engine, principal, id)
-    raise Unsupported(NOT_CONFIGURED)
+    session_id = services.check_session_id(principal, id)
+    if brain.archive is None:
+        await services.get_session(brain.engine, principal, session_id)  # 404 before 422, as elsewhere
+    record = await _archive(brain).restore(brain.engine, principal.tenant, session_id, body.checkpoint)
+    # the Session schema belongs to the sessions app's wiring: render its wire form directly
+    return HttpResponse(orjson.dumps(record.as_wire()), content_type="application/json")

@@ -20,6 +20,10 @@ __all__ = [
     "acreate_session",
     "afind_grant",
     "aget_session",
+    "aget_session_by_id",
+    "aimport_session",
+    "get_session_by_id",
+    "import_session",
     "alist_sessions",
     "asave_session_states",
     "digest_token",
@@ -114,6 +118,39 @@ def get_session(tenant: str, session_id: str) -> SessionRecord | None:
     return _record(row) if row is not None else None
 
 
+def get_session_by_id(session_id: str) -> SessionRecord | None:
+    """Any tenant's session: for the sync publisher and restore's tenant check."""
+    row = Session.objects.filter(id=session_id).first()
+    return _record(row) if row is not None else None
+
+
+def import_session(record: SessionRecord) -> bool:
+    """Create or replace a session's row from an archived checkpoint. False (and nothing
+    written) when the id belongs to another tenant."""
+    with transaction.atomic():
+        existing = Session.objects.select_for_update().filter(id=record.id).values_list("tenant_id", flat=True).first()
+        if existing is not None and existing != record.tenant:
+            return False
+        Tenant.objects.get_or_create(name=record.tenant)
+        Session.objects.update_or_create(
+            id=record.id,
+            defaults={
+                "tenant_id": record.tenant,
+                "harness": record.harness,
+                "model": str(record.config.get("model", "")),
+                "config": record.config,
+                "descriptors": record.descriptors,
+                "status": record.status,
+                "created_at": parse_time(record.created_at),
+                "updated_at": parse_time(record.updated_at),
+                "checkpoint_id": record.checkpoint["id"],
+                "checkpoint_offset": record.checkpoint["offset"],
+                "checkpoint_time": parse_time(record.checkpoint["time"]),
+            },
+        )
+    return True
+
+
 def list_sessions(tenant: str, *, after: str, limit: int, only: str = "") -> list[SessionRecord]:
     rows = Session.objects.filter(tenant_id=tenant, id__gt=after).order_by("id")
     if only:
@@ -165,6 +202,8 @@ def claim_running_sessions(marked: Iterable[str] = ()) -> list[SessionRecord]:
 afind_grant = database_sync_to_async(find_grant)
 acreate_session = database_sync_to_async(create_session)
 aget_session = database_sync_to_async(get_session)
+aget_session_by_id = database_sync_to_async(get_session_by_id)
+aimport_session = database_sync_to_async(import_session)
 alist_sessions = database_sync_to_async(list_sessions)
 asave_session_states = database_sync_to_async(save_session_states)
 aclaim_running_sessions = database_sync_to_async(claim_running_sessions)

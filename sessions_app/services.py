@@ -18,6 +18,7 @@ from .runtime.pubsub import Subscriber
 
 __all__ = [
     "EventPage",
+    "check_session_id",
     "close_session",
     "close_stream",
     "create_session",
@@ -43,7 +44,8 @@ class EventPage:
     next_cursor: str
 
 
-def _session_id(principal: Principal, session_id: str) -> str:
+def check_session_id(principal: Principal, session_id: str) -> str:
+    """The session id, lower-cased; 404 when malformed, 403 outside the token's session limit."""
     if not SESSION_ID.fullmatch(session_id):
         raise NotFound("session not found")
     session_id = session_id.lower()
@@ -88,7 +90,7 @@ async def create_session(
 
 
 async def _actor(engine: Engine, principal: Principal, session_id: str) -> SessionActor:
-    return await engine.get_actor(principal.tenant, _session_id(principal, session_id))
+    return await engine.get_actor(principal.tenant, check_session_id(principal, session_id))
 
 
 async def get_session(engine: Engine, principal: Principal, session_id: str) -> SessionRecord:
@@ -96,8 +98,15 @@ async def get_session(engine: Engine, principal: Principal, session_id: str) -> 
 
 
 async def list_sessions(engine: Engine, principal: Principal, *, after: str, limit: int) -> list[SessionRecord]:
+    """The tenant's local sessions, merged with those the discovery index knows from other
+    servers (local rows win), in id order."""
     records = await db.alist_sessions(principal.tenant, after=after, limit=limit, only=principal.session)
-    return [engine.loaded_record(record.id) or record for record in records]
+    merged = {record.id: engine.loaded_record(record.id) or record for record in records}
+    if engine.remote_lister is not None:
+        for remote in await engine.remote_lister(principal.tenant, after, limit):
+            if remote.id not in merged and (not principal.session or remote.id == principal.session):
+                merged[remote.id] = remote
+    return [merged[session_id] for session_id in sorted(merged)[:limit]]
 
 
 def _validate_message(text: str | None, key: str | None, delivery: str | None, *, input_bytes: int) -> None:
@@ -125,6 +134,7 @@ async def send_message(
 ) -> Event:
     _validate_message(text, key, delivery, input_bytes=engine.limits.input_bytes)
     actor = await _actor(engine, principal, session_id)
+    engine.check_writes()
     assert text is not None
     return actor.send(text, key=key or None, traceparent=traceparent)
 

@@ -86,6 +86,8 @@ class SessionHost(Protocol):
 
     def mark_dirty(self, actor: SessionActor) -> None: ...
 
+    def mark_settled(self, actor: SessionActor) -> None: ...
+
     def track(self, task: asyncio.Task[Any]) -> None: ...
 
 
@@ -179,6 +181,7 @@ class SessionActor:
         self.emit("session.status", {"status": status.value}, input_id=input_id)
         if status != SessionStatus.RUNNING:
             self._mark_running(False)
+            self._host.mark_settled(self)
             self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
         if status == SessionStatus.CLOSED:
             for subscriber in list(self.subscribers):
@@ -219,6 +222,11 @@ class SessionActor:
         self._marked_running = True  # whatever a dead server left: a loaded actor has no running turn yet
         self._mark_running(False)
         self._host.mark_dirty(self)
+
+    def settle_restored(self) -> None:
+        """A session restored from the archive comes back interrupted (closed stays closed)."""
+        if self.status not in (SessionStatus.INTERRUPTED, SessionStatus.CLOSED):
+            self._set_status(SessionStatus.INTERRUPTED)
 
     # -- events ------------------------------------------------------------------------------
 

@@ -10,12 +10,12 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from brainsite.errors import BrainError, NotFound, Overloaded
+from brainsite.errors import BrainError, Conflict, NotFound, Overloaded
 from brainsite.hostconfig import HostConfig, Limits, Secrets
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry
@@ -33,7 +33,7 @@ from .recovery import recover
 from .residency import Residency
 from .toolcalls import ToolCalls
 
-__all__ = ["Engine", "SessionDamaged", "Stats", "new_session_record"]
+__all__ = ["ColdLoader", "Engine", "RemoteLister", "SessionDamaged", "Stats", "SyncHook", "new_session_record"]
 
 # Status rows reach the database at most this long after a change. Crash recovery does not
 # depend on it (the event log and the running marker do); the admin and lists see it.
@@ -43,6 +43,21 @@ SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to 
 
 class SessionDamaged(BrainError):
     """A session whose log or checkpoint journal does not decode: it alone cannot load (500)."""
+
+
+class SyncHook(Protocol):
+    """Background sync as the engine sees it (persistence_app's scheduler)."""
+
+    def mark_dirty(self, session_id: str) -> None: ...
+
+    @property
+    def full(self) -> bool: ...
+
+
+# Loads a session that is not on local disk from the archive into it: True when it did.
+ColdLoader = Callable[[str, str], Awaitable[bool]]
+# Sessions other servers published, from the discovery index: (tenant, after, limit).
+RemoteLister = Callable[[str, str, int], Awaitable[list[SessionRecord]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +95,10 @@ class Engine:
         self._dirty: dict[str, SessionRecord] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._streams_closed = asyncio.Event()
+        self.sync: SyncHook | None = None
+        self.cold_loader: ColdLoader | None = None
+        self.remote_lister: RemoteLister | None = None
+        self._offline: set[str] = set()  # sessions being replaced by a restore
 
     @property
     def limits(self) -> Limits:
@@ -137,6 +156,18 @@ class Engine:
     def mark_dirty(self, actor: SessionActor) -> None:
         self._dirty[actor.id] = actor.record
 
+    def mark_settled(self, actor: SessionActor) -> None:
+        """The session settled: its new state is due for background sync."""
+        if self.sync is not None:
+            self.sync.mark_dirty(actor.id)
+
+    def check_writes(self) -> None:
+        """429 while shutting down or while the sync backlog is full (spec)."""
+        if self._draining:
+            raise Overloaded("server is shutting down")
+        if self.sync is not None and self.sync.full:
+            raise Overloaded("the checkpoint upload backlog is full")
+
     async def flush(self) -> None:
         if not self._dirty:
             return
@@ -162,8 +193,7 @@ class Engine:
 
     async def create(self, record: SessionRecord) -> SessionRecord:
         """Persist a new idle session with its creation checkpoint (offset 0)."""
-        if self._draining:
-            raise Overloaded("server is shutting down")
+        self.check_writes()
         directory = self.session_dir(record.id)
         (directory / "native").mkdir(parents=True, exist_ok=False)
         (directory / "events.jsonl").touch()
@@ -175,10 +205,15 @@ class Engine:
             reported=[],
         )
         await db.acreate_session(record)
+        if self.sync is not None:
+            self.sync.mark_dirty(record.id)
         return record
 
     async def get_actor(self, tenant: str, session_id: str) -> SessionActor:
-        """The loaded actor of a tenant's session, loading it from disk; NotFound otherwise."""
+        """The loaded actor of a tenant's session, loading it from disk (or the archive);
+        NotFound otherwise, Conflict while a restore replaces it."""
+        if session_id in self._offline:
+            raise Conflict("the session is being restored")
         actor = self.actors.get(session_id)
         if actor is not None:
             if actor.record.tenant != tenant:
@@ -205,6 +240,10 @@ class Engine:
 
     async def _load(self, tenant: str, session_id: str) -> SessionActor:
         record = await db.aget_session(tenant, session_id)
+        cold = False
+        if record is None and self.cold_loader is not None and await self.cold_loader(tenant, session_id):
+            cold = True
+            record = await db.aget_session(tenant, session_id)
         if record is None:
             raise NotFound("session not found")
         await self._make_room()
@@ -230,6 +269,8 @@ class Engine:
         )
         self.actors[session_id] = actor
         actor.settle_after_load(recovered)
+        if cold:
+            actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor
 
     async def _make_room(self) -> None:
@@ -246,6 +287,37 @@ class Engine:
         self.actors.pop(actor.id, None)
         await self.residency.detach(actor)
         actor.log.close()
+
+    @contextlib.asynccontextmanager
+    async def offline(self, tenant: str, session_id: str) -> AsyncIterator[None]:
+        """Take a settled session out of service while a restore replaces its files: its streams
+        end, its harness detaches, its actor unloads, and requests for it get 409 until the
+        block exits. 409 if a turn runs or input is queued."""
+        if session_id in self._offline or session_id in self._loading:
+            raise Conflict("the session is being loaded or restored")
+        actor = self.actors.get(session_id)
+        if actor is not None:
+            if actor.record.tenant != tenant:
+                raise NotFound("session not found")
+            if actor.task is not None or actor.queue:
+                raise Conflict("a turn is running or input is queued; interrupt and wait for the session to settle")
+        self._offline.add(session_id)
+        try:
+            if actor is not None:
+                for subscriber in list(actor.subscribers):
+                    subscriber.close()
+                actor.subscribers.clear()
+                self._dirty.pop(session_id, None)
+                await self.unload(actor)
+            yield
+        finally:
+            self._offline.discard(session_id)
+
+    async def land_restored(self, tenant: str, session_id: str) -> SessionRecord:
+        """Load a freshly restored session and settle it interrupted: it waits for a resume."""
+        actor = await self.get_actor(tenant, session_id)
+        actor.settle_restored()
+        return actor.record
 
     def loaded_record(self, session_id: str) -> SessionRecord | None:
         actor = self.actors.get(session_id)

@@ -1,0 +1,13 @@
+"""The Celery application of `manage.py syncworker`: Django settings with the CELERY_ prefix."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
+
+app = Celery("brain")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["persistence_app"])

@@ -1,0 +1,112 @@
+"""The PostgreSQL discovery index (`persistence.postgres_env`): which sessions exist, by tenant,
+and their latest checkpoint, across every Brain instance writing to the same archive.
+
+Eventually consistent and never a lock: a row is upserted after each publication, and
+`GET /sessions` and cold loads read it. At most MAX_CONNECTIONS per process (psycopg_pool).
+Blocking; the server calls it from worker threads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool
+
+from persistence_app.stores.base import StoreError
+
+__all__ = ["MAX_CONNECTIONS", "DiscoveryIndex", "TenantMismatch"]
+
+MAX_CONNECTIONS = 4  # spec: Brain bounds each process to at most 4 open database connections
+CONNECT_TIMEOUT_SECONDS = 5.0
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS brain_sessions (
+    id text PRIMARY KEY,
+    tenant text NOT NULL,
+    data jsonb NOT NULL,
+    checkpoint text NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX IF NOT EXISTS brain_sessions_tenant_id ON brain_sessions (tenant, id);
+"""
+
+_UPSERT = """
+INSERT INTO brain_sessions (id, tenant, data, checkpoint) VALUES (%s, %s, %s, %s)
+ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, checkpoint = EXCLUDED.checkpoint, updated_at = now()
+WHERE brain_sessions.tenant = EXCLUDED.tenant
+RETURNING id
+"""
+
+
+class TenantMismatch(StoreError):
+    """The id is indexed under another tenant (403 forbidden: metadata tenant mismatch)."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"session {session_id}: metadata tenant mismatch", retryable=False)
+
+
+class DiscoveryIndex:
+    def __init__(self, conninfo: str) -> None:
+        self._pool = ConnectionPool(
+            conninfo,
+            min_size=0,
+            max_size=MAX_CONNECTIONS,
+            open=False,
+            timeout=CONNECT_TIMEOUT_SECONDS,
+            kwargs={"connect_timeout": int(CONNECT_TIMEOUT_SECONDS), "autocommit": True},
+        )
+        self._ready = False
+
+    def _connection(self) -> Any:
+        if not self._ready:
+            self._pool.open(wait=False)
+            with self._pool.connection() as connection:
+                connection.execute(_SCHEMA)
+            self._ready = True
+        return self._pool.connection()
+
+    def put(self, session: dict[str, Any], checkpoint: str) -> None:
+        try:
+            with self._connection() as connection:
+                row = connection.execute(
+                    _UPSERT, (session["id"], session["tenant"], Jsonb(session), checkpoint)
+                ).fetchone()
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"discovery index write failed: {exc}", retryable=True) from exc
+        if row is None:
+            raise TenantMismatch(session["id"])
+
+    def owner(self, session_id: str) -> str | None:
+        """The tenant the id is indexed under, if any."""
+        try:
+            with self._connection() as connection:
+                row = connection.execute("SELECT tenant FROM brain_sessions WHERE id = %s", (session_id,)).fetchone()
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+        return str(row[0]) if row else None
+
+    def get(self, tenant: str, session_id: str) -> tuple[dict[str, Any], str] | None:
+        try:
+            with self._connection() as connection:
+                row = connection.execute(
+                    "SELECT data, checkpoint FROM brain_sessions WHERE tenant = %s AND id = %s", (tenant, session_id)
+                ).fetchone()
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+        return (dict(row[0]), str(row[1])) if row else None
+
+    def list(self, tenant: str, *, after: str, limit: int) -> list[dict[str, Any]]:
+        try:
+            with self._connection() as connection:
+                rows = connection.execute(
+                    "SELECT data FROM brain_sessions WHERE tenant = %s AND id > %s ORDER BY id LIMIT %s",
+                    (tenant, after, limit),
+                ).fetchall()
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+        return [dict(row[0]) for row in rows]
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,168 @@
+"""A session's local files as the archive sees them: what to publish, what was uploaded, and
+how a restored checkpoint is written back to disk.
+
+    sessions/<id>/events.jsonl        published up to its last whole line
+    sessions/<id>/checkpoints.jsonl   its last entry names the native files and their sizes
+    sessions/<id>/uploaded.json       what the archive has (replaced atomically)
+
+Blocking file I/O, no Django.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypedDict
+
+import orjson
+
+from persistence_app.archive import ArchiveError, LocalFile, Manifest, UploadedFile, read_file
+from persistence_app.stores.base import ObjectStore
+from sessions_app.runtime.checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
+
+__all__ = [
+    "LocalSnapshot",
+    "Uploaded",
+    "history_size",
+    "materialize",
+    "read_uploaded",
+    "snapshot",
+    "write_uploaded",
+]
+
+UPLOADED = "uploaded.json"
+TAIL_SCAN_BYTES = 64 << 10
+
+
+class Uploaded(TypedDict):
+    checkpoint: str
+    history_bytes: int
+    resume_offset: int
+    native_checkpoint: str
+    time: str
+    files: dict[str, UploadedFile]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalSnapshot:
+    history_bytes: int
+    native_checkpoint: CheckpointEntry
+    files: list[LocalFile]
+
+
+def history_size(path: Path) -> int:
+    """events.jsonl's size cut after its last newline: a line being appended is not published."""
+    with path.open("rb") as handle:
+        end = handle.seek(0, os.SEEK_END)
+        position = end
+        while position > 0:
+            step = min(TAIL_SCAN_BYTES, position)
+            position -= step
+            handle.seek(position)
+            newline = handle.read(step).rfind(b"\n")
+            if newline >= 0:
+                return position + newline + 1
+    return 0
+
+
+def snapshot(directory: Path) -> LocalSnapshot:
+    """The files a publish of this session uploads now. Raises ArchiveError when the session
+    has no checkpoint journal, OSError on a disk failure."""
+    entry = CheckpointStore(directory).last()
+    if entry is None:
+        raise ArchiveError(f"session {directory.name} has no checkpoint to publish")
+    events = directory / "events.jsonl"
+    history = history_size(events)
+    if history < entry["offset"]:
+        raise ArchiveError(f"session {directory.name}: the event log is shorter than its last checkpoint")
+    files = [LocalFile("events.jsonl", str(events), history)]
+    native = directory / "native"
+    for item in entry["files"]:
+        files.append(LocalFile(f"native/{item['path']}", str(native / item["path"]), item["size"]))
+    return LocalSnapshot(history_bytes=history, native_checkpoint=entry, files=files)
+
+
+def read_uploaded(directory: Path) -> Uploaded | None:
+    """uploaded.json, or None when missing or unreadable (the next publish starts new generations)."""
+    try:
+        value = orjson.loads((directory / UPLOADED).read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("files"), dict):
+        return None
+    uploaded: Uploaded = value  # type: ignore[assignment]  # written by write_uploaded only
+    return uploaded
+
+
+def write_uploaded(directory: Path, value: Uploaded) -> None:
+    """Replace uploaded.json atomically and durably."""
+    temporary = directory / f".{UPLOADED}.{secrets.token_hex(4)}"
+    with temporary.open("wb") as handle:
+        handle.write(orjson.dumps(value))
+        handle.flush()
+        os.fsync(handle.fileno())
+    temporary.replace(directory / UPLOADED)
+
+
+def _write_file(path: Path, chunks: Iterator[bytes]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(descriptor, "wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def materialize(store: ObjectStore, manifest: Manifest, target: Path) -> None:
+    """Write a checkpoint into the empty directory `target`: the events up to history_bytes, the
+    native files, a one-line checkpoints.jsonl and uploaded.json. The files get new generations
+    on their next publish: their archived generations may have grown elsewhere since."""
+    session_id = manifest["session"]["id"]
+    native: dict[str, Any] = manifest["native_checkpoint"]
+    listed = native.get("files")
+    expected: dict[str, object] = {"events.jsonl": manifest["history_bytes"]}
+    if isinstance(listed, list):
+        expected |= {f"native/{item.get('path')}": item.get("size") for item in listed if isinstance(item, dict)}
+    actual: dict[str, object] = {name: entry["size"] for name, entry in manifest["files"].items()}
+    if actual != expected:
+        raise ArchiveError(f"checkpoint {manifest['checkpoint']}: its files do not match its native checkpoint")
+    target.mkdir(mode=0o700)
+    try:
+        (target / "native").mkdir(mode=0o700)
+        for name, file_entry in manifest["files"].items():
+            _write_file(target / name, read_file(store, session_id, file_entry))
+        journal = orjson.dumps(native) + b"\n"
+        _write_file(target / "checkpoints.jsonl", iter([journal]))
+        write_uploaded(
+            target,
+            {
+                "checkpoint": manifest["checkpoint"],
+                "history_bytes": manifest["history_bytes"],
+                "resume_offset": manifest["resume_offset"],
+                "native_checkpoint": str(native.get("id", "")),
+                "time": manifest["time"],
+                "files": {},
+            },
+        )
+        # the restored journal must be one the runtime can load and restore from
+        try:
+            entry = CheckpointStore(target).last()
+        except CheckpointError as exc:
+            raise ArchiveError(f"checkpoint {manifest['checkpoint']}: {exc}") from exc
+        if entry is None:
+            raise ArchiveError(f"checkpoint {manifest['checkpoint']} holds no native checkpoint entry")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _remove_tree(target)
+        raise
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)

@@ -1,0 +1,55 @@
+"""`syncworker --config FILE`: Celery workers that publish this host's dirty sessions.
+
+Run on the server's host, from the same working directory, with the same data dir and
+environment; the server dispatches work through the broker in $BRAIN_CELERY_BROKER.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+
+PRIVATE_UMASK = 0o077
+
+
+class Command(BaseCommand):
+    help = "Start Celery workers that upload checkpoints of this host's sessions."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--config", default="brain.json")
+        parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
+        parser.add_argument("--loglevel", default="INFO")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            config = load_host_config(options["config"])
+            resolve_secrets(config)
+        except ConfigError as exc:
+            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        if config.persistence is None:
+            raise CommandError("the host config has no persistence block: there is nothing to sync")
+        if not settings.CELERY_BROKER_URL:
+            raise CommandError("BRAIN_CELERY_BROKER is not set: sync workers need a broker (redis://...)")
+        if options["concurrency"] < 1:
+            raise CommandError("--concurrency must be at least 1")
+        os.environ["BRAIN_CONFIG"] = options["config"]
+        os.umask(PRIVATE_UMASK)  # uploaded.json and lock files stay private, as in the server
+
+        from brainsite.celery import app
+
+        app.worker_main(
+            [
+                "worker",
+                f"--loglevel={options['loglevel']}",
+                f"--concurrency={options['concurrency']}",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ]
+        )

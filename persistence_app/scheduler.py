@@ -1,0 +1,269 @@
+"""The server's side of background sync: the dirty set, its bound, the scan that publishes it.
+
+A session is marked dirty when it is created and whenever it settles. Every
+`interval_seconds` the scheduler hands each dirty session to a publisher: Celery workers when a
+broker is configured (`manage.py syncworker`), otherwise threads of this process. Either way
+the publisher's result lands in the session's sync-state row, which the scheduler polls; a
+session leaves the dirty set once a publish covered its newest mark. While the set holds
+`queue` sessions or more, writes get 429 and readiness is 503. Turns never wait for any of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from brainsite.logs import logger
+from brainsite.telemetry import Telemetry
+from persistence_app import db, localstate
+from persistence_app.sync import Outcome, Publisher, Result
+
+__all__ = ["Dispatch", "SyncScheduler", "unsynced_sessions"]
+
+POLL_SECONDS = 0.25  # how soon a worker's result reaches readiness and the 429
+# a dispatched publish with no result after this long is dispatched again (a worker died)
+REDISPATCH_SECONDS = 30.0
+IN_PROCESS_THREADS = 4
+
+Dispatch = Callable[[str, int], None]  # hands (session_id, seq) to a Celery worker
+
+
+@dataclass(slots=True)
+class _Dirty:
+    seq: int  # time.time_ns() of the newest mark
+    dispatched_seq: int = 0
+    dispatched_at: float = 0.0
+
+
+def unsynced_sessions(sessions_dir: Path) -> list[str]:
+    """Local sessions whose events or checkpoint are newer than what uploaded.json records."""
+    found = []
+    try:
+        entries = list(sessions_dir.iterdir())
+    except FileNotFoundError:
+        return []
+    for directory in entries:
+        name = directory.name
+        if len(name) != 32 or not directory.is_dir():
+            continue  # `<id>-replaced-<ID>` directories and strays
+        uploaded = localstate.read_uploaded(directory)
+        if uploaded is None:
+            found.append(name)
+            continue
+        try:
+            history = localstate.history_size(directory / "events.jsonl")
+        except OSError:
+            continue
+        journal = directory / "checkpoints.jsonl"
+        from sessions_app.runtime.checkpoints import CheckpointError, CheckpointStore
+
+        try:
+            last = CheckpointStore(directory).last() if journal.exists() else None
+        except CheckpointError:
+            continue
+        if history != uploaded["history_bytes"] or (last is not None and last["id"] != uploaded["native_checkpoint"]):
+            found.append(name)
+    return sorted(found)
+
+
+class SyncScheduler:
+    def __init__(
+        self,
+        publisher: Publisher,
+        *,
+        interval_seconds: float,
+        queue: int,
+        dispatch: Dispatch | None = None,
+        telemetry: Telemetry | None = None,
+    ) -> None:
+        self.publisher = publisher
+        self.interval = interval_seconds
+        self.queue = queue
+        self._dispatch = dispatch
+        self._telemetry = telemetry
+        if telemetry is not None:
+            telemetry.observe_sync_pending(lambda: len(self._dirty))
+        self._dirty: dict[str, _Dirty] = {}
+        self._threads = None if dispatch else ThreadPoolExecutor(IN_PROCESS_THREADS, thread_name_prefix="brain-sync")
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._scanned = False
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Future[Result]] = set()
+
+    # -- what the server asks --------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        return len(self._dirty)
+
+    @property
+    def full(self) -> bool:
+        return len(self._dirty) >= self.queue
+
+    @property
+    def ready(self) -> bool:
+        """Readiness: the startup scan is done and the backlog is not full."""
+        return self._scanned and not self.full
+
+    def is_pending(self, session_id: str) -> bool:
+        return session_id in self._dirty
+
+    def mark_dirty(self, session_id: str) -> None:
+        entry = self._dirty.get(session_id)
+        seq = time.time_ns()
+        if entry is None:
+            self._dirty[session_id] = _Dirty(seq)
+        else:
+            entry.seq = seq
+
+    def forget(self, session_id: str) -> None:
+        """A restore replaced the session: whatever was dirty belonged to the old copy."""
+        self._dirty.pop(session_id, None)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="brain-sync-scheduler")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _run(self) -> None:
+        sessions_dir = self.publisher.sessions_dir
+        try:
+            found = await asyncio.to_thread(unsynced_sessions, sessions_dir)
+        except Exception:  # supervision boundary: a failed scan must not keep readiness down
+            logger.exception("sync startup scan failed")
+            found = []
+        for session_id in found:
+            self.mark_dirty(session_id)
+        self._scanned = True
+        logger.info("sync startup scan done", extra={"unsynced": len(found)})
+        last_dispatch = 0.0
+        while True:
+            now = time.monotonic()
+            if now - last_dispatch >= self.interval:
+                last_dispatch = now
+                due = self._dispatch_due(now)
+                if due:
+                    await asyncio.to_thread(self._send, due)  # the broker is network I/O
+            if self._dispatch is not None and self._dirty:
+                await self._poll()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+            self._wake.clear()
+
+    def _dispatch_due(self, now: float) -> list[tuple[str, int]]:
+        """Start in-process publishes of the due sessions; return those due for Celery."""
+        due: list[tuple[str, int]] = []
+        for session_id, entry in list(self._dirty.items()):
+            if entry.dispatched_seq == entry.seq and now - entry.dispatched_at < REDISPATCH_SECONDS:
+                continue  # its publish is on the way
+            if entry.dispatched_seq and entry.dispatched_seq != entry.seq and now - entry.dispatched_at < self.interval:
+                continue
+            entry.dispatched_seq, entry.dispatched_at = entry.seq, now
+            if self._dispatch is not None:
+                due.append((session_id, entry.seq))
+            else:
+                self._run_in_thread(session_id, entry.seq)
+        return due
+
+    def _send(self, due: list[tuple[str, int]]) -> None:
+        assert self._dispatch is not None
+        for session_id, seq in due:
+            try:
+                self._dispatch(session_id, seq)
+            except Exception as exc:  # a broker outage: stay dirty, dispatched again after a while
+                logger.error("sync dispatch failed", extra={"session_id": session_id, "error": str(exc)})
+                return
+
+    def _run_in_thread(self, session_id: str, seq: int) -> None:
+        assert self._threads is not None
+        future = asyncio.wrap_future(self._threads.submit(self.publisher.run, session_id, seq))
+        self._inflight.add(future)
+
+        def done(finished: asyncio.Future[Result]) -> None:
+            self._inflight.discard(finished)
+            if finished.cancelled():
+                return
+            error = finished.exception()
+            if error is not None:
+                logger.error("sync job crashed", extra={"session_id": session_id, "error": repr(error)})
+                self._retry_later(session_id, seq)
+                return
+            self._settle(session_id, seq, finished.result())
+
+        future.add_done_callback(done)
+
+    def _settle(self, session_id: str, seq: int, result: Result) -> None:
+        if self._telemetry is not None:
+            self._telemetry.record_sync(result.seconds, failed=result.outcome == Outcome.FAILED)
+        entry = self._dirty.get(session_id)
+        if entry is None:
+            return
+        if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED, Outcome.FENCED):
+            if entry.seq <= seq:
+                del self._dirty[session_id]
+        elif result.outcome == Outcome.FAILED and result.permanent:
+            if entry.seq <= seq:
+                del self._dirty[session_id]  # shown in SyncStatus.error; the next mark tries again
+        else:
+            self._retry_later(session_id, seq)
+
+    def _retry_later(self, session_id: str, seq: int) -> None:
+        entry = self._dirty.get(session_id)
+        if entry is not None and entry.dispatched_seq == seq:
+            entry.dispatched_seq = 0  # due again at the next scan
+
+    async def _poll(self) -> None:
+        """Celery mode: learn from the sync-state rows which dirty sessions a worker published."""
+        ids = list(self._dirty)
+        try:
+            rows = await db.astates(ids)
+        except Exception as exc:  # the database is busy or gone: poll again later
+            logger.warning("sync state poll failed", extra={"error": str(exc)})
+            return
+        for session_id in ids:
+            entry, row = self._dirty.get(session_id), rows.get(session_id)
+            if entry is None or row is None:
+                continue
+            if row.synced_seq >= entry.seq:
+                del self._dirty[session_id]
+            elif row.failed_seq >= entry.dispatched_seq > 0:
+                if row.error_permanent and row.failed_seq >= entry.seq:
+                    del self._dirty[session_id]
+                else:
+                    entry.dispatched_seq = 0
+
+    # -- flush -------------------------------------------------------------------------------
+
+    async def flush(self, session_id: str) -> Result:
+        """Publish now, in this process, whatever the dispatch mode; one flush per session at a
+        time. A concurrent background publish makes this one wait for it and try again."""
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                seq = time.time_ns()
+                for _ in range(100):
+                    result = await asyncio.to_thread(self.publisher.run, session_id, seq)
+                    if result.outcome != Outcome.BUSY:
+                        break
+                    await asyncio.sleep(0.05)
+                entry = self._dirty.get(session_id)
+                if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED) and entry is not None and entry.seq <= seq:
+                    del self._dirty[session_id]
+                return result
+        finally:
+            if not lock.locked():
+                self._locks.pop(session_id, None)

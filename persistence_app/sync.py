@@ -1,0 +1,232 @@
+"""One sync of one session: publish its local state to the archive, retrying transient failures.
+
+The same job runs in the server (in-process publisher, a worker thread) and in Celery workers
+(`manage.py syncworker`); its result reaches the server through the session's sync-state row.
+Two file locks per session, under data_dir/sync-locks/:
+
+- `<id>.publish`, held for the whole job without waiting: one publisher per session at a time;
+  a second one reports busy and the scheduler tries again later.
+- `<id>.commit`, held briefly to check the epoch and then write `latest` and uploaded.json;
+  restore holds it while it bumps the epoch and swaps the directory, so a publish that started
+  before a restore never writes `latest` after it.
+
+Blocking I/O; no asyncio.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import os
+import time as clock
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from brainsite.logs import logger
+from persistence_app import archive, localstate
+from persistence_app.db import Publication, current_epoch, record_failure, record_publication
+from persistence_app.discovery import DiscoveryIndex
+from persistence_app.stores.base import MAX_OBJECT_BYTES, ObjectStore, StoreError
+from sessions_app.db import get_session_by_id
+from sessions_app.eventlog import now_rfc3339
+from sessions_app.records import SessionRecord
+from sessions_app.runtime.checkpoints import CheckpointError
+
+__all__ = ["ATTEMPTS", "Outcome", "Publisher", "commit_lock", "lock_dir"]
+
+ATTEMPTS = 5  # spec: transient failures retry up to 5 times with exponential backoff
+FIRST_BACKOFF_SECONDS = 0.5
+
+
+class Outcome(StrEnum):
+    PUBLISHED = "published"  # a new checkpoint is in the archive
+    UNCHANGED = "unchanged"  # the archive already had this state
+    BUSY = "busy"  # another publisher holds the session
+    FENCED = "fenced"  # a restore replaced the session while this job ran
+    FAILED = "failed"  # recorded in the sync-state row
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    outcome: Outcome
+    publication: Publication | None = None
+    bytes_sent: int = 0
+    error: str = ""
+    permanent: bool = False  # a failure that retrying will not fix (credentials, a bad bucket)
+    seconds: float = 0.0
+
+
+def lock_dir(data_dir: Path) -> Path:
+    return data_dir / "sync-locks"
+
+
+@contextlib.contextmanager
+def _flock(path: Path, *, wait: bool) -> Iterator[bool]:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def commit_lock(data_dir: Path, session_id: str) -> contextlib.AbstractContextManager[bool]:
+    return _flock(lock_dir(data_dir) / f"{session_id}.commit", wait=True)
+
+
+class Publisher:
+    """Publishes sessions of one data dir to one archive."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        data_dir: Path,
+        *,
+        index: DiscoveryIndex | None = None,
+        sleep: Callable[[float], None] = clock.sleep,
+    ) -> None:
+        self.store = store
+        self.data_dir = data_dir
+        self.sessions_dir = data_dir / "sessions"
+        self.index = index
+        self._sleep = sleep
+
+    def run(self, session_id: str, seq: int) -> Result:
+        """Publish with retries; the outcome is also in the session's sync-state row."""
+        started = clock.monotonic()
+        result = self._run(session_id, seq, started)
+        return dataclasses.replace(result, seconds=clock.monotonic() - started)
+
+    def _run(self, session_id: str, seq: int, started: float) -> Result:
+        error = ""
+        for attempt in range(ATTEMPTS):
+            try:
+                result = self._publish_once(session_id, seq)
+            except StoreError as exc:
+                error = str(exc)
+                if not exc.retryable:
+                    return self._failed(session_id, seq, error, permanent=True)
+                logger.warning(
+                    "sync attempt failed", extra={"session_id": session_id, "attempt": attempt + 1, "error": error}
+                )
+                if attempt + 1 < ATTEMPTS:
+                    self._sleep(FIRST_BACKOFF_SECONDS * 2**attempt)
+                continue
+            except (CheckpointError, OSError) as exc:
+                return self._failed(session_id, seq, f"local session state cannot be read: {exc}", permanent=True)
+            if result.outcome == Outcome.PUBLISHED:
+                logger.info(
+                    "session published",
+                    extra={
+                        "session_id": session_id,
+                        "checkpoint": result.publication.checkpoint if result.publication else "",
+                        "bytes": result.bytes_sent,
+                        "seconds": round(clock.monotonic() - started, 3),
+                    },
+                )
+            return result
+        return self._failed(session_id, seq, error, permanent=False)
+
+    def _failed(self, session_id: str, seq: int, error: str, *, permanent: bool) -> Result:
+        logger.error("sync failed", extra={"session_id": session_id, "error": error, "permanent": permanent})
+        record = get_session_by_id(session_id)
+        record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
+        return Result(Outcome.FAILED, error=error, permanent=permanent)
+
+    def _publish_once(self, session_id: str, seq: int) -> Result:
+        record = get_session_by_id(session_id)
+        if record is None:
+            raise StoreError(f"session {session_id} is not in the local database", retryable=False)
+        with _flock(lock_dir(self.data_dir) / f"{session_id}.publish", wait=False) as locked:
+            if not locked:
+                return Result(Outcome.BUSY)
+            epoch = current_epoch(session_id)
+            directory = self.sessions_dir / session_id
+            snapshot = localstate.snapshot(directory)
+            uploaded = localstate.read_uploaded(directory)
+            entry = snapshot.native_checkpoint
+            if (
+                uploaded is not None
+                and uploaded["checkpoint"]
+                and uploaded["history_bytes"] == snapshot.history_bytes
+                and uploaded["native_checkpoint"] == entry["id"]
+            ):
+                publication = Publication(
+                    checkpoint=uploaded["checkpoint"],
+                    history_bytes=uploaded["history_bytes"],
+                    resume_offset=uploaded["resume_offset"],
+                    native_checkpoint=uploaded["native_checkpoint"],
+                    time=uploaded["time"],
+                )
+                if self.index is not None:  # an index write that failed before is retried here
+                    self.index.put(_index_entry(record), publication.checkpoint)
+                record_publication(session_id, record.tenant, seq, publication)
+                return Result(Outcome.UNCHANGED, publication)
+            checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
+            session = _session_fields(record)
+            published = archive.publish(
+                self.store,
+                checkpoint=checkpoint,
+                session=session,
+                native_checkpoint=dict(entry),
+                history_bytes=snapshot.history_bytes,
+                time=published_at,
+                files=snapshot.files,
+                uploaded=uploaded["files"] if uploaded else {},
+            )
+            publication = Publication(
+                checkpoint=checkpoint,
+                history_bytes=snapshot.history_bytes,
+                resume_offset=entry["offset"],
+                native_checkpoint=entry["id"],
+                time=published_at,
+            )
+            with commit_lock(self.data_dir, session_id):
+                if current_epoch(session_id) != epoch:
+                    return Result(Outcome.FENCED)
+                pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
+                assert len(pointer) < MAX_OBJECT_BYTES
+                self.store.put(archive.latest_key(session_id), pointer, immutable=False)
+                localstate.write_uploaded(
+                    directory,
+                    {
+                        "checkpoint": checkpoint,
+                        "history_bytes": snapshot.history_bytes,
+                        "resume_offset": entry["offset"],
+                        "native_checkpoint": entry["id"],
+                        "time": published_at,
+                        "files": published.uploaded,
+                    },
+                )
+            if self.index is not None:
+                self.index.put(_index_entry(record), checkpoint)
+            record_publication(session_id, record.tenant, seq, publication)
+            return Result(Outcome.PUBLISHED, publication, published.bytes_sent)
+
+
+def _session_fields(record: SessionRecord) -> dict[str, Any]:
+    """What a server with an empty data dir needs to recreate the session's record."""
+    return {
+        "id": record.id,
+        "tenant": record.tenant,
+        "harness": record.harness,
+        "config": record.config,
+        "descriptors": record.descriptors,
+        "created_at": record.created_at,
+    }
+
+
+def _index_entry(record: SessionRecord) -> dict[str, Any]:
+    """The discovery index's copy: the session as GET /sessions shows it, with its tenant."""
+    return {**record.as_wire(), "tenant": record.tenant}
