@@ -45,4 +45,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/load_bench.py
 
 clean:
-	rm -rf $(VENV) .brain
+	rm -rf $(VENV) .brain .brain-archive
