@@ -44,11 +44,17 @@ class Command(BaseCommand):
         # after 1 ms instead of 5 ms, so a large session loading does not stall other turns.
         sys.setswitchinterval(SWITCH_INTERVAL_SECONDS)
 
-        from daphne.server import Server, twisted_loop  # installs Twisted's asyncio reactor first
+        from daphne.server import twisted_loop  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
-        from brainsite.asgi import application, launcher
+        from brainsite.asgi import BODY_OVERHEAD_BYTES, application, launcher
+        from brainsite.bounded_http import BoundedBodyServer, body_deadline_from_environment
         from brainsite.logs import logger
+
+        try:
+            body_deadline_seconds = body_deadline_from_environment(os.environ)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
 
         launcher.configure(config, secrets)
 
@@ -60,7 +66,7 @@ class Command(BaseCommand):
             )
             return deferred
 
-        class BrainServer(Server):  # type: ignore[misc]  # daphne ships no type hints
+        class BrainServer(BoundedBodyServer):
             def listen_success(self, port: Any) -> None:
                 super().listen_success(port)
                 host = port.getHost()
@@ -76,6 +82,8 @@ class Command(BaseCommand):
             http_timeout=None,
             application_close_timeout=5,
             server_name="brain",
+            body_limit=config.limits.input_bytes + BODY_OVERHEAD_BYTES,
+            body_deadline_seconds=body_deadline_seconds,
         )
         # the reactor's loop is the current one, so ensure_future schedules on the loop that runs
         asyncio.set_event_loop(twisted_loop)

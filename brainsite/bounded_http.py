@@ -1,0 +1,246 @@
+"""Daphne's HTTP/1.1 connections with request bodies bounded as their bytes arrive: a size cap
+(Content-Length refused at once, every chunk counted) and a total deadline from a request's first
+byte to the end of its body, both enforced before Twisted buffers the body in memory or on disk.
+Used by runbrain after daphne.server has installed Twisted's reactor; knows nothing of sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from daphne.http_protocol import HTTPFactory, WebRequest
+from daphne.server import Server
+from twisted.internet import defer
+from twisted.internet.base import DelayedCall
+from twisted.internet.protocol import connectionDone
+from twisted.python.failure import Failure
+from twisted.web import http
+
+from brainsite.errors import BrainError, InvalidRequest, PayloadTooLarge, error_envelope
+from brainsite.logs import logger
+
+__all__ = [
+    "BODY_DEADLINE_ENV",
+    "BODY_DEADLINE_SECONDS",
+    "BoundedBodyServer",
+    "body_deadline_from_environment",
+]
+
+# spec: a slow-drip client is cut off by a total deadline, not only by Twisted's idle timer (which
+# any byte resets); 30 s carries the largest body (input_bytes + 16 KiB) over a ~40 KB/s link
+BODY_DEADLINE_SECONDS = 30.0
+BODY_DEADLINE_ENV = "BRAIN_BODY_DEADLINE_SECONDS"
+# After a refusal the connection reads nothing more: the client's further bytes wait in the
+# kernel's bounded socket buffer. It gets this long to read the answer before the reset.
+REFUSAL_LINGER_SECONDS = 2.0
+TOO_LARGE_MESSAGE = "request body exceeds the size limit"  # the ASGI layer's words for the same 413
+
+
+def body_deadline_from_environment(environ: Mapping[str, str]) -> float:
+    """BRAIN_BODY_DEADLINE_SECONDS (a positive number of seconds), or the default; ValueError else."""
+    raw = environ.get(BODY_DEADLINE_ENV, "")
+    if not raw:
+        return BODY_DEADLINE_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"{BODY_DEADLINE_ENV} must be a positive number of seconds, not {raw!r}")
+    return seconds
+
+
+class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no type hints
+    """Daphne's request, counting its body as Twisted's decoders deliver it (identity or chunked)."""
+
+    def __init__(self, channel: BoundedHTTPChannel, *args: Any, **kwargs: Any) -> None:
+        super().__init__(channel, *args, **kwargs)
+        self.body_room: int = channel.body_limit  # bytes the body may still bring; < 0: refused
+
+    def gotLength(self, length: int | None) -> None:
+        if length is not None and length > self.body_room:
+            # no temporary file, and no "100 Continue" inviting the body after the answer
+            self.requestHeaders.removeHeader(b"Expect")
+            self.body_room = -1
+            self.channel.refuse_oversized(declared=length)
+            return
+        super().gotLength(length)
+
+    def handleContentChunk(self, data: bytes) -> None:
+        # the hot path: one subtraction and one comparison per chunk
+        self.body_room -= len(data)
+        if self.body_room >= 0:
+            self.content.write(data)
+        elif not self.channel.refusing:
+            self.content.close()  # frees the temporary file now, not when the connection ends
+            self.channel.refuse_oversized(received=self.channel.body_limit - self.body_room)
+
+    def received_bytes(self) -> int:
+        return int(self.channel.body_limit - self.body_room)
+
+
+class BoundedHTTPChannel(http.HTTPChannel):
+    """One HTTP/1.1 connection. Each request must arrive whole, from its first byte to the end of
+    its body, within the deadline; a refused request gets its answer and then the connection reads
+    nothing more (half-closed at once, reset after REFUSAL_LINGER_SECONDS)."""
+
+    body_limit: int
+    body_deadline_seconds: float
+    refusing = False  # an answer went out early: the rest of the connection's bytes are dropped
+    _responding = False  # a whole request is with the application (no deadline runs)
+    _deadline: DelayedCall | None = None
+    _linger: DelayedCall | None = None
+    _request_started = 0.0
+
+    def dataReceived(self, data: bytes) -> None:
+        if self.refusing:
+            return
+        if self._deadline is None and not self._responding:
+            self._request_started = time.monotonic()
+            self._deadline = self._call_later(self.body_deadline_seconds, self._refuse_overdue)
+        super().dataReceived(data)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def allContentReceived(self) -> None:
+        if self.refusing:
+            return  # the body's end was already in the buffer when the answer went out
+        self._cancel_deadline()
+        self._responding = True
+        super().allContentReceived()  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def requestDone(self, request: Any) -> None:
+        # before Twisted replays bytes that came during the response: they start the next deadline
+        self._responding = False
+        super().requestDone(request)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def connectionLost(self, reason: Failure = connectionDone) -> None:
+        self._cancel_deadline()
+        if self._linger is not None and self._linger.active():
+            self._linger.cancel()
+        super().connectionLost(reason)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def refuse_oversized(self, **sizes: int) -> None:
+        logger.warning(
+            "request body over the size limit",
+            extra={"client": self._peer(), "limit": self.body_limit, **sizes, "seconds": self._elapsed()},
+        )
+        self._refuse(PayloadTooLarge(TOO_LARGE_MESSAGE), status=413, reason=b"Payload Too Large")
+
+    def _refuse_overdue(self) -> None:
+        self._deadline = None
+        request = self.requests[-1] if self.requests else None
+        logger.warning(
+            "request not received within the body deadline",
+            extra={
+                "client": self._peer(),
+                "deadline_seconds": self.body_deadline_seconds,
+                "body_bytes": request.received_bytes() if isinstance(request, BoundedWebRequest) else 0,
+            },
+        )
+        message = f"request not received within {self.body_deadline_seconds:g} s"
+        self._refuse(InvalidRequest(message), status=408, reason=b"Request Timeout")
+
+    def _refuse(self, error: BrainError, *, status: int, reason: bytes) -> None:
+        """Answer with the spec's error envelope, then read nothing more and close."""
+        self.refusing = True
+        self._cancel_deadline()
+        self.setTimeout(None)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+        request_id = secrets.token_hex(16)
+        body = error_envelope(error, request_id)
+        head = (
+            b"HTTP/1.1 %d %s\r\n" % (status, reason),
+            b"Content-Type: application/json\r\n",
+            b"Content-Length: %d\r\n" % len(body),
+            b"Connection: close\r\n",
+            b"X-Request-Id: %s\r\n" % request_id.encode(),
+            b"X-Content-Type-Options: nosniff\r\n",
+            b"Server: %s\r\n" % self.factory.server.server_name.encode(),
+            b"\r\n",
+        )
+        transport: Any = self.transport  # a TCP transport: also the push producer of our reads
+        transport.writeSequence([*head, body])
+        transport.unregisterProducer()  # a drained write buffer must not resume our reads
+        transport.pauseProducing()
+        transport.loseWriteConnection()  # FIN once the answer is flushed
+        self._linger = self._call_later(REFUSAL_LINGER_SECONDS, transport.abortConnection)
+
+    def _cancel_deadline(self) -> None:
+        if self._deadline is not None:
+            if self._deadline.active():
+                self._deadline.cancel()
+            self._deadline = None
+
+    def _call_later(self, seconds: float, action: Callable[[], object]) -> DelayedCall:
+        # the factory's reactor (HTTPFactory sets callLater on each channel)
+        delayed: DelayedCall = self.callLater(seconds, action)  # type: ignore[no-untyped-call]  # unannotated
+        return delayed
+
+    def _elapsed(self) -> float:
+        return round(time.monotonic() - self._request_started, 3)
+
+    def _peer(self) -> str:
+        transport: Any = self.transport
+        peer = transport.getPeer() if transport is not None else None
+        host, port = getattr(peer, "host", "?"), getattr(peer, "port", "?")
+        return f"{host}:{port}"
+
+
+class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no type hints
+    """Daphne's HTTPFactory building bounded channels and requests. HTTP/1.1 only: the channel is
+    served without Twisted's generic wrapper, whose one job is switching to HTTP/2 after ALPN."""
+
+    protocol = BoundedHTTPChannel
+
+    def __init__(self, server: Any, *, body_limit: int, body_deadline_seconds: float) -> None:
+        super().__init__(server)
+        self.body_limit = body_limit
+        self.body_deadline_seconds = body_deadline_seconds
+
+    def buildProtocol(self, addr: Any) -> BoundedHTTPChannel:
+        channel: BoundedHTTPChannel = super().buildProtocol(addr)
+        channel.requestFactory = BoundedWebRequest  # type: ignore[assignment]  # a Request; daphne's is untyped
+        channel.body_limit = self.body_limit
+        channel.body_deadline_seconds = self.body_deadline_seconds
+        return channel
+
+    def acceptableProtocols(self) -> list[bytes]:
+        return [b"http/1.1"]
+
+
+class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type hints
+    """Daphne's Server listening through BoundedHTTPFactory."""
+
+    def __init__(self, *args: Any, body_limit: int, body_deadline_seconds: float, **kwargs: Any) -> None:
+        self.body_limit = body_limit
+        self.body_deadline_seconds = body_deadline_seconds
+        super().__init__(*args, **kwargs)
+
+    @property
+    def http_factory(self) -> BoundedHTTPFactory:
+        return self._bounded_factory
+
+    @http_factory.setter
+    def http_factory(self, daphne_factory: Any) -> None:
+        # Server.run() builds daphne's HTTPFactory(self) and listens with it in the same breath:
+        # this assignment is the one seam where the bounded factory takes its place
+        self._bounded_factory = BoundedHTTPFactory(
+            self, body_limit=self.body_limit, body_deadline_seconds=self.body_deadline_seconds
+        )
+
+    def kill_all_applications(self) -> defer.Deferred[Any]:
+        """Daphne's, minus its assumption that every connection has an application: one still
+        receiving its request (a slow upload, a refused one lingering) has none yet."""
+        pending = [
+            details["application_instance"]
+            for details in self.connections.values()
+            if "application_instance" in details and not details["application_instance"].done()
+        ]
+        for instance in pending:
+            instance.cancel()
+        waited: defer.Deferred[Any] = defer.Deferred.fromFuture(asyncio.gather(*pending))
+        waited.addErrback(lambda _failure: None)
+        return waited
