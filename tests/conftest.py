@@ -7,4 +7,4 @@ import tempfile
 
 os.environ.setdefault("BRAIN_DATA_DIR", tempfile.mkdtemp(prefix="brain-pytest-"))
 
-pytest_plugins = ["tests.fixtures.server", "tests.fixtures.provider", "tests.fixtures.tools"]
+pytest_plugins = ["tests.fixtures.server", "tests.fixtures.provider", "tests.fixtures.tools", "tests.fixtures.services"]

@@ -1,0 +1,90 @@
+"""The object store contract of the checkpoint archive: the Protocol, its errors, key rules.
+
+Synchronous (worker threads and Celery workers, never the event loop). Imports no Django.
+Exception tree::
+
+    StoreError (.retryable)
+     └── ObjectMissing (get of an absent key; never retryable)
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+__all__ = [
+    "MAX_OBJECT_BYTES",
+    "ObjectMissing",
+    "ObjectStore",
+    "StoreError",
+    "check_size",
+    "join_key",
+    "normalize_prefix",
+    "validate_key",
+]
+
+MAX_OBJECT_BYTES = 2 << 20  # spec: MaxObjectBytes, the largest block, tail or manifest the archive writes
+
+
+class StoreError(Exception):
+    """A store operation failed; `retryable` says whether the same call may succeed later
+    (network, 5xx, throttling) or never will (credentials, permissions, bucket, key, size)."""
+
+    def __init__(self, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+class ObjectMissing(StoreError):
+    """`get` of a key that does not exist: a missing checkpoint, never a transient failure."""
+
+    def __init__(self, message: str, *, retryable: Literal[False] = False) -> None:
+        super().__init__(message, retryable=retryable)
+
+
+class ObjectStore(Protocol):
+    def put(self, key: str, data: bytes, *, immutable: bool) -> None:
+        """Store `data` under `key`. `immutable=True` never overwrites: when the key exists the
+        call returns without error (keys are generation- or checkpoint-scoped, so an existing
+        object is an earlier attempt of the same upload). `immutable=False` replaces."""
+        ...
+
+    def get(self, key: str) -> bytes:
+        """The object's bytes; ObjectMissing when absent, StoreError otherwise."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def validate_key(key: str) -> str:
+    """Return `key` when it is a relative '/'-separated name the archive may use; raise a
+    non-retryable StoreError for an empty key, a leading '/', a backslash, NUL, or an empty,
+    '.' or '..' segment (every store maps keys 1:1, so no two spellings may name one object)."""
+    if not key:
+        raise StoreError("invalid object key: empty", retryable=False)
+    if "\\" in key or "\x00" in key:
+        raise StoreError(f"invalid object key {key!r}: backslash or NUL", retryable=False)
+    if key.startswith("/"):
+        raise StoreError(f"invalid object key {key!r}: leading '/'", retryable=False)
+    for segment in key.split("/"):
+        if segment in ("", ".", ".."):
+            raise StoreError(f"invalid object key {key!r}: empty, '.' or '..' segment", retryable=False)
+    return key
+
+
+def normalize_prefix(prefix: str) -> str:
+    """The configured key prefix without trailing '/' ("" for none), validated as a key."""
+    prefix = prefix.rstrip("/")
+    return validate_key(prefix) if prefix else ""
+
+
+def join_key(prefix: str, key: str) -> str:
+    """The provider key of archive key `key` under a prefix from `normalize_prefix`."""
+    validate_key(key)
+    return f"{prefix}/{key}" if prefix else key
+
+
+def check_size(key: str, data: bytes) -> None:
+    """Refuse an object over MAX_OBJECT_BYTES before any I/O."""
+    if len(data) > MAX_OBJECT_BYTES:
+        message = f"object {key!r} is {len(data)} bytes, over the {MAX_OBJECT_BYTES} byte limit"
+        raise StoreError(message, retryable=False)

@@ -1,0 +1,152 @@
+"""The `gcs` provider through google-cloud-storage. Immutable puts carry `ifGenerationMatch=0`,
+so the server refuses to overwrite; objects are at most 2 MiB, so every upload is a single
+multipart request (preconditions are not checked on resumable uploads by every server).
+Imports no Django.
+"""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Mapping
+from typing import Any
+
+import requests
+import urllib3
+from google.api_core.exceptions import GoogleAPICallError, GoogleAPIError, RetryError
+from google.auth.credentials import AnonymousCredentials
+from google.auth.exceptions import GoogleAuthError
+from google.auth.exceptions import TransportError as AuthTransportError
+from google.cloud import storage
+from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
+from google.cloud.storage.retry import DEFAULT_RETRY
+
+from brainsite.hostconfig import Persistence
+
+from .base import MAX_OBJECT_BYTES, ObjectMissing, StoreError, check_size, join_key, normalize_prefix
+
+__all__ = ["GCSStore", "open_gcs_store"]
+
+EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
+EMULATOR_PROJECT = "brain"  # the emulator needs some project; GOOGLE_CLOUD_PROJECT overrides it
+TIMEOUT_SECONDS = (5.0, 30.0)  # (connect, read) per request: a 2 MiB object on a slow link
+# The library retries transient failures (its own predicate) within this budget; the archive
+# retries whole operations with backoff, and a stopped server must fail within seconds.
+RETRY = DEFAULT_RETRY.with_delay(initial=0.2, maximum=1.0).with_timeout(3.0)
+CONTENT_TYPE = "application/octet-stream"
+MISSING_BUCKET = "bucket does not exist"  # GCS's 404 message for a bucket, unlike "No such object"
+RETRYABLE_STATUSES = frozenset({408, 429})
+
+_STORE_ERRORS = (
+    GoogleAPIError,  # HTTP errors (GoogleAPICallError) and an exhausted retry budget (RetryError)
+    GoogleAuthError,
+    InvalidResponse,
+    DataCorruption,
+    requests.RequestException,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    ConnectionError,
+)
+_RETRYABLE_TRANSPORT_ERRORS = (
+    RetryError,  # every attempt failed in a way the library deemed transient
+    AuthTransportError,  # the token endpoint was unreachable
+    DataCorruption,  # checksum mismatch in transit
+    requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
+    urllib3.exceptions.HTTPError,
+    http.client.HTTPException,
+    ConnectionError,
+)
+
+
+class GCSStore:
+    def __init__(self, client: Any, *, bucket: str, prefix: str = "") -> None:
+        self._client = client  # a google.cloud.storage.Client
+        self._bucket = client.bucket(bucket)  # no request: a handle
+        self._prefix = normalize_prefix(prefix)
+
+    def put(self, key: str, data: bytes, *, immutable: bool) -> None:
+        name = join_key(self._prefix, key)
+        check_size(key, data)
+        conditions = {"if_generation_match": 0} if immutable else {}
+        try:
+            self._bucket.blob(name).upload_from_string(
+                data, content_type=CONTENT_TYPE, timeout=TIMEOUT_SECONDS, retry=RETRY, **conditions
+            )
+        except GoogleAPICallError as exc:
+            if immutable and exc.code == http.client.PRECONDITION_FAILED:
+                return  # an earlier attempt of the same upload stored it
+            raise _store_error("put", key, exc) from exc
+        except _STORE_ERRORS as exc:
+            raise _store_error("put", key, exc) from exc
+
+    def get(self, key: str) -> bytes:
+        name = join_key(self._prefix, key)
+        sink = _BoundedSink(key)
+        try:
+            # download_to_file (not download_as_bytes with a range) keeps the CRC32C check,
+            # which the library skips for partial reads; the sink bounds memory instead.
+            self._bucket.blob(name).download_to_file(sink, timeout=TIMEOUT_SECONDS, retry=RETRY)
+        except GoogleAPICallError as exc:
+            if exc.code == http.client.NOT_FOUND and MISSING_BUCKET not in str(exc):
+                raise ObjectMissing(f"object {key!r} does not exist") from exc
+            raise _store_error("get", key, exc) from exc
+        except _STORE_ERRORS as exc:
+            raise _store_error("get", key, exc) from exc
+        return b"".join(sink.chunks)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def open_gcs_store(settings: Persistence, environ: Mapping[str, str]) -> GCSStore:
+    """A GCSStore on Application Default Credentials, or on the emulator named by
+    STORAGE_EMULATOR_HOST (anonymous, no project lookup)."""
+    project = environ.get("GOOGLE_CLOUD_PROJECT", "")
+    emulator = environ.get(EMULATOR_VARIABLE, "")
+    try:
+        if emulator:
+            endpoint = emulator if "://" in emulator else f"http://{emulator}"
+            client = storage.Client(
+                project=project or EMULATOR_PROJECT,
+                credentials=AnonymousCredentials(),  # type: ignore[no-untyped-call]  # google-auth leaves it unannotated
+                client_options={"api_endpoint": endpoint},
+            )
+        else:
+            client = storage.Client(**({"project": project} if project else {}))
+    except (GoogleAuthError, ValueError) as exc:
+        # no Application Default Credentials, or unusable ones: a configuration problem
+        raise StoreError(f"gcs client: {exc}", retryable=False) from exc
+    return GCSStore(client, bucket=settings.bucket, prefix=settings.prefix)
+
+
+class _BoundedSink:
+    """A write-only file for download_to_file that refuses more than MAX_OBJECT_BYTES."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.chunks: list[bytes] = []
+        self.total = 0
+
+    def write(self, data: bytes) -> int:
+        self.total += len(data)
+        if self.total > MAX_OBJECT_BYTES:
+            raise StoreError(f"gcs get {self.key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+        self.chunks.append(bytes(data))
+        return len(data)
+
+
+def _store_error(operation: str, key: str, exc: BaseException) -> StoreError:
+    if isinstance(exc, GoogleAPICallError):
+        # Forbidden, Unauthorized, NotFound (bucket), BadRequest never clear by themselves
+        status = int(exc.code or 0)
+        retryable = status >= 500 or status in RETRYABLE_STATUSES
+        return StoreError(f"gcs {operation} {key!r}: {type(exc).__name__} (HTTP {status})", retryable=retryable)
+    if isinstance(exc, InvalidResponse):
+        status = int(getattr(exc.response, "status_code", 0) or 0)
+        retryable = status >= 500 or status in RETRYABLE_STATUSES
+        return StoreError(f"gcs {operation} {key!r}: HTTP {status}", retryable=retryable)
+    if isinstance(exc, GoogleAuthError) and not isinstance(exc, AuthTransportError):
+        return StoreError(f"gcs {operation} {key!r}: credentials: {exc}", retryable=bool(exc.retryable))
+    retryable = isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
+    return StoreError(f"gcs {operation} {key!r}: {type(exc).__name__}: {exc}", retryable=retryable)

@@ -1,0 +1,181 @@
+"""The `s3` and `r2` providers through boto3. Immutable puts are conditional writes
+(`If-None-Match: *`), so the server, not a racy existence check, refuses to overwrite.
+Imports no Django.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ChecksumError,
+    ClientError,
+    FlexibleChecksumError,
+    HTTPClientError,
+    IncompleteReadError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from brainsite.hostconfig import Persistence
+
+from .base import MAX_OBJECT_BYTES, ObjectMissing, StoreError, check_size, join_key, normalize_prefix
+
+__all__ = ["S3Store", "open_s3_store"]
+
+CONNECT_TIMEOUT_SECONDS = 5
+READ_TIMEOUT_SECONDS = 30  # a 2 MiB object on a slow link
+# One quick retry inside a call for a dropped connection; the archive retries whole operations
+# with backoff, and a stopped server must fail the call within seconds, not minutes.
+MAX_ATTEMPTS = 2
+MAX_POOL_CONNECTIONS = 16  # concurrent block uploads from worker threads share one client
+READ_CHUNK_BYTES = 1 << 20
+
+PRECONDITION_FAILED = 412  # If-None-Match: the object already exists
+MISSING_OBJECT_CODES = frozenset({"NoSuchKey", "NotFound", "404"})  # HEAD-style 404s carry no code
+# Failures a later attempt can get past (throttling, server trouble, a concurrent conditional
+# write to the same key). Codes not listed here follow the status: 5xx, 408 and 429 retry.
+RETRYABLE_CODES = frozenset(
+    {
+        "ConditionalRequestConflict",  # 409: another conditional write to the key is in flight
+        "InternalError",
+        "OperationAborted",
+        "RequestTimeout",
+        "ServiceUnavailable",
+        "SlowDown",
+        "Throttling",
+        "ThrottlingException",
+        "TooManyRequests",
+    }
+)
+RETRYABLE_STATUSES = frozenset({408, 429})
+_RETRYABLE_TRANSPORT_ERRORS = (
+    BotoConnectionError,  # refused, connect timeout, TLS, proxy
+    HTTPClientError,  # read timeout, connection closed, body stream broken
+    IncompleteReadError,
+    ChecksumError,  # corrupted in transit
+    FlexibleChecksumError,
+)
+
+
+class S3Store:
+    def __init__(self, client: Any, *, bucket: str, prefix: str = "") -> None:
+        self._client = client  # a boto3 S3 client (thread-safe; boto3 ships no type stubs)
+        self._bucket = bucket
+        self._prefix = normalize_prefix(prefix)
+
+    def put(self, key: str, data: bytes, *, immutable: bool) -> None:
+        name = join_key(self._prefix, key)
+        check_size(key, data)
+        conditions = {"IfNoneMatch": "*"} if immutable else {}
+        try:
+            self._client.put_object(Bucket=self._bucket, Key=name, Body=data, ContentMD5=_md5(data), **conditions)
+        except ClientError as exc:
+            if immutable and _status(exc) == PRECONDITION_FAILED:
+                return  # an earlier attempt of the same upload stored it
+            raise _client_error("put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise _transport_error("put", key, exc) from exc
+
+    def get(self, key: str) -> bytes:
+        name = join_key(self._prefix, key)
+        try:
+            response = self._client.get_object(Bucket=self._bucket, Key=name)
+            body = response["Body"]
+            try:
+                if int(response.get("ContentLength") or 0) > MAX_OBJECT_BYTES:
+                    raise StoreError(f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+                return _read_bounded(body, key)
+            finally:
+                body.close()
+        except ClientError as exc:
+            if _code(exc) in MISSING_OBJECT_CODES:
+                raise ObjectMissing(f"object {key!r} does not exist") from exc
+            raise _client_error("get", key, exc) from exc
+        except BotoCoreError as exc:
+            raise _transport_error("get", key, exc) from exc
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def open_s3_store(settings: Persistence, environ: Mapping[str, str]) -> S3Store:
+    """An S3Store for an `s3` or `r2` setting: static keys from `environ` when both
+    `access_key_env` and `secret_key_env` are set, else boto3's default credential chain."""
+    credentials: dict[str, str] = {}
+    if settings.access_key_env and settings.secret_key_env:
+        credentials = {
+            "aws_access_key_id": _environment_value(environ, settings.access_key_env),
+            "aws_secret_access_key": _environment_value(environ, settings.secret_key_env),
+        }
+    region = settings.region or ("auto" if settings.provider == "r2" else None)
+    options: dict[str, Any] = {}
+    if settings.endpoint:
+        options["s3"] = {"addressing_style": "path"}  # spec: a custom endpoint means path-style
+        # S3-compatible servers differ in their support of the SDK's default CRC trailers;
+        # every one checks Content-MD5, which put() always sends.
+        options["request_checksum_calculation"] = "when_required"
+        options["response_checksum_validation"] = "when_required"
+    config = Config(
+        connect_timeout=CONNECT_TIMEOUT_SECONDS,
+        read_timeout=READ_TIMEOUT_SECONDS,
+        retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        max_pool_connections=MAX_POOL_CONNECTIONS,
+        **options,
+    )
+    try:
+        session = boto3.session.Session(region_name=region, **credentials)
+        client = session.client("s3", endpoint_url=settings.endpoint or None, config=config)
+    except (BotoCoreError, ValueError) as exc:
+        raise StoreError(f"s3 client: {exc}", retryable=False) from exc
+    return S3Store(client, bucket=settings.bucket, prefix=settings.prefix)
+
+
+def _environment_value(environ: Mapping[str, str], name: str) -> str:
+    value = environ.get(name, "")
+    if not value:
+        raise StoreError(f"persistence: environment variable {name} is not set", retryable=False)
+    return value
+
+
+def _read_bounded(body: Any, key: str) -> bytes:
+    # Read to EOF: the SDK validates a response checksum only once the stream is exhausted.
+    chunks: list[bytes] = []
+    total = 0
+    while chunk := body.read(READ_CHUNK_BYTES):
+        total += len(chunk)
+        if total > MAX_OBJECT_BYTES:
+            raise StoreError(f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _md5(data: bytes) -> str:
+    return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
+
+
+def _code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _status(exc: Any) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _client_error(operation: str, key: str, exc: Any) -> StoreError:
+    code, status = _code(exc), _status(exc)
+    retryable = code in RETRYABLE_CODES or status >= 500 or status in RETRYABLE_STATUSES
+    # Code and status only: AccessDenied, InvalidAccessKeyId, NoSuchBucket, ... say enough
+    return StoreError(f"s3 {operation} {key!r}: {code or 'error'} (HTTP {status})", retryable=retryable)
+
+
+def _transport_error(operation: str, key: str, exc: BotoCoreError) -> StoreError:
+    # Connection refused/reset, timeouts, truncated or corrupted bodies retry; missing
+    # credentials, bad parameters or configuration do not.
+    retryable = isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
+    return StoreError(f"s3 {operation} {key!r}: {exc}", retryable=retryable)
