@@ -5,12 +5,18 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from . import db
 from .auth import tokens_of
 from .models import ApiToken, Session, Tenant, TokenSource
+
+ISSUED_TOKEN_TEMPLATE = "admin/sessions_app/apitoken/issued_token.html"
+# The request that created a token carries its value to the response, and nowhere else.
+ISSUED_TOKEN_ATTRIBUTE = "brain_issued_token"
 
 
 @admin.register(Tenant)
@@ -41,9 +47,26 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
             token = secrets.token_hex(32)
             obj.digest = db.digest_token(token)
             obj.source = TokenSource.ADMIN
-            messages.warning(request, f"New API token (shown once, copy it now): {token}")
+            setattr(request, ISSUED_TOKEN_ATTRIBUTE, token)
         super().save_model(request, obj, form, change)
         _forget_tokens(request)
+
+    def response_add(self, request: HttpRequest, obj: ApiToken, post_url_continue: str | None = None) -> HttpResponse:
+        """The token's only appearance: this response, not a redirect, so the value goes into no
+        message, cookie, session or URL; a reload cannot show it again (nothing kept it)."""
+        token = getattr(request, ISSUED_TOKEN_ATTRIBUTE, None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "API token created",
+            "opts": self.opts,
+            "original": obj,
+            "token": token,
+        }
+        response = TemplateResponse(request, ISSUED_TOKEN_TEMPLATE, context)
+        add_never_cache_headers(response)  # Cache-Control: no-store, so Back does not show it again
+        return response
 
     def delete_model(self, request: HttpRequest, obj: ApiToken) -> None:
         super().delete_model(request, obj)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import re
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -12,8 +13,10 @@ from typing import Any
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.contrib.messages import get_messages
+from django.contrib.sessions.models import Session as StoredSession
 from django.test import Client
 
 from brainsite.errors import Overloaded, Unauthorized
@@ -28,7 +31,8 @@ ALICE_TOKEN = "alice-token-0123456789abcdef"
 BOB_TOKEN = "bob-token-0123456789abcdef0123"
 CHARLIE_TOKEN = "charlie-token-0123456789abcdef"
 SESSION_ID = "0123456789abcdef0123456789abcdef"
-TOKEN_MESSAGE = re.compile(r"^New API token \(shown once, copy it now\): ([0-9a-f]{64})$")
+ISSUED_TOKEN = re.compile(r'<input id="issued-token"[^>]*? value="([0-9a-f]{64})"')
+SHOWN_ONCE = "Copy this token now; it will not be shown again."
 
 # transaction=True: the auth lookups run through database_sync_to_async, which closes connections
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,15 +86,14 @@ def admin_client() -> Client:
     return client
 
 
-def _add_token_in_admin(client: Client, **fields: Any) -> tuple[str, list[tuple[str, str]]]:
-    """POST the ApiToken add form; return the token shown once and every message."""
+def _add_token_in_admin(client: Client, **fields: Any) -> tuple[str, Any]:
+    """POST the ApiToken add form; return the token its response shows, and the response."""
     data = {"tenant": "acme", "label": "ci", "session": "", "_save": "Save", **fields}
     response = client.post("/admin/sessions_app/apitoken/add/", data)
-    assert response.status_code == 302, response.content.decode()[:2000]
-    shown = [(message.level_tag, message.message) for message in get_messages(response.wsgi_request)]
-    match = TOKEN_MESSAGE.match(shown[0][1])
-    assert match is not None, shown
-    return match.group(1), shown
+    assert response.status_code == 200, response.content.decode()[:2000]
+    match = ISSUED_TOKEN.search(response.content.decode())
+    assert match is not None, response.content.decode()[:2000]
+    return match.group(1), response
 
 
 def _create_session() -> None:
@@ -260,11 +263,12 @@ def test_a_token_added_in_the_admin_is_shown_once_and_authenticates_at_once(
     mirrored: None, admin_client: Client
 ) -> None:
     # when
-    token, shown = _add_token_in_admin(admin_client, manage="on")
+    token, response = _add_token_in_admin(admin_client, manage="on")
 
     # then
-    assert shown[0] == ("warning", f"New API token (shown once, copy it now): {token}")
-    assert [level for level, _ in shown] == ["warning", "success"]
+    page = response.content.decode()
+    assert (page.count(token), page.count(SHOWN_ONCE)) == (1, 1)
+    assert list(get_messages(response.wsgi_request)) == []
     row = ApiToken.objects.get(source=TokenSource.ADMIN)
     assert (row.digest, row.tenant_id, row.label, row.manage, row.read_only) == (
         db.digest_token(token),
@@ -277,21 +281,60 @@ def test_a_token_added_in_the_admin_is_shown_once_and_authenticates_at_once(
 
 
 def test_the_admin_never_shows_an_issued_token_again(mirrored: None, admin_client: Client) -> None:
-    # given a token whose message the page after the redirect showed
+    # given a token the response to the add form showed
     token, _ = _add_token_in_admin(admin_client)
     row = ApiToken.objects.get(source=TokenSource.ADMIN)
-    first = admin_client.get("/admin/sessions_app/apitoken/")
 
     # when
-    change = admin_client.get(f"/admin/sessions_app/apitoken/{row.pk}/change/")
     listing = admin_client.get("/admin/sessions_app/apitoken/")
+    change = admin_client.get(f"/admin/sessions_app/apitoken/{row.pk}/change/")
+    history = admin_client.get(f"/admin/sessions_app/apitoken/{row.pk}/history/")
 
     # then
-    assert (first.status_code, change.status_code, listing.status_code) == (200, 200, 200)
-    assert first.content.decode().count(token) == 1
-    assert token not in change.content.decode()
-    assert token not in listing.content.decode()
+    assert (listing.status_code, change.status_code, history.status_code) == (200, 200, 200)
+    assert [token in page.content.decode() for page in (listing, change, history)] == [False, False, False]
     assert row.digest in change.content.decode()
+
+
+def test_an_issued_token_rides_in_no_cookie_message_session_url_or_log(
+    mirrored: None, admin_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    # given every logger recorded
+    caplog.set_level(logging.DEBUG)
+
+    # when
+    token, response = _add_token_in_admin(admin_client)
+
+    # then: the page that shows it is the response itself, kept by no cache
+    assert response.get("Location") is None
+    assert "no-store" in response["Cache-Control"]
+    assert [token in cookie.OutputString() for cookie in response.cookies.values()] == [False] * len(response.cookies)
+    assert list(get_messages(response.wsgi_request)) == []
+    stored_sessions = [row.get_decoded() for row in StoredSession.objects.all()]
+    assert len(stored_sessions) == 1
+    assert token not in repr(stored_sessions)
+    assert token not in repr(list(LogEntry.objects.values_list("object_repr", "change_message")))
+    assert [record for record in caplog.records if token in record.getMessage()] == []
+    assert ApiToken.objects.get(source=TokenSource.ADMIN).digest == db.digest_token(token)
+
+
+def test_the_admin_shows_an_issued_token_once_through_the_asgi_stack(
+    mirrored: None, brain_admin: BrainAdminClient
+) -> None:
+    # when
+    data = {"tenant": "acme", "label": "ci", "session": "", "_save": "Save"}
+    response = async_to_sync(brain_admin.post)("/admin/sessions_app/apitoken/add/", data)
+    listing = async_to_sync(brain_admin.get)("/admin/sessions_app/apitoken/")
+
+    # then
+    match = ISSUED_TOKEN.search(response.content.decode())
+    assert (response.status_code, match is not None) == (200, True), response.content.decode()[:2000]
+    assert match is not None
+    token = match.group(1)
+    assert response["X-Frame-Options"] == "DENY"
+    assert [token in cookie.OutputString() for cookie in response.cookies.values()] == [False] * len(response.cookies)
+    assert token not in listing.content.decode()
+    assert _authenticate(f"Bearer {token}") == Principal(tenant="acme")
 
 
 def test_changing_an_admin_token_in_the_admin_takes_effect_at_once(
