@@ -1,18 +1,24 @@
 """Django settings. Host behaviour comes from the host config (brain.json), not from here.
 
 Environment: BRAIN_DATA_DIR (metadata.sqlite lives there), BRAIN_DATABASE_URL (PostgreSQL
-instead of SQLite), BRAIN_SECRET_KEY (admin sessions), BRAIN_DEBUG.
+instead of SQLite), BRAIN_SECRET_KEY (admin sessions), BRAIN_DEBUG, BRAIN_ALLOWED_HOSTS, and
+the TLS deployment switches BRAIN_TLS, BRAIN_PROXY_SSL_HEADER, BRAIN_SSL_REDIRECT,
+BRAIN_HSTS_SECONDS, BRAIN_HSTS_INCLUDE_SUBDOMAINS, BRAIN_HSTS_PRELOAD (README, Running Brain).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+from brainsite.hostconfig import ConfigError, HostConfig, load_host_config
+from brainsite.hosts import derive_allowed_hosts, is_loopback_host, public_origin
 
 django_stubs_ext.monkeypatch()  # generic admin and form classes (ModelAdmin[Model]) at run time
 
@@ -28,6 +34,15 @@ def envbool(name: str, default: bool = False) -> bool:
     if value.lower() in ("0", "false", "no", "off", ""):
         return False
     raise ImproperlyConfigured(f"{name} must be a boolean, not {value!r}")
+
+
+def envint(name: str, default: int = 0, *, minimum: int = 0) -> int:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        return default
+    if not (value.isascii() and value.isdigit()) or int(value) < minimum:  # no sign, space or "1e3"
+        raise ImproperlyConfigured(f"{name} must be an integer of at least {minimum}, not {value!r}")
+    return int(value)
 
 
 def envsecret(name: str) -> str | None:
@@ -68,13 +83,74 @@ def _database(data_dir: Path) -> dict[str, object]:
 DATA_DIR = Path(os.environ.get("BRAIN_DATA_DIR", ".brain")).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 
+
+def _host_config() -> HostConfig:
+    """The host config $BRAIN_CONFIG names (manage.py sets it from --config before settings load),
+    else the defaults: a missing or invalid file is reported by the command that serves it."""
+    path = os.environ.get("BRAIN_CONFIG")
+    if path:
+        try:
+            return load_host_config(path)
+        except ConfigError:
+            pass
+    return HostConfig.model_construct()  # listen and public_url keep their defaults
+
+
 SECRET_KEY = envsecret("BRAIN_SECRET_KEY") or secrets.token_hex(32)
 DEBUG = envbool("BRAIN_DEBUG")
-ALLOWED_HOSTS = ["*"]  # Brain authenticates every request with bearer tokens
+
+_config = _host_config()
+# Host validation guards the cookie-authenticated admin (DNS rebinding, forged Host headers); the
+# bearer-token API answers any Host and builds no URL from it (it uses public_url).
+try:
+    ALLOWED_HOSTS = derive_allowed_hosts(
+        listen_host=_config.listen_host,
+        public_url=_config.public_url,
+        override=os.environ.get("BRAIN_ALLOWED_HOSTS"),
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(f"BRAIN_ALLOWED_HOSTS {exc}") from exc
+# Behind a proxy that rewrites Host, the admin's form posts carry the public URL as their Origin.
+CSRF_TRUSTED_ORIGINS = [public_origin(_config.public_url)]
+
+# TLS. runbrain serves plain HTTP; BRAIN_TLS=1 says clients reach Brain over HTTPS through a
+# TLS-terminating proxy. Each request then counts as HTTPS (brainsite.tls), unless
+# BRAIN_PROXY_SSL_HEADER names a header the proxy sets to "https" or "http" for the client's scheme.
+BRAIN_TLS = envbool("BRAIN_TLS")
+_proxy_ssl_header = os.environ.get("BRAIN_PROXY_SSL_HEADER", "")
+if _proxy_ssl_header:
+    if not re.fullmatch(r"[A-Za-z0-9-]+", _proxy_ssl_header):
+        raise ImproperlyConfigured(f"BRAIN_PROXY_SSL_HEADER must be a header name, not {_proxy_ssl_header!r}")
+    # Django believes this header: the proxy must set it on every request, overwriting a client's.
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+SESSION_COOKIE_SECURE = BRAIN_TLS
+CSRF_COOKIE_SECURE = BRAIN_TLS
+SECURE_SSL_REDIRECT = envbool("BRAIN_SSL_REDIRECT", BRAIN_TLS)
+SECURE_HSTS_SECONDS = envint("BRAIN_HSTS_SECONDS")
+SECURE_HSTS_INCLUDE_SUBDOMAINS = envbool("BRAIN_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = envbool("BRAIN_HSTS_PRELOAD")
+if not BRAIN_TLS and (_proxy_ssl_header or SECURE_SSL_REDIRECT or SECURE_HSTS_SECONDS):
+    # without TLS: HSTS is only ever sent over HTTPS, the redirect would point at an https:// URL
+    # nothing serves, and a proxy header implies the proxy BRAIN_TLS describes
+    raise ImproperlyConfigured("BRAIN_PROXY_SSL_HEADER, BRAIN_SSL_REDIRECT and BRAIN_HSTS_SECONDS need BRAIN_TLS=1")
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+
+SILENCED_SYSTEM_CHECKS: list[str] = []
+if not BRAIN_TLS and is_loopback_host(_config.listen_host) and _config.public_url.startswith("http:"):
+    # Plain HTTP on a loopback listen with an http public URL never crosses a network: there is
+    # no TLS for secure cookies (W012, W016), HSTS (W004) or an https redirect (W008) to protect.
+    # A non-loopback listen or an https public URL without BRAIN_TLS keeps these warnings.
+    SILENCED_SYSTEM_CHECKS += ["security.W004", "security.W008", "security.W012", "security.W016"]
+if SECURE_HSTS_SECONDS and not SECURE_HSTS_PRELOAD:
+    # Preload asks browsers to hard-code HTTPS for the domain, which takes months to undo: an
+    # operator's explicit choice (BRAIN_HSTS_PRELOAD=1), not a checklist item.
+    SILENCED_SYSTEM_CHECKS += ["security.W021"]
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    "brainsite.apps.BrainAdminConfig",  # django.contrib.admin with a throttled login
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -87,12 +163,17 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    *(["brainsite.tls.tls_terminated_middleware"] if BRAIN_TLS and not _proxy_ssl_header else []),
     "django.middleware.security.SecurityMiddleware",
+    "django.middleware.common.CommonMiddleware",  # validates Host on every admin request
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
+# Messages live in the session (server side): the default falls back to a cookie.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
 ROOT_URLCONF = "brainsite.urls"
 ASGI_APPLICATION = "brainsite.asgi.application"
@@ -113,6 +194,16 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": _database(DATA_DIR)}
+# Per process: each runbrain process counts its own admin login failures (brainsite.login_throttle).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "login-throttle": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "login-throttle",
+        # its own store, large enough that a flood of made-up usernames does not evict the counts
+        "OPTIONS": {"MAX_ENTRIES": 10_000},
+    },
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 USE_TZ = True
@@ -131,6 +222,9 @@ LOGGING = {
     "loggers": {
         "brain": {"handlers": ["stderr"], "level": "INFO", "propagate": False},
         "django.request": {"level": "ERROR"},
+        # A Host outside ALLOWED_HOSTS is answered 400 "host not allowed"; scanners send such
+        # requests all day, and Django logs each one as an error with a traceback.
+        "django.security.DisallowedHost": {"level": "CRITICAL"},
         "daphne": {"level": "WARNING"},
     },
 }

@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.core.exceptions import DisallowedHost
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from brainsite.api import api, error_response, swagger_asset
-from brainsite.errors import NotFound
+from brainsite.errors import InvalidRequest, NotFound
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("docs/<str:name>", swagger_asset, name="swagger-asset"),
     path("", api.urls),
 ]
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    # DisallowedHost: a Host header not in ALLOWED_HOSTS (settings derive them from `listen`)
+    message = "host not allowed" if isinstance(exception, DisallowedHost) else "bad request"
+    return error_response(request, InvalidRequest(message))
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:

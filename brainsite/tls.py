@@ -1,0 +1,44 @@
+"""BRAIN_TLS without BRAIN_PROXY_SSL_HEADER: the TLS-terminating proxy forwards every request over
+plain HTTP, so the Django stack counts each one as HTTPS (HSTS, the CSRF origin). Only settings install it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
+
+from asgiref.sync import iscoroutinefunction
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest, HttpResponseBase
+from django.utils.decorators import sync_and_async_middleware
+
+__all__ = ["tls_terminated_middleware"]
+
+GetResponse = Callable[[HttpRequest], Any]
+
+
+@sync_and_async_middleware
+def tls_terminated_middleware(get_response: GetResponse) -> GetResponse:
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request: HttpRequest) -> HttpResponseBase:
+            _count_as_https(request)
+            response: Awaitable[HttpResponseBase] = get_response(request)
+            return await response
+
+        return middleware
+
+    def sync_middleware(request: HttpRequest) -> HttpResponseBase:
+        _count_as_https(request)
+        response: HttpResponseBase = get_response(request)
+        return response
+
+    return sync_middleware
+
+
+def _count_as_https(request: HttpRequest) -> None:
+    # HttpRequest.scheme falls back to the ASGI scope's scheme, or the WSGI environ's
+    if isinstance(request, ASGIRequest):
+        cast(dict[str, Any], request.scope)["scheme"] = "https"
+    else:
+        request.META["wsgi.url_scheme"] = "https"
