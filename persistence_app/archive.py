@@ -2,23 +2,28 @@
 a checkpoint back.
 
     sessions/<id>/blocks/<generation>/<index>        64 KiB, immutable, shared by checkpoints
-    sessions/<id>/tails/<checkpoint>/<generation>    the bytes after the last whole block
+    sessions/<id>/tails/<checkpoint>/<generation>    bytes past the last whole block that this
+                                                     checkpoint added
     sessions/<id>/checkpoints/<checkpoint>           the manifest, written after all of the above
     sessions/<id>/latest                             {"checkpoint": id}, replaced on each publish
 
 Each file has its own generation: a random id under which its blocks are numbered. A file keeps
 its generation while its local bytes only grow past what was uploaded; anything else (a restore,
-a file shorter than uploaded, a changed last block) starts a new one, so an immutable key is
-never asked to hold two different blocks. Blocking I/O, run in worker threads or Celery
-workers; no Django.
+a file shorter than uploaded, changed bytes) starts a new one, so an immutable key is never
+asked to hold two different blocks. A file's bytes past its last whole block are a short list
+of tail segments, each uploaded by the checkpoint that appended it, so a checkpoint uploads
+about its new bytes (plus, when a block fills, that block whole). Transfers run on a few
+threads. Blocking I/O, run in worker threads or Celery workers; no Django.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import secrets
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -47,6 +52,9 @@ __all__ = [
 BLOCK_BYTES = 64 << 10
 MANIFEST_VERSION = 1
 MAX_FILES = 129  # events.jsonl and up to 128 native files
+MAX_TAIL_SEGMENTS = 16  # past this, a checkpoint uploads its file's tail again as one segment
+TRANSFER_THREADS = 8
+TRANSFERS_IN_FLIGHT = 16  # blocks read ahead of their upload: bounds memory to 1 MiB
 
 
 class ArchiveError(StoreError):
@@ -57,20 +65,23 @@ class ArchiveError(StoreError):
 
 
 class FileEntry(TypedDict):
-    """One file of a manifest: `blocks` whole blocks of its generation, then the tail."""
+    """One file of a manifest: `blocks` whole blocks of its generation, then its tail segments
+    ([key, size] pairs, in order) up to `size`."""
 
     generation: str
     size: int
     blocks: int
-    tail: str  # the tail's key, "" when the size is a multiple of BLOCK_BYTES
+    tail: list[tuple[str, int]]
 
 
 class UploadedFile(TypedDict):
-    """What uploaded.json remembers of a file: enough to reuse its blocks safely."""
+    """What uploaded.json remembers of a file: enough to reuse its blocks and tail safely."""
 
     generation: str
     blocks: int
     last_block_sha256: str  # of block `blocks - 1`, "" when no block is uploaded
+    tail: list[tuple[str, int]]
+    tail_sha256: str  # of the tail segments' bytes, together
 
 
 class Manifest(TypedDict):
@@ -121,45 +132,94 @@ def _read_exactly(descriptor: int, offset: int, size: int, name: str) -> bytes:
     return data
 
 
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
 def _reusable(descriptor: int, uploaded: UploadedFile | None, size: int, name: str) -> UploadedFile | None:
-    """The uploaded generation when the local file still starts with what it uploaded."""
-    if uploaded is None or uploaded["blocks"] * BLOCK_BYTES > size:
+    """The uploaded state when the local file still starts with what it uploaded: its last
+    whole block and its tail bytes are unchanged."""
+    if uploaded is None or not isinstance(uploaded.get("tail"), list):
         return None
-    if uploaded["blocks"] == 0:
-        return uploaded
-    last = _read_exactly(descriptor, (uploaded["blocks"] - 1) * BLOCK_BYTES, BLOCK_BYTES, name)
-    return uploaded if hashlib.sha256(last).hexdigest() == uploaded["last_block_sha256"] else None
+    base = uploaded["blocks"] * BLOCK_BYTES
+    tail_bytes = sum(segment_size for _, segment_size in uploaded["tail"])
+    if base + tail_bytes > size:
+        return None
+    if uploaded["blocks"]:
+        last = _read_exactly(descriptor, base - BLOCK_BYTES, BLOCK_BYTES, name)
+        if _sha256(last) != uploaded["last_block_sha256"]:
+            return None
+    if tail_bytes and _sha256(_read_exactly(descriptor, base, tail_bytes, name)) != uploaded["tail_sha256"]:
+        return None
+    return uploaded
+
+
+class _Uploads:
+    """Puts objects on a few threads with a bounded number in flight; the first failure wins."""
+
+    def __init__(self, store: ObjectStore, threads: ThreadPoolExecutor) -> None:
+        self.store = store
+        self.threads = threads
+        self.pending: list[Future[None]] = []
+        self.sent = 0
+
+    def put(self, key: str, data: bytes) -> None:
+        if len(self.pending) >= TRANSFERS_IN_FLIGHT:
+            self.pending.pop(0).result()
+        self.pending.append(self.threads.submit(self.store.put, key, data, immutable=True))
+        self.sent += len(data)
+
+    def wait(self) -> None:
+        try:
+            for future in self.pending:
+                future.result()
+        finally:
+            for future in self.pending:
+                future.cancel()
+            self.pending.clear()
 
 
 def _publish_file(
-    store: ObjectStore, session_id: str, checkpoint: str, local: LocalFile, uploaded: UploadedFile | None
-) -> tuple[FileEntry, UploadedFile, int]:
-    """Upload the file's new whole blocks and its tail. Returns the entry, the new uploaded
-    state and the bytes sent."""
+    uploads: _Uploads, session_id: str, checkpoint: str, local: LocalFile, uploaded: UploadedFile | None
+) -> tuple[FileEntry, UploadedFile]:
+    """Queue the file's new whole blocks and its new tail segment. A block that fills sends its
+    bytes already in tail segments again, less than BLOCK_BYTES. Returns the manifest entry and
+    the uploaded state."""
     descriptor = os.open(local.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         reuse = _reusable(descriptor, uploaded, local.size, local.name)
         generation = reuse["generation"] if reuse else secrets.token_hex(16)
         done = reuse["blocks"] if reuse else 0
         last_sha = reuse["last_block_sha256"] if reuse else ""
+        tail: list[tuple[str, int]] = [(key, size) for key, size in reuse["tail"]] if reuse else []
+        base = done * BLOCK_BYTES
+        tail_end = base + sum(size for _, size in tail)
         whole = local.size // BLOCK_BYTES
-        sent = 0
-        for index in range(done, whole):
-            block = _read_exactly(descriptor, index * BLOCK_BYTES, BLOCK_BYTES, local.name)
-            store.put(block_key(session_id, generation, index), block, immutable=True)
-            last_sha = hashlib.sha256(block).hexdigest()
-            sent += len(block)
-        tail = ""
-        remainder = local.size - whole * BLOCK_BYTES
-        if remainder:
-            tail = tail_key(session_id, checkpoint, generation)
-            store.put(tail, _read_exactly(descriptor, whole * BLOCK_BYTES, remainder, local.name), immutable=True)
-            sent += remainder
+        if len(tail) >= MAX_TAIL_SEGMENTS:
+            tail, tail_end = [], base  # many small checkpoints: send the tail again as one segment
+        if whole > done:
+            for index in range(done, whole):
+                block = _read_exactly(descriptor, index * BLOCK_BYTES, BLOCK_BYTES, local.name)
+                uploads.put(block_key(session_id, generation, index), block)
+                last_sha = _sha256(block)
+            done, base = whole, whole * BLOCK_BYTES
+            tail, tail_end = [], whole * BLOCK_BYTES
+        if local.size > tail_end:
+            key = tail_key(session_id, checkpoint, generation)
+            uploads.put(key, _read_exactly(descriptor, tail_end, local.size - tail_end, local.name))
+            tail.append((key, local.size - tail_end))
+        tail_sha = _sha256(_read_exactly(descriptor, base, local.size - base, local.name)) if tail else ""
     finally:
         os.close(descriptor)
-    entry: FileEntry = {"generation": generation, "size": local.size, "blocks": whole, "tail": tail}
-    state: UploadedFile = {"generation": generation, "blocks": whole, "last_block_sha256": last_sha}
-    return entry, state, sent
+    entry: FileEntry = {"generation": generation, "size": local.size, "blocks": done, "tail": tail}
+    state: UploadedFile = {
+        "generation": generation,
+        "blocks": done,
+        "last_block_sha256": last_sha,
+        "tail": tail,
+        "tail_sha256": tail_sha,
+    }
+    return entry, state
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +247,16 @@ def publish(
     session_id = session["id"]
     entries: dict[str, FileEntry] = {}
     states: dict[str, UploadedFile] = {}
-    sent = 0
-    for local in files:
-        entry, state, file_sent = _publish_file(store, session_id, checkpoint, local, uploaded.get(local.name))
-        entries[local.name], states[local.name] = entry, state
-        sent += file_sent
+    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="brain-upload") as threads:
+        uploads = _Uploads(store, threads)
+        try:
+            for local in files:
+                entries[local.name], states[local.name] = _publish_file(
+                    uploads, session_id, checkpoint, local, uploaded.get(local.name)
+                )
+        finally:
+            uploads.wait()  # every block and tail is stored, or the first failure is raised
+    sent = uploads.sent
     manifest: Manifest = {
         "version": MANIFEST_VERSION,
         "checkpoint": checkpoint,
@@ -253,7 +318,7 @@ def read_manifest(store: ObjectStore, session_id: str, checkpoint: str) -> Manif
         raise ArchiveError(problem)
     history = files["events.jsonl"]
     for name, entry in files.items():
-        if not _valid_entry(session_id, checkpoint, name, entry):
+        if not _valid_entry(session_id, name, entry):
             raise ArchiveError(f"{problem}: file {name!r}")
     if not (
         isinstance(value.get("history_bytes"), int)
@@ -266,7 +331,10 @@ def read_manifest(store: ObjectStore, session_id: str, checkpoint: str) -> Manif
     return manifest
 
 
-def _valid_entry(session_id: str, checkpoint: str, name: str, entry: object) -> bool:
+_TAIL_KEY = re.compile(r"^sessions/([0-9a-f]{32})/tails/[0-9a-f]{32}/([0-9a-f]{32})$")
+
+
+def _valid_entry(session_id: str, name: str, entry: object) -> bool:
     if name != "events.jsonl":
         relative = name.removeprefix("native/")
         parts = relative.split("/")
@@ -277,22 +345,44 @@ def _valid_entry(session_id: str, checkpoint: str, name: str, entry: object) -> 
     size, blocks, generation, tail = entry["size"], entry["blocks"], entry["generation"], entry["tail"]
     if not (isinstance(size, int) and isinstance(blocks, int) and size >= 0 and _is_hex_id(generation)):
         return False
-    if blocks != size // BLOCK_BYTES:
+    if blocks < 0 or blocks * BLOCK_BYTES > size or not isinstance(tail, list) or len(tail) > MAX_TAIL_SEGMENTS:
         return False
-    expected_tail = tail_key(session_id, checkpoint, generation) if size % BLOCK_BYTES else ""
-    return bool(tail == expected_tail)
+    total = 0
+    for segment in tail:
+        if not (isinstance(segment, list) and len(segment) == 2):
+            return False
+        key, segment_size = segment
+        match = _TAIL_KEY.match(key) if isinstance(key, str) else None
+        if match is None or match.group(1) != session_id or match.group(2) != generation:
+            return False
+        if not isinstance(segment_size, int) or segment_size <= 0:
+            return False
+        total += segment_size
+    return total == size - blocks * BLOCK_BYTES
 
 
 def read_file(store: ObjectStore, session_id: str, entry: FileEntry) -> Iterator[bytes]:
-    """The file's bytes, block by block, each checked for its size."""
-    for index in range(entry["blocks"]):
-        block = store.get(block_key(session_id, entry["generation"], index))
-        if len(block) != BLOCK_BYTES:
-            raise ArchiveError(f"block {index} of generation {entry['generation']} has {len(block)} bytes")
-        yield block
-    remainder = entry["size"] - entry["blocks"] * BLOCK_BYTES
-    if remainder:
-        tail = store.get(entry["tail"])
-        if len(tail) != remainder:
-            raise ArchiveError(f"tail {entry['tail']} has {len(tail)} bytes, expected {remainder}")
-        yield tail
+    """The file's bytes, in order, each object checked for its size; fetched a few at a time."""
+    parts: list[tuple[str, int]] = [
+        (block_key(session_id, entry["generation"], index), BLOCK_BYTES) for index in range(entry["blocks"])
+    ]
+    parts += [(key, size) for key, size in entry["tail"]]
+    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="brain-download") as threads:
+        pending: list[tuple[str, int, Future[bytes]]] = []
+        try:
+            for key, size in parts:
+                pending.append((key, size, threads.submit(store.get, key)))
+                if len(pending) >= TRANSFERS_IN_FLIGHT:
+                    yield _checked(*pending.pop(0))
+            while pending:
+                yield _checked(*pending.pop(0))
+        finally:
+            for _, _, future in pending:
+                future.cancel()
+
+
+def _checked(key: str, size: int, future: Future[bytes]) -> bytes:
+    data = future.result()
+    if len(data) != size:
+        raise ArchiveError(f"object {key} has {len(data)} bytes, the manifest says {size}")
+    return data

@@ -250,16 +250,12 @@ class SyncScheduler:
 
     async def flush(self, session_id: str) -> Result:
         """Publish now, in this process, whatever the dispatch mode; one flush per session at a
-        time. A concurrent background publish makes this one wait for it and try again."""
+        time. A background publish of the session in flight is waited for, then this one runs."""
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         try:
             async with lock:
                 seq = time.time_ns()
-                for _ in range(100):
-                    result = await asyncio.to_thread(self.publisher.run, session_id, seq)
-                    if result.outcome != Outcome.BUSY:
-                        break
-                    await asyncio.sleep(0.05)
+                result = await asyncio.to_thread(self.publisher.run, session_id, seq, wait=True)
                 entry = self._dirty.get(session_id)
                 if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED) and entry is not None and entry.seq <= seq:
                     del self._dirty[session_id]

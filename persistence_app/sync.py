@@ -102,17 +102,18 @@ class Publisher:
         self.index = index
         self._sleep = sleep
 
-    def run(self, session_id: str, seq: int) -> Result:
-        """Publish with retries; the outcome is also in the session's sync-state row."""
+    def run(self, session_id: str, seq: int, *, wait: bool = False) -> Result:
+        """Publish with retries; the outcome is also in the session's sync-state row. `wait`:
+        wait for another publisher of the session instead of reporting busy (flush)."""
         started = clock.monotonic()
-        result = self._run(session_id, seq, started)
+        result = self._run(session_id, seq, started, wait=wait)
         return dataclasses.replace(result, seconds=clock.monotonic() - started)
 
-    def _run(self, session_id: str, seq: int, started: float) -> Result:
+    def _run(self, session_id: str, seq: int, started: float, *, wait: bool) -> Result:
         error = ""
         for attempt in range(ATTEMPTS):
             try:
-                result = self._publish_once(session_id, seq)
+                result = self._publish_once(session_id, seq, wait=wait)
             except StoreError as exc:
                 error = str(exc)
                 if not exc.retryable:
@@ -144,11 +145,11 @@ class Publisher:
         record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
         return Result(Outcome.FAILED, error=error, permanent=permanent)
 
-    def _publish_once(self, session_id: str, seq: int) -> Result:
+    def _publish_once(self, session_id: str, seq: int, *, wait: bool) -> Result:
         record = get_session_by_id(session_id)
         if record is None:
             raise StoreError(f"session {session_id} is not in the local database", retryable=False)
-        with _flock(lock_dir(self.data_dir) / f"{session_id}.publish", wait=False) as locked:
+        with _flock(lock_dir(self.data_dir) / f"{session_id}.publish", wait=wait) as locked:
             if not locked:
                 return Result(Outcome.BUSY)
             epoch = current_epoch(session_id)
