@@ -229,4 +229,15 @@ LOGGING = {
     },
 }
 
+# Background sync on Celery (`manage.py syncworker`): without a broker, the server publishes
+# in-process. Tasks are acknowledged after they run, one at a time per worker process; a lost
+# task is dispatched again by the server, so results are not kept.
 CELERY_BROKER_URL = os.environ.get("BRAIN_CELERY_BROKER", "")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_TIMEOUT = 5
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300, "socket_timeout": 5, "socket_connect_timeout": 5}
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
