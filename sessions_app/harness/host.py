@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
@@ -21,13 +20,18 @@ from typing import Any, Protocol
 from brainsite.logs import logger
 from runners.protocol import EVENT_NAMES, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
 
+from .launch import launch_command
+
 __all__ = ["AttachmentHandler", "HarnessHost", "HostLost", "RunnerError", "child_environment"]
 
 STOP_GRACE_SECONDS = 3.0  # wait after stdin EOF, then after SIGTERM, before SIGKILL
 # spec: only these variables of Brain's environment reach a harness child
 INHERITED_VARIABLES = ("PATH", "SystemRoot", "WINDIR", "COMSPEC", "PATHEXT", "TMP", "TEMP", "TMPDIR", "LANG", "LC_ALL")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-_PR_SET_PDEATHSIG = 1
+# Bytes written to a child's stdin that it has not read yet. Every concurrent tool reply and a
+# request at the frame cap fit; a child this far behind has stopped reading, and is lost.
+MAX_UNREAD_STDIN = (MAX_TOOL_CALLS + 2) * MAX_FRAME
+UNREAD_STDIN_REASON = "harness stopped reading its stdin"
 
 
 class RunnerError(Exception):
@@ -77,12 +81,6 @@ def resolve_command(command: list[str]) -> list[str]:
     return resolved
 
 
-def _die_with_parent() -> None:
-    # Linux: the child gets SIGKILL if Brain dies, so a kill -9 of Brain leaves no orphans.
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
 class HarnessHost:
     def __init__(
         self,
@@ -121,27 +119,38 @@ class HarnessHost:
         work.mkdir(parents=True, exist_ok=True)
         home.mkdir(parents=True, exist_ok=True)
         self.spawned_at = time.monotonic()
+        env = child_environment(self.command, home)
+        # The wrapper makes the child get SIGKILL if Brain dies, so a kill -9 of Brain leaves no orphans.
         self._process = await asyncio.create_subprocess_exec(
-            *self.command,
+            *launch_command(self.command, env),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.DEVNULL,  # spec: runner diagnostics are suppressed
             cwd=work,
-            env=child_environment(self.command, home),
+            env=env,
             limit=MAX_FRAME + 1,
-            preexec_fn=_die_with_parent,
         )
         self._reader = asyncio.get_running_loop().create_task(self._read_loop(), name=f"host-{self.pid}-reader")
 
     def _write(self, frame: Frame) -> None:
+        """Queue a frame on the child's stdin without waiting; a child that leaves too much
+        unread is lost (HostLost), so a runner that stops reading cannot grow Brain's memory."""
         if self.lost or self._process is None or self._process.stdin is None:
             raise HostLost("harness host is gone")
-        self._process.stdin.write(encode_frame(frame))
+        stdin = self._process.stdin
+        stdin.write(encode_frame(frame))
+        if stdin.transport.get_write_buffer_size() > MAX_UNREAD_STDIN:
+            self._lose(UNREAD_STDIN_REASON)
+            raise HostLost(UNREAD_STDIN_REASON)
 
     async def request(
         self, attachment: str, method: str, params: Any, *, turn: str = "", timeout: float | None = None
     ) -> Any:
-        """Send a request and wait for its reply. Raises RunnerError, HostLost or TimeoutError."""
+        """Send a request and wait for its reply. Raises RunnerError, HostLost or TimeoutError.
+
+        One deadline covers writing the frame into the pipe and the reply: a child that stops
+        reading its stdin fails the request like one that never answers.
+        """
         self._next_request += 1
         request_id = f"r{self._next_request}"
         frame: Frame = {"attachment": attachment, "id": request_id, "method": method, "params": params}
@@ -150,14 +159,17 @@ class HarnessHost:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
         try:
-            self._write(frame)
-            assert self._process is not None and self._process.stdin is not None
-            await self._process.stdin.drain()
-            return await asyncio.wait_for(future, timeout) if timeout else await future
-        except (ConnectionError, BrokenPipeError) as exc:
+            async with asyncio.timeout(timeout or None):
+                self._write(frame)
+                assert self._process is not None and self._process.stdin is not None
+                await self._process.stdin.drain()
+                return await future
+        except ConnectionError as exc:
             raise HostLost("harness host closed its stdin") from exc
         finally:
             self._pending.pop(request_id, None)
+            if future.done() and not future.cancelled():
+                future.exception()  # a loss that failed the future while the write failed: retrieved, not logged
 
     async def _read_loop(self) -> None:
         assert self._process is not None and self._process.stdout is not None
@@ -179,6 +191,9 @@ class HarnessHost:
                     self._dispatch(decode_frame(line))
                 except FrameError as exc:
                     reason = f"harness broke the frame protocol: {exc}"
+                    break
+                except HostLost as exc:  # a refusal it was sent went unread past the limit
+                    reason = str(exc)
                     break
         except asyncio.CancelledError:
             reason = "harness host stopped"
