@@ -14,6 +14,9 @@ from pydantic import BaseModel
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n-not-really-an-image").decode()
 MCP_TOKEN = "mcp-test-token-0123456789abcdef"
+# `chatter` stops by itself after this: the server keeps running a tool whose client went away
+CHATTER_SECONDS = 10.0
+CHATTER_PAUSE = 0.001  # between progress messages, so a chatter nobody listens to stays cheap
 
 
 class Answer(BaseModel):
@@ -74,12 +77,23 @@ def build_server() -> MCPServer:
     def big(n: int) -> str:
         return "y" * n
 
+    @server.tool(description="Report big progress messages for a long time before answering.")
+    async def chatter(size: int, ctx: Context) -> str:
+        deadline = asyncio.get_running_loop().time() + CHATTER_SECONDS
+        step = 0
+        while asyncio.get_running_loop().time() < deadline:
+            step += 1
+            await ctx.report_progress(step, None, "p" * size)
+            await asyncio.sleep(CHATTER_PAUSE)
+        return "still here"
+
     return server
 
 
-def build_app(*, token: str = MCP_TOKEN) -> Any:
-    """The Streamable HTTP app at /mcp, refusing requests without the bearer token."""
-    app = build_server().streamable_http_app()
+def build_app(*, token: str = MCP_TOKEN, json_response: bool = False) -> Any:
+    """The Streamable HTTP app at /mcp, refusing requests without the bearer token; with
+    json_response, results come as one JSON body instead of an SSE stream."""
+    app = build_server().streamable_http_app(json_response=json_response)
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http":

@@ -4,13 +4,25 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from tests.tools.conftest import Install, Progress, binding, context, text_of
-from tests.tools.mcp_server import PNG
-from tests.tools.servers import free_port
+from tests.tools.mcp_server import PNG, build_app
+from tests.tools.servers import LoopbackServer, free_port
+
+OUTPUT_LIMIT = 64 * 1024
+HUGE = 16 << 20  # far beyond the limit: a call that buffered it all would be slow and big
+
+
+@pytest.fixture(scope="module")
+def mcp_json_url() -> Iterator[str]:
+    """The same MCP server answering each request with one JSON body instead of an SSE stream."""
+    server = LoopbackServer(build_app(json_response=True), lifespan="on").start()
+    yield server.url + "/mcp"
+    server.stop()
 
 
 def mcp(name: str, url: str, remote: str | None = None, **fields: Any) -> Any:
@@ -177,3 +189,47 @@ async def test_each_call_opens_a_fresh_mcp_session(install: Install, mcp_url: st
 
     # then
     assert [text_of(result) for result in results] == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("remote", "arguments", "server"),
+    [
+        pytest.param("chatter", {"size": 10_000}, "sse", id="endless_progress_case"),
+        pytest.param("big", {"n": HUGE}, "sse", id="huge_streamed_result_case"),
+        pytest.param("big", {"n": HUGE}, "json", id="huge_json_result_case"),
+    ],
+)
+async def test_the_output_limit_cuts_a_call_off_while_it_is_received(
+    install: Install, mcp_url: str, mcp_json_url: str, remote: str, arguments: dict[str, Any], server: str
+) -> None:
+    # given: a generous deadline, so only the byte count can end the call early
+    url = mcp_json_url if server == "json" else mcp_url
+    tools = install(
+        mcp("tool", url, remote, max_output_bytes=OUTPUT_LIMIT, timeout_seconds=30),
+        mcp("echo", url),
+    )
+    progress = Progress()
+    started = time.monotonic()
+
+    # when
+    result = await tools.invoke(context("tool", progress=progress), "tool", arguments)
+    elapsed = time.monotonic() - started
+    after = await tools.invoke(context("echo"), "echo", {"text": "still serving"})
+
+    # then: the words of the HTTP/SSE transport; progress forwarded before the cut fits the limit
+    assert elapsed < 5
+    assert result["is_error"] is True and result["unknown_outcome"] is True
+    assert f"tool output exceeds max_output_bytes ({OUTPUT_LIMIT})" in text_of(result)
+    assert sum(len(json.dumps(item)) for item in progress) <= OUTPUT_LIMIT
+    assert text_of(after) == "still serving"
+
+
+async def test_a_result_within_the_limit_over_json_still_arrives(install: Install, mcp_json_url: str) -> None:
+    # given
+    tools = install(mcp("big", mcp_json_url, max_output_bytes=OUTPUT_LIMIT))
+
+    # when
+    result = await tools.invoke(context("big"), "big", {"n": 1000})
+
+    # then
+    assert text_of(result) == "y" * 1000

@@ -1,13 +1,14 @@
 """MCP tools over Streamable HTTP (mcp SDK 2.x): a fresh MCP session per call on pooled connections.
 
-Identity goes in `_meta["brain.dev/scope"]`, the call id is the progress token. Results become
+Identity goes in `_meta["brain.dev/scope"]`, the call id is the progress token. Every response
+byte of a call, progress included, counts against max_output_bytes as it arrives. Results become
 Brain results; anything else is a TransportError saying whether the tool may have run.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -36,6 +37,78 @@ def make_client(token: str, transport: httpx2.AsyncBaseTransport | None = None) 
         trust_env=True,
         limits=httpx2.Limits(max_connections=MAX_CONNECTIONS),
         transport=transport,
+    )
+
+
+class _OutputTooLarge(Exception):
+    """Raised into the SDK's read of a response once the call's meter is over its limit."""
+
+
+class _Meter:
+    """Counts the response bytes of one call against max_output_bytes. Past the limit it cancels
+    the call's scope and fails the read, so the SDK never buffers the rest of the response."""
+
+    def __init__(self, limit: int, scope: anyio.CancelScope) -> None:
+        self.limit = limit
+        self.received = 0
+        self.exceeded = False
+        self._scope = scope
+
+    def restart(self) -> None:
+        """The call is sent: what the session's setup received does not count as its output."""
+        self.received = 0
+
+    def take(self, chunk: bytes) -> None:
+        self.received += len(chunk)
+        if self.received > self.limit or self.exceeded:
+            self.exceeded = True
+            self._scope.cancel()
+            raise _OutputTooLarge(f"received more than {self.limit} bytes")
+
+
+class _MeteredStream(httpx2.AsyncByteStream):
+    """The decoded body of a pooled response, each chunk taken by the meter before the SDK sees it."""
+
+    def __init__(self, response: httpx2.Response, meter: _Meter) -> None:
+        self._response = response
+        self._meter = meter
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._response.aiter_bytes():
+            self._meter.take(chunk)
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+
+class _MeteredTransport(httpx2.AsyncBaseTransport):
+    """Sends one call's requests through the pooled client (its connections, proxies and
+    credential) and hands the SDK responses whose bodies pass through the call's meter."""
+
+    def __init__(self, client: httpx2.AsyncClient, meter: _Meter) -> None:
+        self._client = client
+        self._meter = meter
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        response = await self._client.send(request, stream=True, follow_redirects=False)
+        # The stream is decoded already: the meter counts what the SDK would buffer.
+        headers = [(name, value) for name, value in response.headers.multi_items() if name != "content-encoding"]
+        stream = _MeteredStream(response, self._meter)
+        return httpx2.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)
+
+    async def aclose(self) -> None:
+        pass  # the pooled client outlives the call
+
+
+def _metered_client(pooled: httpx2.AsyncClient, meter: _Meter) -> httpx2.AsyncClient:
+    """A per-call client over the pooled one: same headers (the credential), no connections of
+    its own, so nothing to close."""
+    return httpx2.AsyncClient(
+        headers=pooled.headers,
+        timeout=httpx2.Timeout(None),
+        follow_redirects=False,
+        transport=_MeteredTransport(pooled, meter),
     )
 
 
@@ -110,11 +183,17 @@ class McpTransport(Transport):
             return types.ErrorData(code=types.INVALID_REQUEST, message="Brain tools cannot ask for user input")
 
         result: Any = None
+        meter = _Meter(call.max_output_bytes, scope)
         try:
-            client = self._client(call)
+            client = _metered_client(self._client(call), meter)
             with scope:
                 async with (
-                    streamable_http_client(call.url, http_client=client, terminate_on_close=True) as (read, write),
+                    streamable_http_client(
+                        call.url,
+                        http_client=client,
+                        terminate_on_close=True,
+                        max_sse_event_size=call.max_output_bytes,  # the meter cuts first; this is a backstop
+                    ) as (read, write),
                     _CallSession(read, write, elicitation_callback=elicit, call=call) as session,
                 ):
                     try:
@@ -133,6 +212,7 @@ class McpTransport(Transport):
                         },
                     }
                     stage["sent"] = True
+                    meter.restart()
                     # RequestParamsMeta is a TypedDict; the scope key is an extension it does not list.
                     result = await session.call_tool(  # type: ignore[call-overload]
                         call.remote_name, call.arguments, meta=meta, allow_input_required=True
@@ -140,20 +220,29 @@ class McpTransport(Transport):
         except TransportError:
             raise
         except Exception as exc:  # the SDK's failures arrive as many types and exception groups
+            if meter.exceeded:
+                raise _too_large(call, reached=stage["sent"]) from exc
             if stage["elicited"]:
                 raise _elicited() from exc
             reason = _describe(exc)
             if stage["sent"]:
                 raise TransportError(f"MCP call failed: {reason}", reached=True) from exc
             raise TransportError(f"could not reach the MCP server: {reason}", reached=False) from exc
+        if meter.exceeded:
+            raise _too_large(call, reached=stage["sent"])
         if stage["elicited"] or isinstance(result, types.InputRequiredResult):
             raise _elicited()
         if not isinstance(result, types.CallToolResult):
             raise TransportError("MCP call was cancelled", reached=stage["sent"])
         converted = convert_result(result)
         if len(orjson.dumps(converted)) > call.max_output_bytes:
-            raise TransportError(f"tool output exceeds max_output_bytes ({call.max_output_bytes})", reached=True)
+            raise _too_large(call, reached=True)
         return converted
+
+
+def _too_large(call: OutboundCall, *, reached: bool) -> TransportError:
+    """The words of the HTTP/SSE transport: the limit counts every byte received, progress included."""
+    return TransportError(f"tool output exceeds max_output_bytes ({call.max_output_bytes})", reached=reached)
 
 
 def _elicited() -> TransportError:
