@@ -141,12 +141,26 @@ def test_an_immutable_put_repeated_with_the_same_content_succeeds(backend: Backe
     # given
     store = backend.store()
     store.put("sessions/abc/checkpoints/c1", b"manifest", immutable=True)
+    version = _object_version(backend, "sessions/abc/checkpoints/c1")
 
     # when
     store.put("sessions/abc/checkpoints/c1", b"manifest", immutable=True)
 
-    # then
+    # then: the same object, not a rewrite with equal bytes
     assert store.get("sessions/abc/checkpoints/c1") == b"manifest"
+    assert _object_version(backend, "sessions/abc/checkpoints/c1") == version
+
+
+def _object_version(backend: Backend, name: str) -> object:
+    """What changes whenever the provider writes the object: inode, generation, modification time."""
+    if backend.provider == "filesystem":
+        status = (Path(backend.settings["directory"]) / name).stat()
+        return (status.st_ino, status.st_mtime_ns)
+    if isinstance(backend.service, MotoS3):
+        time.sleep(1.1)  # LastModified has one-second resolution
+        return backend.service.client().head_object(Bucket=backend.settings["bucket"], Key=name)["LastModified"]
+    assert isinstance(backend.service, FakeGCS)
+    return _gcs_client(backend.service).bucket(backend.settings["bucket"]).get_blob(name).generation
 
 
 def test_an_immutable_put_never_replaces_an_existing_object(backend: Backend) -> None:
@@ -261,17 +275,19 @@ def _put_raw(backend: Backend, name: str, data: bytes) -> None:
     if isinstance(backend.service, MotoS3):
         backend.service.client().put_object(Bucket=bucket, Key=name, Body=data)
         return
+    assert isinstance(backend.service, FakeGCS)
+    client = _gcs_client(backend.service)
+    client.bucket(bucket).blob(name).upload_from_string(data)
+    client.close()
+
+
+def _gcs_client(service: FakeGCS) -> Any:
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    assert isinstance(backend.service, FakeGCS)
-    client = storage.Client(
-        project="test",
-        credentials=AnonymousCredentials(),
-        client_options={"api_endpoint": backend.service.emulator_host},
+    return storage.Client(
+        project="test", credentials=AnonymousCredentials(), client_options={"api_endpoint": service.emulator_host}
     )
-    client.bucket(bucket).blob(name).upload_from_string(data)
-    client.close()
 
 
 def test_a_filesystem_object_over_2_mib_is_refused_before_any_io(tmp_path: Path) -> None:
