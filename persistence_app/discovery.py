@@ -8,6 +8,7 @@ Blocking; the server calls it from worker threads.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -31,6 +32,10 @@ CREATE TABLE IF NOT EXISTS brain_sessions (
 );
 CREATE INDEX IF NOT EXISTS brain_sessions_tenant_id ON brain_sessions (tenant, id);
 """
+# CREATE ... IF NOT EXISTS is not safe against itself: two sessions creating the table at once
+# can fail on a unique violation in the catalog. The schema is created under this
+# transaction-scoped advisory lock (every Brain process of a database takes the same one).
+_SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7158200631489247597)"
 
 _UPSERT = """
 INSERT INTO brain_sessions (id, tenant, data, checkpoint) VALUES (%s, %s, %s, %s)
@@ -58,13 +63,17 @@ class DiscoveryIndex:
             kwargs={"connect_timeout": int(CONNECT_TIMEOUT_SECONDS), "autocommit": True},
         )
         self._ready = False
+        self._ready_lock = threading.Lock()  # the first callers of a process wait for one schema check
 
     def _connection(self) -> Any:
         if not self._ready:
-            self._pool.open(wait=False)
-            with self._pool.connection() as connection:
-                connection.execute(_SCHEMA)
-            self._ready = True
+            with self._ready_lock:
+                if not self._ready:
+                    self._pool.open(wait=False)
+                    with self._pool.connection() as connection, connection.transaction():
+                        connection.execute(_SCHEMA_LOCK)
+                        connection.execute(_SCHEMA)
+                    self._ready = True
         return self._pool.connection()
 
     def put(self, session: dict[str, Any], checkpoint: str) -> None:

@@ -96,6 +96,8 @@ class ArchiveService:
     async def flush(self, session_id: str) -> dict[str, Any]:
         result = await self.scheduler.flush(session_id)
         if result.outcome == Outcome.FAILED:
+            if result.forbidden:  # spec: a cross-tenant collision in the index is 403 forbidden
+                raise Forbidden(f"flush failed: {result.error}")
             raise BrainError(f"flush failed: {result.error}")
         if result.outcome == Outcome.FENCED:
             raise BrainError("flush failed: the session was restored while it was being uploaded")

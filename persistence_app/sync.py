@@ -31,7 +31,7 @@ import orjson
 from brainsite.logs import logger
 from persistence_app import archive, localstate
 from persistence_app.db import Publication, current_epoch, record_failure, record_publication
-from persistence_app.discovery import DiscoveryIndex
+from persistence_app.discovery import DiscoveryIndex, TenantMismatch
 from persistence_app.stores.base import MAX_OBJECT_BYTES, ObjectStore, StoreError
 from sessions_app.db import get_session_by_id
 from sessions_app.eventlog import now_rfc3339
@@ -60,6 +60,7 @@ class Result:
     error: str = ""
     permanent: bool = False  # a failure that retrying will not fix (credentials, a bad bucket)
     seconds: float = 0.0
+    forbidden: bool = False  # the discovery index holds the id for another tenant (403 on flush)
 
 
 def lock_dir(data_dir: Path) -> Path:
@@ -117,7 +118,9 @@ class Publisher:
             except StoreError as exc:
                 error = str(exc)
                 if not exc.retryable:
-                    return self._failed(session_id, seq, error, permanent=True)
+                    return self._failed(
+                        session_id, seq, error, permanent=True, forbidden=isinstance(exc, TenantMismatch)
+                    )
                 logger.warning(
                     "sync attempt failed", extra={"session_id": session_id, "attempt": attempt + 1, "error": error}
                 )
@@ -139,11 +142,11 @@ class Publisher:
             return result
         return self._failed(session_id, seq, error, permanent=False)
 
-    def _failed(self, session_id: str, seq: int, error: str, *, permanent: bool) -> Result:
+    def _failed(self, session_id: str, seq: int, error: str, *, permanent: bool, forbidden: bool = False) -> Result:
         logger.error("sync failed", extra={"session_id": session_id, "error": error, "permanent": permanent})
         record = get_session_by_id(session_id)
         record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
-        return Result(Outcome.FAILED, error=error, permanent=permanent)
+        return Result(Outcome.FAILED, error=error, permanent=permanent, forbidden=forbidden)
 
     def _publish_once(self, session_id: str, seq: int, *, wait: bool) -> Result:
         record = get_session_by_id(session_id)

@@ -22,7 +22,9 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--config", default="brain.json")
+        # manage.py takes `--config FILE` off the command line of commands it does not list and
+        # passes it on as $BRAIN_CONFIG (after pointing the settings at its data_dir)
+        parser.add_argument("--config", default=os.environ.get("BRAIN_CONFIG", "brain.json"))
         parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument("--loglevel", default="INFO")
 
