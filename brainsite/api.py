@@ -24,6 +24,7 @@ from brainsite.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
 from sessions_app.auth import BearerAuth
+from tools_app.api import ExecutorAuth
 from tools_app.api import router as tools_router
 from tools_app.schemas import Call, Command, ToolResult
 
@@ -32,7 +33,7 @@ from . import health
 __all__ = ["ErrorDetail", "ErrorResponse", "api", "error_response", "swagger_asset"]
 
 # The contract's name for the bearer scheme; ninja names a scheme after its auth class.
-SECURITY_SCHEMES = {BearerAuth.__name__: "bearer"}
+SECURITY_SCHEMES = {BearerAuth.__name__: "bearer", ExecutorAuth.__name__: "bearer"}
 ERRORS_DESCRIPTION = (
     "Error. 400 invalid_request; 401 missing/invalid Bearer token; 403 forbidden; 404 not_found; "
     "409 conflict or cursor_unavailable; 413 body limit; 422 unsupported; 429 overloaded (Retry-After: 1); "

@@ -43,6 +43,7 @@ class ApiHandler:
         except Resolver404:
             return error_response(request, NotFound("not found"))
         cast(dict[str, Any], request.scope)["brain_route"] = match.route  # labels the request's metrics
+        request.resolver_match = match  # path parameters for auth that needs them (executor credentials)
         try:
             response: HttpResponseBase = match.func(request, *match.args, **match.kwargs)
             if inspect.isawaitable(response):  # ninja's operations are async; its openapi view is not

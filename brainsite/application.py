@@ -25,6 +25,7 @@ from sessions_app import db as sessions_db
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine
 from tools_app import db as tools_db
+from tools_app.executors import ExecutorHub
 from tools_app.registry import InspectionGrants, ToolRegistry
 
 __all__ = ["BrainApp", "Launcher", "brain_of", "request_brain"]
@@ -45,7 +46,10 @@ class BrainApp:
             admin_loader=tools_db.aload_admin_bindings,
             inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
         )
-        self.engine = Engine(config, secrets, registry=self.registry, telemetry=self.telemetry)
+        self.executors = ExecutorHub()
+        self.engine = Engine(
+            config, secrets, registry=self.registry, telemetry=self.telemetry, executors=self.executors
+        )
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
             self.archive = ArchiveService(

@@ -25,12 +25,15 @@ from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
+from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
 
 __all__ = ["application", "launcher"]
 
 BODY_OVERHEAD_BYTES = 16 * 1024  # spec: bodies may be input_bytes + 16 KiB
 DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (sessions, CSRF)
 _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
+_COMMANDS_PATH = re.compile(r"^/executors/([^/]+)/commands$")
+_RPC_PATH = re.compile(r"^/executors/([^/]+)/rpc$")
 
 Scope = dict[str, Any]
 
@@ -42,11 +45,12 @@ class BodyTooLarge(Exception):
 class BrainHttpMiddleware:
     """Outermost HTTP layer; knows nothing of sessions."""
 
-    def __init__(self, launcher: Launcher, django_app: Any, api_app: Any, stream_app: Any) -> None:
+    def __init__(self, launcher: Launcher, django_app: Any, api_app: Any, stream_app: Any, commands_app: Any) -> None:
         self.launcher = launcher
         self.django_app = django_app
         self.api_app = api_app
         self.stream_app = stream_app
+        self.commands_app = commands_app
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         brain = await self.launcher.started()
@@ -75,6 +79,12 @@ class BrainHttpMiddleware:
             scope["url_route"] = {"kwargs": {"id": match.group(1)}}
             scope["brain_route"] = "sessions/<id>/events"
             await self.stream_app(scope, receive, send_with_headers)
+            return
+        match = _COMMANDS_PATH.match(scope.get("path", ""))
+        if match and scope.get("method") == "GET":
+            scope["url_route"] = {"kwargs": {"id": match.group(1)}}
+            scope["brain_route"] = "executors/<id>/commands"
+            await self.commands_app(scope, receive, send_with_headers)
             return
         path = scope.get("path", "")
         if path.startswith(DJANGO_PREFIXES):
@@ -171,6 +181,24 @@ class _TooLargeGuard:
                 await BrainHttpMiddleware._reject_too_large(send, scope.get("brain_request_id", ""))
 
 
+class BrainWebsocketRouter:
+    """WebSocket scopes: only the executor RPC path; anything else is refused (403)."""
+
+    def __init__(self, launcher: Launcher, rpc_app: Any) -> None:
+        self.launcher = launcher
+        self.rpc_app = rpc_app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        scope[SCOPE_KEY] = await self.launcher.started()
+        match = _RPC_PATH.match(scope.get("path", ""))
+        if match is None:
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 4404})
+            return
+        scope["url_route"] = {"kwargs": {"id": match.group(1)}}
+        await self.rpc_app(scope, receive, send)
+
+
 launcher = Launcher()  # runbrain configures it before serving
 application = ProtocolTypeRouter(
     {
@@ -179,6 +207,8 @@ application = ProtocolTypeRouter(
             _TooLargeGuard(get_asgi_application()),
             _TooLargeGuard(ApiHandler()),
             EventStreamConsumer.as_asgi(),
-        )
+            ExecutorCommandsConsumer.as_asgi(),
+        ),
+        "websocket": BrainWebsocketRouter(launcher, ExecutorRPCConsumer.as_asgi()),
     }
 )

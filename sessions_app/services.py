@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainsite.errors import Forbidden, InvalidRequest, NotFound, Unsupported
+from tools_app.bindings import check_bindings
 
 from . import db
 from .eventlog import Event, EventLog
@@ -78,14 +79,22 @@ async def create_session(
     instructions = config.get("instructions")
     if instructions is not None and len(instructions.encode()) > engine.limits.input_bytes:
         raise InvalidRequest("config.instructions exceeds input_bytes")
-    if config.get("bindings") or credentials:
-        raise Unsupported("tool bindings and credentials are not enabled on this server")
-    config.pop("bindings", None)
+    if credentials:
+        raise Unsupported("private binding credentials are not enabled on this server")
+    bindings = check_bindings(
+        config.pop("bindings", None) or [], tenant=principal.tenant, tools=tools, hub=engine.executors
+    )
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
         raise Forbidden("a requested tool is not available to this tenant")
-    record = new_session_record(tenant=principal.tenant, harness=harness, config=config, descriptors=descriptors)
+    if bindings.bindings:
+        config["bindings"] = bindings.bindings
+    record = new_session_record(
+        tenant=principal.tenant, harness=harness, config=config, descriptors=[*descriptors, *bindings.descriptors]
+    )
     await engine.create(record)
+    for executor in bindings.executors:
+        engine.executors.bind(executor, record.id)
     return record
 
 
@@ -150,7 +159,9 @@ async def resume_session(engine: Engine, principal: Principal, session_id: str) 
 
 
 async def close_session(engine: Engine, principal: Principal, session_id: str) -> None:
-    (await _actor(engine, principal, session_id)).close()
+    actor = await _actor(engine, principal, session_id)
+    actor.close()
+    engine.executors.revoke_session(actor.id)  # spec: closing a session revokes its executor tokens
 
 
 def _page(log: EventLog, after: str, *, end: int, limit: int) -> EventPage:

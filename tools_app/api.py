@@ -1,26 +1,30 @@
 """GET /catalog: the tools the caller's tenant may enable. The runtime executor routes
-(/executors...): client-side runtime tools are not built into this server yet, so after the
-usual authorization they answer 422 `unsupported`; their schemas are declared for the contract.
+(/executors...): registration with an API token, then the executor's own credential for its
+command stream (SSE here, WebSocket in tools_app.consumers), replies and close.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, NoReturn
 
 from django.http import HttpRequest
 from ninja import Path, Router
+from ninja.security.base import AuthBase
 from pydantic import WithJsonSchema
 
 from brainsite.application import request_brain
-from brainsite.errors import Unsupported
+from brainsite.errors import Conflict, InvalidRequest, NotFound
 from brainsite.principal import principal_of, require_manage
 
+from .bindings import ALIAS, check_runtime_tools
+from .executors import Executor, normalized_tools
 from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, ToolCatalog
 
 router = Router(tags=["tools"])
 
-NOT_ENABLED = "runtime tool executors are not enabled on this server"
 EXECUTOR_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract
+SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
 ExecutorId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": EXECUTOR_ID_PATTERN}), Path(description="Opaque executor ID.")
@@ -45,9 +49,48 @@ async def catalog(request: HttpRequest) -> dict[str, Any]:
     operation_id="registerExecutor",
     summary="Register runtime tools",
 )
-async def register_executor(request: HttpRequest, body: ExecutorRegistration) -> NoReturn:
-    require_manage(principal_of(request))
-    raise Unsupported(NOT_ENABLED)
+async def register_executor(request: HttpRequest, body: ExecutorRegistration) -> tuple[int, dict[str, str]]:
+    brain = request_brain(request)
+    principal = principal_of(request)
+    require_manage(principal)
+    if not ALIAS.fullmatch(body.binding):
+        raise InvalidRequest("binding must start with a letter: 1-32 of A-Z a-z 0-9 _ -")
+    tools = check_runtime_tools([tool.model_dump(exclude_none=True) for tool in body.tools])
+    session = ""
+    if body.session is not None:
+        session = body.session.lower()
+        if not SESSION_ID.fullmatch(session) or (principal.session and principal.session != session):
+            raise NotFound("session not found")
+        record = (await brain.engine.get_actor(principal.tenant, session)).record
+        saved = next((b for b in record.config.get("bindings", ()) if b.get("alias") == body.binding), None)
+        if saved is None:
+            raise Conflict(f"session has no runtime binding {body.binding!r}")
+        if normalized_tools(saved.get("runtime") or []) != normalized_tools(tools):
+            raise Conflict(f"the tools differ from the descriptors saved for binding {body.binding!r}")
+    executor_id, token = brain.executors.register(principal.tenant, body.binding, tools, session=session)
+    return 201, {"id": executor_id, "token": token}
+
+
+class ExecutorAuth(AuthBase):
+    """The executor's own credential, for its routes: an API token is not one (401)."""
+
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_async = True
+
+    async def __call__(self, request: HttpRequest) -> Executor:
+        match = request.resolver_match
+        executor_id = str(match.kwargs.get("id", "")) if match is not None else ""
+        hub = request_brain(request).executors
+        return hub.authenticate(executor_id, request.headers.get("Authorization"))
+
+
+def executor_of(request: HttpRequest) -> Executor:
+    executor: Executor = request.auth  # type: ignore[attr-defined]  # set by ExecutorAuth
+    return executor
 
 
 @router.post(
@@ -55,9 +98,11 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
     response={200: Status},
     operation_id="unregisterExecutor",
     summary="Close a runtime executor",
+    auth=ExecutorAuth(),
 )
-async def unregister_executor(request: HttpRequest, id: ExecutorId) -> NoReturn:
-    raise Unsupported(NOT_ENABLED)
+async def unregister_executor(request: HttpRequest, id: ExecutorId) -> dict[str, str]:
+    request_brain(request).executors.close(executor_of(request))
+    return {"status": "closed"}
 
 
 @router.get(
@@ -66,9 +111,11 @@ async def unregister_executor(request: HttpRequest, id: ExecutorId) -> NoReturn:
     operation_id="executorCommands",
     summary="Connect a runtime executor",
     openapi_extra=_EVENT_STREAM,
+    auth=ExecutorAuth(),
 )
 async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:
-    raise Unsupported(NOT_ENABLED)
+    # the ASGI entry routes this path to tools_app.consumers.ExecutorCommandsConsumer
+    raise InvalidRequest("the command stream is served as text/event-stream")
 
 
 @router.post(
@@ -76,9 +123,14 @@ async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:
     response={200: Status},
     operation_id="executorReply",
     summary="Submit runtime progress or result",
+    auth=ExecutorAuth(),
 )
-async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> NoReturn:
-    raise Unsupported(NOT_ENABLED)
+async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> dict[str, str]:
+    result = body.result.model_dump(exclude_none=True) if body.result is not None else None
+    request_brain(request).executors.reply(
+        executor_of(request), connection=body.connection, call_id=body.call_id, progress=body.progress, result=result
+    )
+    return {"status": "accepted"}
 
 
 @router.get(
@@ -87,6 +139,8 @@ async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> N
     operation_id="executorRPC",
     summary="Connect bidirectional runtime RPC",
     openapi_extra=_UPGRADE,
+    auth=ExecutorAuth(),
 )
 async def executor_rpc(request: HttpRequest, id: ExecutorId) -> NoReturn:
-    raise Unsupported(NOT_ENABLED)
+    # a WebSocket upgrade reaches tools_app.consumers.ExecutorRPCConsumer; plain HTTP cannot
+    raise InvalidRequest("GET /executors/{id}/rpc is a WebSocket endpoint (subprotocols brain-rpc, brain-auth.TOKEN)")

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any, TypedDict
 
 import orjson
@@ -33,8 +34,13 @@ __all__ = [
     "CallCancelled",
     "CallContext",
     "InspectionGrants",
+    "InvalidResult",
+    "Invocation",
+    "Outcome",
     "ToolRegistry",
     "ToolResult",
+    "check_result",
+    "checked_invocation",
     "compile_schema",
     "error_result",
     "registry_of",
@@ -208,7 +214,12 @@ class ToolRegistry:
         return _descriptors(_allowed(await self._entries(), tenant), names)
 
     async def invoke(self, context: CallContext, name: str, arguments: Any) -> ToolResult:
-        """Run one call and return the model-visible result. Never raises for tool failures.
+        """invoke_call() without the outcome."""
+        return (await self.invoke_call(context, name, arguments)).result
+
+    async def invoke_call(self, context: CallContext, name: str, arguments: Any) -> Invocation:
+        """Run one call and return the model-visible result with its outcome. Never raises for
+        tool failures.
 
         Cancellation (interrupt, close) propagates after the inspection token is revoked: as
         CancelledError before the request is sent, as CallCancelled once it may have reached
@@ -216,22 +227,22 @@ class ToolRegistry:
         """
         entry = (await self._entries()).get(name) if name in context.tools else None
         if entry is None or context.tenant not in entry.binding.tenants:
-            return error_result(f"tool {name!r} is not enabled for this session")
+            return Invocation.failed(f"tool {name!r} is not enabled for this session")
         binding = entry.binding
         if not isinstance(arguments, dict):
-            return error_result(f"invalid arguments for {name}: arguments must be a JSON object")
+            return Invocation.failed(f"invalid arguments for {name}: arguments must be a JSON object")
         problem = best_match(entry.arguments.iter_errors(arguments))
         if problem is not None:
             where = "/".join(str(part) for part in problem.absolute_path)
-            return error_result(
+            return Invocation.failed(
                 _detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
             )
         if entry.token is None:
-            return error_result(f"tool {name!r} is unavailable: its credential ({binding.token_env}) is not set")
+            return Invocation.failed(f"tool {name!r} is unavailable: its credential ({binding.token_env}) is not set")
         inspection_token = ""
         if binding.inspect_session:
             if self._inspections is None:
-                return error_result(f"tool {name!r} is unavailable: session inspection is not enabled")
+                return Invocation.failed(f"tool {name!r} is unavailable: session inspection is not enabled")
             inspection_token = self._inspections.grant(context.session_id, context.tenant)
         try:
             call = OutboundCall(
@@ -255,20 +266,20 @@ class ToolRegistry:
             except asyncio.CancelledError:
                 raise CallCancelled(name) from None
             except TimeoutError:
-                return error_result(
+                return Invocation.failed(
                     f"tool {name!r} timed out after {binding.timeout_seconds} s; remote outcome unknown",
-                    unknown_outcome=True,
+                    outcome=Outcome.TIMEOUT,
                 )
             except TransportError as exc:
                 suffix = "; remote outcome may be unknown" if exc.reached else ""
-                return error_result(_detail(f"tool {name!r} failed: {exc}{suffix}"), unknown_outcome=exc.reached)
+                return Invocation.failed(
+                    _detail(f"tool {name!r} failed: {exc}{suffix}"),
+                    outcome=Outcome.UNKNOWN if exc.reached else Outcome.ERROR,
+                )
         finally:
             if inspection_token and self._inspections is not None:
                 self._inspections.revoke(inspection_token)
-        try:
-            return _check_result(raw, entry)
-        except _InvalidResult as exc:
-            return error_result(_detail(f"tool {name!r} returned an invalid result: {exc}"), unknown_outcome=True)
+        return checked_invocation(raw, entry.output, name)
 
     async def aclose(self) -> None:
         """Close pooled connections (shutdown)."""
@@ -281,6 +292,38 @@ def registry_of(scope: Mapping[str, Any]) -> ToolRegistry:
     return registry
 
 
+class Outcome(StrEnum):
+    """How a call ended, recorded beside its result (tool.result `outcome`)."""
+
+    OK = "ok"
+    ERROR = "error"  # known not to have happened, or the tool reported a failure
+    TIMEOUT = "timeout"  # the deadline passed; the remote outcome is unknown
+    CANCELLED = "cancelled"  # an interrupt or close stopped it
+    UNKNOWN = "unknown"  # it may have run; its result cannot be established
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    result: ToolResult
+    outcome: Outcome
+
+    @classmethod
+    def failed(cls, message: str, *, outcome: Outcome = Outcome.ERROR) -> Invocation:
+        unknown = outcome in (Outcome.TIMEOUT, Outcome.UNKNOWN, Outcome.CANCELLED)
+        return cls(error_result(message, unknown_outcome=unknown), outcome)
+
+
+def checked_invocation(raw: Any, output: Validator | None, name: str) -> Invocation:
+    """A tool's raw result object, strictly checked (an invalid one is an unknown outcome)."""
+    try:
+        result = check_result(raw, output)
+    except InvalidResult as exc:
+        return Invocation.failed(_detail(f"tool {name!r} returned an invalid result: {exc}"), outcome=Outcome.UNKNOWN)
+    if not result.get("is_error"):
+        return Invocation(result, Outcome.OK)
+    return Invocation(result, Outcome.UNKNOWN if result.get("unknown_outcome") else Outcome.ERROR)
+
+
 def error_result(message: str, *, unknown_outcome: bool = False) -> ToolResult:
     result: ToolResult = {"content": [{"type": "text", "text": message}], "is_error": True}
     if unknown_outcome:
@@ -288,48 +331,48 @@ def error_result(message: str, *, unknown_outcome: bool = False) -> ToolResult:
     return result
 
 
-class _InvalidResult(Exception):
+class InvalidResult(Exception):
     pass
 
 
 def _check_content(content: Any) -> None:
     if not isinstance(content, list):
-        raise _InvalidResult("content must be an array")
+        raise InvalidResult("content must be an array")
     for index, item in enumerate(content):
         kind = item.get("type") if isinstance(item, dict) else None
         fields = CONTENT_FIELDS.get(kind) if isinstance(kind, str) else None
         if fields is None:
-            raise _InvalidResult(f"content[{index}] has an unknown type")
+            raise InvalidResult(f"content[{index}] has an unknown type")
         if item.keys() != fields or not all(isinstance(item[key], str) for key in fields):
-            raise _InvalidResult(f"content[{index}] must have exactly the string fields {', '.join(sorted(fields))}")
+            raise InvalidResult(f"content[{index}] must have exactly the string fields {', '.join(sorted(fields))}")
         if item["type"] == "image":
             try:
                 base64.b64decode(item["data"], validate=True)
             except (binascii.Error, ValueError):
-                raise _InvalidResult(f"content[{index}].data is not base64") from None
+                raise InvalidResult(f"content[{index}].data is not base64") from None
 
 
-def _check_result(value: Any, entry: _Entry) -> ToolResult:
+def check_result(value: Any, output: Validator | None) -> ToolResult:
     """The tool's result, strictly checked; a structured-only result gets a JSON text block."""
     if not isinstance(value, dict):
-        raise _InvalidResult("the result must be a JSON object")
+        raise InvalidResult("the result must be a JSON object")
     unknown = value.keys() - RESULT_FIELDS
     if unknown:
-        raise _InvalidResult(f"unknown result field {sorted(unknown)[0]!r}")
+        raise InvalidResult(f"unknown result field {sorted(unknown)[0]!r}")
     for key in ("is_error", "unknown_outcome"):
         if key in value and not isinstance(value[key], bool):
-            raise _InvalidResult(f"{key} must be a boolean")
+            raise InvalidResult(f"{key} must be a boolean")
     content = value.get("content")
     if content is not None:
         _check_content(content)
     structured = value.get("structured_content")
     if not content and structured is None:
-        raise _InvalidResult("the result has neither content nor structured_content")
+        raise InvalidResult("the result has neither content nor structured_content")
     is_error = value.get("is_error") is True
-    if structured is not None and not is_error and entry.output is not None:
-        problem = best_match(entry.output.iter_errors(structured))
+    if structured is not None and not is_error and output is not None:
+        problem = best_match(output.iter_errors(structured))
         if problem is not None:
-            raise _InvalidResult(f"structured_content does not match output_schema: {problem.message}")
+            raise InvalidResult(f"structured_content does not match output_schema: {problem.message}")
     result: ToolResult = {"content": content or [{"type": "text", "text": orjson.dumps(structured).decode()}]}
     if structured is not None:
         result["structured_content"] = structured

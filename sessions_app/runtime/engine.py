@@ -24,6 +24,8 @@ from sessions_app import db
 from sessions_app.eventlog import CorruptLog, EventLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord, SessionStatus
+from tools_app.bindings import SessionBindings
+from tools_app.executors import ExecutorHub
 from tools_app.registry import ToolRegistry
 
 from .actor import RUNNING_MARKER, SessionActor
@@ -72,8 +74,17 @@ class Engine:
     """Loads and unloads actors, enforces `loaded` and `active`, writes status rows behind, and
     shuts down. The actors see it only as their SessionHost."""
 
-    def __init__(self, config: HostConfig, secrets: Secrets, *, registry: ToolRegistry, telemetry: Telemetry) -> None:
+    def __init__(
+        self,
+        config: HostConfig,
+        secrets: Secrets,
+        *,
+        registry: ToolRegistry,
+        telemetry: Telemetry,
+        executors: ExecutorHub | None = None,
+    ) -> None:
         self.config = config
+        self.executors = executors if executors is not None else ExecutorHub()
         self.secrets = secrets
         self.registry = registry
         self.telemetry = telemetry
@@ -261,8 +272,13 @@ class Engine:
             log.close()
             logger.error("session checkpoints damaged", extra={"session_id": session_id, "error": str(exc)})
             raise SessionDamaged(f"session {session_id} cannot be loaded: its checkpoint journal is damaged") from exc
+        bindings = record.config.get("bindings")
         tool_calls = ToolCalls(
-            self.registry, tenant=record.tenant, session_id=record.id, tools=tuple(record.config.get("tools", ()))
+            self.registry,
+            tenant=record.tenant,
+            session_id=record.id,
+            tools=tuple(record.config.get("tools", ())),
+            bindings=SessionBindings(bindings, self.executors) if bindings else None,
         )
         actor = SessionActor(
             self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry

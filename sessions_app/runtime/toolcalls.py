@@ -1,7 +1,8 @@
 """A running turn's tool calls: each `tool.call` frame becomes exactly one result for the runner.
 
-Records `tool.call`, dispatches once through the tool registry, records `tool.result`. Every
-path, a failed append or an unexpected error included, ends in one ToolResult.
+Records `tool.call` before anything is dispatched, dispatches once (a session binding's tool to
+its executor, any other through the tool registry), records `tool.result` with the call's
+outcome. Every path, a failed append or an unexpected error included, ends in one ToolResult.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from typing import Any, Protocol
 from brainsite.logs import logger
 from brainsite.telemetry import TurnTrace
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
-from tools_app.registry import CallCancelled, CallContext, ToolRegistry, ToolResult, error_result
+from tools_app.bindings import SessionBindings
+from tools_app.registry import CallCancelled, CallContext, Invocation, Outcome, ToolRegistry, ToolResult, error_result
 
 __all__ = ["ToolCallTurn", "ToolCalls"]
 
@@ -32,12 +34,21 @@ class ToolCallTurn(Protocol):
 class ToolCalls:
     """The in-flight calls of one session."""
 
-    def __init__(self, registry: ToolRegistry, *, tenant: str, session_id: str, tools: tuple[str, ...]) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        tenant: str,
+        session_id: str,
+        tools: tuple[str, ...],
+        bindings: SessionBindings | None = None,
+    ) -> None:
         self._registry = registry
         self._tenant = tenant
         self._session_id = session_id
         self._tools = tools
-        self._tasks: set[asyncio.Task[ToolResult]] = set()
+        self._bindings = bindings
+        self._tasks: set[asyncio.Task[Invocation]] = set()
 
     def cancel_all(self) -> None:
         """Interrupt or close: every in-flight call ends with its cancellation result."""
@@ -72,28 +83,35 @@ class ToolCalls:
             progress=progress,
             traceparent=call_trace.traceparent if call_trace is not None else traceparent,
         )
-        result = await self._dispatch(context, name, arguments)
+        invocation = await self._dispatch(context, name, arguments)
+        result = invocation.result
         if call_trace is not None:  # an unknown name is the model's text: keep it out of metric labels
-            call_trace.end(name if name in self._tools else "unknown", is_error=result.get("is_error") is True)
+            known = name in self._tools or (self._bindings is not None and name in self._bindings)
+            call_trace.end(name if known else "unknown", is_error=result.get("is_error") is True)
+        data = {"call_id": call_id, "result": result, "outcome": invocation.outcome.value}
         try:
-            turn.record_event("tool.result", {"call_id": call_id, "result": result}, input_id=input_id)
+            turn.record_event("tool.result", data, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             turn.fail_running_turn(public_message(exc))
         return result
 
-    async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> ToolResult:
-        task = asyncio.get_running_loop().create_task(self._registry.invoke(context, name, arguments))
+    async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> Invocation:
+        if self._bindings is not None and name in self._bindings:
+            call = self._bindings.invoke(context, name, arguments)
+        else:
+            call = self._registry.invoke_call(context, name, arguments)
+        task = asyncio.get_running_loop().create_task(call)
         self._tasks.add(task)
         try:
             return await task
         except asyncio.CancelledError:  # before the request was sent: nothing happened remotely
-            return error_result("tool call cancelled before dispatch: turn interrupted")
+            return Invocation(error_result("tool call cancelled before dispatch: turn interrupted"), Outcome.CANCELLED)
         except CallCancelled:
-            return error_result(
-                "tool call cancelled: turn interrupted; remote outcome may be unknown", unknown_outcome=True
+            return Invocation.failed(
+                "tool call cancelled: turn interrupted; remote outcome may be unknown", outcome=Outcome.CANCELLED
             )
         except Exception as exc:  # supervision boundary: the runner still gets exactly one reply
             logger.exception("tool call crashed", extra={"session_id": self._session_id})
-            return error_result(f"tool call failed inside Brain: {type(exc).__name__}", unknown_outcome=True)
+            return Invocation.failed(f"tool call failed inside Brain: {type(exc).__name__}", outcome=Outcome.UNKNOWN)
         finally:
             self._tasks.discard(task)

@@ -186,7 +186,8 @@ def test_a_tool_call_the_session_did_not_enable_is_an_error_result(module_brain:
     assert HEX32.match(call["data"]["id"])
     assert call["data"] == {"id": call["data"]["id"], "name": "echo", "arguments": {"value": "hi"}}
     expected = {"content": [{"type": "text", "text": "tool 'echo' is not enabled for this session"}], "is_error": True}
-    assert outline([result]) == [("tool.result", message["id"], {"call_id": call["data"]["id"], "result": expected})]
+    expected_data = {"call_id": call["data"]["id"], "result": expected, "outcome": "error"}
+    assert outline([result]) == [("tool.result", message["id"], expected_data)]
     assert answer["type"] == "assistant.message"
     assert answer["data"]["text"] == "tool said: " + '{"content": [{"type": "text", "text": ' + (
         '"tool \'echo\' is not enabled for this session"}], "is_error": true}'

@@ -139,6 +139,7 @@ def test_the_harness_calls_an_http_tool_and_the_events_record_it(tool_brain: Bra
     assert result["data"] == {
         "call_id": call["data"]["id"],
         "result": {"content": [{"type": "text", "text": "hello tools"}]},
+        "outcome": "ok",
     }
     types = [event["type"] for event in events]
     assert types.index("tool.call") < types.index("tool.result") < types.index("assistant.message")

@@ -1,0 +1,161 @@
+"""An executor's command connection: SSE (GET /executors/{id}/commands, replies by HTTP POST)
+or a WebSocket (GET /executors/{id}/rpc, replies on the same socket). Both carry the same JSON
+commands: `ready` first, then `call`, `cancel` and `ping`. Nothing is replayed: a connection
+that drops takes its dispatched calls with it (unknown outcomes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import orjson
+from channels.exceptions import StopConsumer
+from channels.generic.http import AsyncHttpConsumer
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from brainsite.application import brain_of
+from brainsite.errors import BrainError, InvalidRequest, error_envelope
+
+from .executors import CallLost, Connection, Executor, ExecutorHub
+
+__all__ = ["ExecutorCommandsConsumer", "ExecutorRPCConsumer"]
+
+PING_SECONDS = 15.0
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),
+]
+RPC_SUBPROTOCOL = "brain-rpc"
+AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
+MAX_RPC_FRAME_BYTES = 4 << 20
+REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+def _hub(scope: dict[str, Any]) -> ExecutorHub:
+    hub: ExecutorHub = brain_of(scope).executors
+    return hub
+
+
+class ExecutorCommandsConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels ships no type hints
+    async def http_request(self, message: dict[str, Any]) -> None:
+        if message.get("more_body"):
+            return
+        self._stream_task = asyncio.get_running_loop().create_task(self._stream())
+
+    async def http_disconnect(self, message: dict[str, Any]) -> None:
+        task = getattr(self, "_stream_task", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        raise StopConsumer()
+
+    async def _stream(self) -> None:
+        executor_id = self.scope["url_route"]["kwargs"]["id"]
+        hub = _hub(self.scope)
+        try:
+            executor = hub.authenticate(executor_id, _header(self.scope, b"authorization"))
+        except BrainError as error:
+            body = error_envelope(error, self.scope.get("brain_request_id", ""))
+            await self.send_headers(status=error.status, headers=[(b"content-type", b"application/json")])
+            await self.send_body(body)
+            return
+        connection = hub.connect(executor)
+        try:
+            await self.send_headers(status=200, headers=SSE_HEADERS)
+            while True:
+                try:
+                    command = await connection.next(PING_SECONDS)
+                except CallLost:
+                    break  # superseded by a newer connection, or the executor closed
+                if command is None:
+                    command = orjson.dumps({"type": "ping", "connection": connection.id})
+                await self.send_body(b"data: " + command + b"\n\n", more_body=True)
+            await self.send_body(b"", more_body=False)
+        finally:
+            hub.disconnect(executor, connection)
+
+
+class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels ships no type hints
+    """Commands out as text frames; replies in as text frames with the Reply shape. A reply
+    that fails gets an `error` frame back (the connection stays)."""
+
+    executor: Executor | None = None
+    connection: Connection | None = None
+    pump: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        if _header(self.scope, b"origin") is not None:
+            await self.close(code=4403)  # spec: browser origins are refused
+            return
+        offered = self.scope.get("subprotocols") or []
+        tokens = [p[len(AUTH_SUBPROTOCOL_PREFIX) :] for p in offered if p.startswith(AUTH_SUBPROTOCOL_PREFIX)]
+        if RPC_SUBPROTOCOL not in offered or len(tokens) != 1:
+            await self.close(code=4400)
+            return
+        hub = _hub(self.scope)
+        try:
+            self.executor = hub.check_token(self.scope["url_route"]["kwargs"]["id"], tokens[0])
+        except BrainError:
+            await self.close(code=4401)
+            return
+        await self.accept(subprotocol=RPC_SUBPROTOCOL)
+        self.connection = hub.connect(self.executor)
+        self.pump = asyncio.get_running_loop().create_task(self._pump(self.connection))
+
+    async def _pump(self, connection: Connection) -> None:
+        while True:
+            try:
+                command = await connection.next(PING_SECONDS)
+            except CallLost:
+                await self.close(code=1000)
+                return
+            if command is None:
+                command = orjson.dumps({"type": "ping", "connection": connection.id})
+            await self.send(text_data=command.decode())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if self.executor is None:
+            return
+        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
+        reply: Any = None
+        try:
+            if len(raw) > MAX_RPC_FRAME_BYTES:
+                raise InvalidRequest("reply frame exceeds 4 MiB")
+            try:
+                reply = orjson.loads(raw)
+            except orjson.JSONDecodeError as exc:
+                raise InvalidRequest("reply frame is not JSON") from exc
+            if not isinstance(reply, dict) or not reply.keys() <= REPLY_FIELDS:
+                raise InvalidRequest("a reply is {connection, call_id, progress?, result?}")
+            connection, call_id = reply.get("connection"), reply.get("call_id")
+            if not isinstance(connection, str) or not isinstance(call_id, str):
+                raise InvalidRequest("a reply needs connection and call_id strings")
+            _hub(self.scope).reply(
+                self.executor,
+                connection=connection,
+                call_id=call_id,
+                progress=reply.get("progress"),
+                result=reply.get("result"),
+            )
+        except BrainError as error:
+            frame = {"type": "error", "call_id": reply.get("call_id") if isinstance(reply, dict) else None}
+            frame["error"] = {"code": error.code, "message": error.message}
+            await self.send(text_data=orjson.dumps(frame).decode())
+
+    async def disconnect(self, code: int) -> None:
+        if self.pump is not None:
+            self.pump.cancel()
+        if self.executor is not None and self.connection is not None:
+            _hub(self.scope).disconnect(self.executor, self.connection)
+        raise StopConsumer()
