@@ -23,7 +23,7 @@ def _choose_event_loop(argv: list[str]) -> None:
         asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
 
 
-CONFIG_COMMANDS = ("runbrain", "check_brain_config")  # commands that take --config themselves
+CONFIG_COMMANDS = ("runbrain", "check_brain_config", "syncworker")  # commands that take --config themselves
 
 
 def _preselect_data_dir(argv: list[str]) -> None:
