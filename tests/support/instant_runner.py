@@ -5,6 +5,7 @@ Stdlib only (runs with Brain's whitelisted environment). Prompts:
   history         -> assistant.message listing the user texts this attachment remembers
   env             -> assistant.message with the sorted names of the environment variables
   tool:NAME {json}-> a reverse tool.call, then a message quoting the result
+  tools:N NAME {json} -> N concurrent tool.calls (N <= 32), then a message counting the results
   sleep:SECONDS   -> wait (interruptible), then echo
   provider_error / brain_error -> error reply with that code
   crash           -> exit at once;  garbage -> write a non-JSON line
@@ -87,6 +88,13 @@ class Runner:
                 answer = "env: " + ",".join(sorted(os.environ))
             elif text.startswith("sleep:"):
                 await asyncio.sleep(float(text.split(":", 1)[1]))
+            elif text.startswith("tools:"):
+                count, _, rest = text[6:].partition(" ")
+                name, _, arguments = rest.partition(" ")
+                results = await asyncio.gather(
+                    *(self.call_tool(base, name, json.loads(arguments or "{}")) for _ in range(int(count)))
+                )
+                answer = f"tools said: {sum(1 for r in results if not r.get('is_error'))} ok of {len(results)}"
             elif text.startswith("tool:"):
                 name, _, arguments = text[5:].partition(" ")
                 self.next_call += 1
@@ -124,6 +132,15 @@ class Runner:
             self.reply(request, result={})
         except asyncio.CancelledError:
             self.reply(request, result={"interrupted": True})
+
+    async def call_tool(self, base: dict[str, Any], name: str, arguments: Any) -> Any:
+        self.next_call += 1
+        call_id = f"c{self.next_call}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.calls[call_id] = future
+        params = {"id": f"tc{self.next_call}", "name": name, "arguments": arguments}
+        self.write({**base, "id": call_id, "method": "tool.call", "params": params})
+        return await future
 
     def handle(self, request: dict[str, Any]) -> None:
         if "result" in request or "error" in request:
