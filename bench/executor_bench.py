@@ -231,7 +231,8 @@ async def main_async(arguments: argparse.Namespace) -> None:
             for kind in ("sse", "rpc"):
                 rate = await throughput(brain, kind, arguments.executors, arguments.seconds)
                 print(
-                    f"runtime calls/s over {kind}, {arguments.executors} executors, {CALLS_PER_TURN} calls per turn: {rate:.0f}"
+                    f"runtime calls/s over {kind}, {arguments.executors} executors, "
+                    f"{CALLS_PER_TURN} calls per turn: {rate:.0f} (bar: 1,000)"
                 )
         finally:
             brain.stop()
