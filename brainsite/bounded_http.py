@@ -15,13 +15,14 @@ from typing import Any
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.server import Server
+from daphne.utils import INVALID_HEADER_VALUE_BYTES
 from twisted.internet import defer
 from twisted.internet.base import DelayedCall
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from brainsite.errors import BrainError, InvalidRequest, PayloadTooLarge, error_envelope
+from brainsite.errors import BrainError, InvalidRequest, PayloadTooLarge, Unauthorized, error_envelope
 from brainsite.logs import logger
 
 __all__ = [
@@ -61,6 +62,28 @@ class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no ty
     def __init__(self, channel: BoundedHTTPChannel, *args: Any, **kwargs: Any) -> None:
         super().__init__(channel, *args, **kwargs)
         self.body_room: int = channel.body_limit  # bytes the body may still bring; < 0: refused
+
+    def basic_error(self, status: int, status_text: bytes, body: str) -> None:
+        """Daphne's own refusals (an invalid header name or value, a processing error) in the
+        spec's error envelope with a request id, instead of its HTML page. A bearer token
+        holding a byte Daphne refuses in any header value is simply an invalid token (401)."""
+        error: BrainError
+        if status == 400 and _authorization_refused(self):
+            error = Unauthorized("missing or invalid bearer token")
+        elif status < 500:
+            error = InvalidRequest(body)
+        else:
+            error = BrainError(body)
+        request_id = secrets.token_hex(16)
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"x-request-id", request_id.encode()),
+            (b"x-content-type-options", b"nosniff"),
+            *((name.lower().encode(), value.encode()) for name, value in error.headers().items()),
+        ]
+        answer = error.status if isinstance(error, Unauthorized) else status
+        self.handle_reply({"type": "http.response.start", "status": answer, "headers": headers})
+        self.handle_reply({"type": "http.response.body", "body": error_envelope(error, request_id)})
 
     def gotLength(self, length: int | None) -> None:
         if length is not None and length > self.body_room:
@@ -244,3 +267,9 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
         waited: defer.Deferred[Any] = defer.Deferred.fromFuture(asyncio.gather(*pending))
         waited.addErrback(lambda _failure: None)
         return waited
+
+
+def _authorization_refused(request: Any) -> bool:
+    """Whether Daphne refused the request for a byte in its Authorization header."""
+    values = request.requestHeaders.getRawHeaders(b"authorization") or []
+    return any(INVALID_HEADER_VALUE_BYTES.intersection(value) for value in values)

@@ -191,15 +191,6 @@ def test_a_tool_result_outside_the_json_rules_is_an_error_result(
     assert _problems_logged(hostile_brain) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "tools_app/transports/http_sse.py _parse_json decodes tool results with plain orjson.loads, "
-        "which reads an integer beyond 64 bits as a float: 18446744073709551616 reaches the "
-        "tool.result event and the runner as 1.8446744073709552e+19, silently changed, where the "
-        "frame rules (runners/protocol.py) refuse such integers"
-    ),
-)
 def test_a_tool_result_with_an_integer_beyond_64_bits_is_an_error_result_not_a_float(
     hostile_brain: BrainServer, zoo: ToolZoo
 ) -> None:
@@ -221,17 +212,6 @@ def hostile_mcp_url() -> Iterator[str]:
     server.stop()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "an MCP result whose structured content holds an integer beyond 64 bits (the mcp SDK's "
-        "parser reads it as a Python int) makes orjson.dumps(converted) in "
-        "tools_app/transports/mcp.py McpTransport.call raise TypeError outside its try; the "
-        "exception escapes the transport and registry, and sessions_app/runtime/toolcalls.py "
-        "logs 'tool call crashed' with a traceback and answers 'tool call failed inside Brain: "
-        "TypeError' instead of a transport error naming the result's problem"
-    ),
-)
 def test_an_mcp_result_with_an_integer_beyond_64_bits_is_an_error_result_without_a_crash(
     brain_factory: Callable[..., BrainServer], hostile_mcp_url: str
 ) -> None:

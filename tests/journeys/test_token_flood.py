@@ -291,14 +291,6 @@ def test_ten_thousand_random_tokens_are_all_401_while_turns_run(brain_factory: C
     assert [(s["id"], s["status"]) for s in sessions] == [(session, "idle")]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Daphne's WebRequest.process refuses a header value holding byte 0x85 (NEL, legal obs-text "
-        "per RFC 9110 5.5) with its own HTML 400 page, before the application: no error envelope, no "
-        "X-Request-ID. brainsite/bounded_http.py's BoundedWebRequest does not override basic_error."
-    ),
-)
 def test_a_token_holding_obs_text_byte_0x85_is_401_with_the_envelope(module_brain: BrainServer) -> None:
     # given
     headers = {"Authorization": b"Bearer abc" + bytes([NEL]) + b"def"}

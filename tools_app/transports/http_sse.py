@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import orjson
 
+from runners.protocol import FrameError, decode_json
+
 from .base import OutboundCall, Transport, TransportError
 
 __all__ = ["HttpSseTransport", "make_client"]
@@ -120,10 +122,12 @@ class HttpSseTransport(Transport):
 
 
 def _parse_json(raw: bytes | str, what: str) -> Any:
+    """The tool's JSON under the same rules as runner frames: an integer beyond 64 bits, a lone
+    surrogate or a non-finite number is refused, never silently changed."""
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        raise TransportError(f"tool {what} is not valid JSON", reached=True) from None
+        return decode_json(raw.encode() if isinstance(raw, str) else bytes(raw))
+    except FrameError as exc:
+        raise TransportError(f"tool {what} is not valid JSON: {exc}", reached=True) from None
 
 
 async def _read_stream(response: httpx.Response, call: OutboundCall, budget: _Budget) -> Any:

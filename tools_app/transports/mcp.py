@@ -18,6 +18,8 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from runners.protocol import FrameError, encode_json
+
 from .base import OutboundCall, Transport, TransportError
 
 __all__ = ["McpTransport", "convert_result", "make_client"]
@@ -234,8 +236,12 @@ class McpTransport(Transport):
             raise _elicited()
         if not isinstance(result, types.CallToolResult):
             raise TransportError("MCP call was cancelled", reached=stage["sent"])
-        converted = convert_result(result)
-        if len(orjson.dumps(converted)) > call.max_output_bytes:
+        try:
+            converted = convert_result(result)
+            size = len(encode_json(converted))  # the frame rules: no integer beyond 64 bits, no lone surrogate
+        except (FrameError, TypeError) as exc:  # orjson's TypeError: an integer beyond 64 bits
+            raise TransportError(f"MCP result is not valid JSON: {exc}", reached=True) from None
+        if size > call.max_output_bytes:
             raise _too_large(call, reached=True)
         return converted
 
