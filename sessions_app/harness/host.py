@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -55,7 +56,8 @@ class AttachmentHandler(Protocol):
     def on_host_lost(self, reason: str) -> None: ...
 
     def on_frame_error(self, reason: str) -> None:
-        """A well-formed frame of this attachment broke the protocol; other attachments go on."""
+        """A frame of this attachment broke the protocol (`reason`, the whole message); other
+        attachments go on."""
 
 
 def child_environment(command: list[str], home: Path) -> dict[str, str]:
@@ -190,6 +192,8 @@ class HarnessHost:
                 try:
                     self._dispatch(decode_frame(line))
                 except FrameError as exc:
+                    if self._fail_only_its_session(line, exc):
+                        continue
                     reason = f"harness broke the frame protocol: {exc}"
                     break
                 except HostLost as exc:  # a refusal it was sent went unread past the limit
@@ -200,6 +204,28 @@ class HarnessHost:
             raise
         finally:
             self._lose(reason)
+
+    def _fail_only_its_session(self, line: bytes, error: FrameError) -> bool:
+        """A whole JSON line that breaks only the value rules (an integer beyond 64 bits, a lone
+        surrogate, a non-finite number) still names its attachment: fail that session's request
+        or turn and keep the host for the others. False when the line names no live one."""
+        try:
+            value = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(value, dict) or not isinstance(value.get("attachment"), str):
+            return False
+        reason = f"harness broke the frame protocol: {error}"
+        future = self._pending.get(value["id"]) if isinstance(value.get("id"), str) else None
+        if future is not None and "method" not in value:
+            if not future.done():
+                future.set_exception(RunnerError("brain_error", reason))
+            return True
+        handler = self.attachments.get(value["attachment"])
+        if handler is None:
+            return False
+        handler.on_frame_error(reason)
+        return True
 
     def _dispatch(self, frame: Frame) -> None:
         attachment = frame["attachment"]
@@ -212,7 +238,7 @@ class HarnessHost:
                 return  # late events of a detached attachment are dropped
             if name not in EVENT_NAMES or not isinstance(data, dict):
                 # a well-formed frame of one session: that session's turn fails, the host lives on
-                handler.on_frame_error(f"unknown runner event {name[:64]!r}")
+                handler.on_frame_error(f"harness sent an invalid frame: unknown runner event {name[:64]!r}")
                 return
             handler.on_runner_event(frame.get("turn", ""), name, data)
         elif "id" in frame:

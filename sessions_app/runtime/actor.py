@@ -520,7 +520,7 @@ class SessionActor:
 
     def on_frame_error(self, reason: str) -> None:
         if self.task is not None:
-            self._fail_running_turn(TurnFailure("brain_error", f"harness sent an invalid frame: {reason}"))
+            self._fail_running_turn(TurnFailure("brain_error", reason))
 
     def on_host_lost(self, reason: str) -> None:
         self._host.forget_attachment(self)

@@ -140,24 +140,19 @@ def test_a_hostile_frame_on_a_shared_host_leaves_its_neighbour_a_clear_outcome(
     # then: the offender failed with the rule it broke
     assert events[-2]["data"] == {"code": "brain_error", "message": BROKEN + SURROGATE}
     assert events[-1]["data"] == {"status": "failed"}
-    # and: the neighbour's turn ended one of two clear ways: it ran on, or the line (which names
-    # no attachment Brain could trust) cost the whole host and its turn failed with the same reason
+    # and: the line still named its attachment, so only the offender's turn failed: the neighbour
+    # on the same host ran on
     neighbour_events = wait_for_turn_end(server, neighbour, slow["id"])
     outcome = [(e["type"], e["data"]) for e in neighbour_events if e.get("input_id") == slow["id"]][-2:]
-    assert outcome in (
-        [("assistant.message", neighbour_events[-2]["data"]), ("session.status", {"status": "idle"})],
-        [
-            ("session.error", {"code": "brain_error", "message": BROKEN + SURROGATE}),
-            ("session.status", {"status": "failed"}),
-        ],
-    ), outcome
-    print(f"the neighbour on the shared host ended {outcome[-1][1]['status']}")
+    assert outcome == [
+        ("assistant.message", neighbour_events[-2]["data"]),
+        ("session.status", {"status": "idle"}),
+    ], outcome
     # and: the session on another host never noticed
     assert wait_for_turn_end(server, elsewhere, far["id"])[-1]["data"] == {"status": "idle"}
     # and: both hostile sessions work again after a resume, on a live host
     with server.client() as client:
-        for session in (neighbour, offender):
-            assert client.post(f"/sessions/{session}/resume").json()["status"] == "idle"
+        assert client.post(f"/sessions/{offender}/resume").json()["status"] == "idle"
     for session in (neighbour, offender):
         assert _turn(server, session, "again")[-1]["data"] == {"status": "idle"}
     assert _problems_logged(server) == []
