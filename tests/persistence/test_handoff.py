@@ -168,3 +168,28 @@ def test_flush_sync_and_restore_are_422_without_persistence(brain: BrainServer) 
         ):
             assert response.status_code == 422
             assert response.json()["error"]["code"] == "unsupported"
+
+
+def test_sessions_left_unsynced_by_a_crash_are_published_after_the_restart(
+    brain_factory: Callable[..., BrainServer], archive: Path
+) -> None:
+    # given: background sync far away, a session with a turn, and a kill before any upload
+    server = brain_factory(**_archive_config(archive, interval_seconds=3600))
+    session = create_session(server)
+    _turn(server, session["id"], "not uploaded yet")
+    server.kill()
+    assert not (archive / "sessions" / session["id"] / "latest").exists()
+    # when: the server comes back (its startup scan finds the session) and nothing else happens
+    server.start()
+    # then
+    import time
+
+    latest = archive / "sessions" / session["id"] / "latest"
+    deadline = time.monotonic() + 20
+    while not latest.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert latest.exists()
+    status = server.sdk().sync(session["id"])
+    events = server.data_dir / "sessions" / session["id"] / "events.jsonl"
+    assert status["history_bytes"] == events.stat().st_size
+    assert status["pending"] is False
