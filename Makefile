@@ -3,7 +3,10 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-installed
-DEBIAN_PACKAGES := redis-server postgresql
+DEBIAN_PACKAGES := redis-server postgresql chromium
+# The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
+STATIC_MANIFEST := staticfiles/staticfiles.json
+STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
 .PHONY: run test bootstrap system-packages lint typecheck bench clean
 
@@ -12,9 +15,13 @@ $(STAMP): requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
 	touch $(STAMP)
 
-bootstrap: $(STAMP)
+$(STATIC_MANIFEST): $(STAMP) $(STATIC_SOURCES)
+	BRAIN_STATIC_ROOT= $(BIN)/python manage.py collectstatic --noinput --clear --verbosity 0
 
-# Debian packages the test suite runs for real (Redis, PostgreSQL). apt does not start them.
+bootstrap: $(STAMP) $(STATIC_MANIFEST)
+
+# Debian packages the test suite runs for real (Redis, PostgreSQL, Chromium for the browser tests).
+# apt does not start them.
 system-packages:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -23,10 +30,10 @@ system-packages:
 		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-run: $(STAMP)
+run: bootstrap
 	$(BIN)/python scripts/run_demo.py
 
-test: $(STAMP) system-packages lint typecheck
+test: bootstrap system-packages lint typecheck
 	$(BIN)/python -m pytest -q --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
 
 lint: $(STAMP)
@@ -45,4 +52,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/load_bench.py
 
 clean:
-	rm -rf $(VENV) .brain .brain-archive
+	rm -rf $(VENV) .brain .brain-archive staticfiles

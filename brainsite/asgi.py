@@ -1,5 +1,6 @@
 """ASGI entry: request IDs and security headers on every response, the body limit, the lazy
-runtime start (Daphne has no lifespan), and routing of SSE streams to the Channels consumer.
+runtime start (Daphne has no lifespan), routing of SSE streams to the Channels consumer, and the
+static files in front of the admin.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from brainsite import telemetry  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
+from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
@@ -204,7 +206,7 @@ application = ProtocolTypeRouter(
     {
         "http": BrainHttpMiddleware(
             launcher,
-            _TooLargeGuard(get_asgi_application()),
+            _TooLargeGuard(static_files(get_asgi_application())),  # /static/ from STATIC_ROOT, else Django
             _TooLargeGuard(ApiHandler()),
             EventStreamConsumer.as_asgi(),
             ExecutorCommandsConsumer.as_asgi(),

@@ -1,9 +1,10 @@
 """Django settings. Host behaviour comes from the host config (brain.json), not from here.
 
 Environment: BRAIN_DATA_DIR (metadata.sqlite lives there), BRAIN_DATABASE_URL (PostgreSQL
-instead of SQLite), BRAIN_SECRET_KEY (admin sessions), BRAIN_DEBUG, BRAIN_ALLOWED_HOSTS, and
-the TLS deployment switches BRAIN_TLS, BRAIN_PROXY_SSL_HEADER, BRAIN_SSL_REDIRECT,
-BRAIN_HSTS_SECONDS, BRAIN_HSTS_INCLUDE_SUBDOMAINS, BRAIN_HSTS_PRELOAD (README, Running Brain).
+instead of SQLite), BRAIN_SECRET_KEY (admin sessions), BRAIN_DEBUG, BRAIN_ALLOWED_HOSTS,
+BRAIN_STATIC_ROOT (collected static files), and the TLS deployment switches BRAIN_TLS,
+BRAIN_PROXY_SSL_HEADER, BRAIN_SSL_REDIRECT, BRAIN_HSTS_SECONDS, BRAIN_HSTS_INCLUDE_SUBDOMAINS,
+BRAIN_HSTS_PRELOAD (README, Running Brain).
 """
 
 from __future__ import annotations
@@ -209,6 +210,17 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
+# The admin's static files: `manage.py collectstatic` (run by `make bootstrap`) copies them here with
+# a content hash in each name and gzip variants; runbrain serves them (brainsite.staticfiles), or a
+# proxy does from the same directory (README, The admin).
+STATIC_ROOT = Path(os.environ.get("BRAIN_STATIC_ROOT") or BASE_DIR / "staticfiles").resolve()
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
+}
+# gzip variants only: brotli needs a package of its own and zstd Python 3.14; every browser takes gzip
+SERVESTATIC_USE_BROTLI = False
+SERVESTATIC_USE_ZSTD = False
 # The API enforces its own body limit (input_bytes + 16 KiB, 413); let it see the body.
 DATA_UPLOAD_MAX_MEMORY_SIZE = None
 APPEND_SLASH = False

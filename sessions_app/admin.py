@@ -1,20 +1,47 @@
-"""Admin: tenants, API tokens (created here: shown once, stored as SHA-256), and sessions."""
+"""Admin: tenants, API tokens (created here: shown once, stored as SHA-256), and sessions (read-only,
+with their transcripts; interrupted and closed through sessions_app.services)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import secrets
-from typing import Any
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
 
-from django.contrib import admin
-from django.http import HttpRequest, HttpResponse
+import orjson
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from . import db
+from brainsite.application import SCOPE_KEY, BrainApp, brain_of
+from brainsite.errors import BrainError, CursorUnavailable
+
+from . import db, services
 from .auth import tokens_of
+from .eventlog import EventLog, decode_cursor
 from .models import ApiToken, Session, Tenant, TokenSource
+from .records import Principal, SessionRecord, SessionStatus
+from .runtime.engine import Engine
+from .services import SESSION_ID
+from .transcript import measure_session, read_transcript
+
+T = TypeVar("T")
 
 ISSUED_TOKEN_TEMPLATE = "admin/sessions_app/apitoken/issued_token.html"
+CONTROL_TEMPLATE = "admin/sessions_app/session/control_confirmation.html"
+RAW_PAGE_EVENTS = 100  # events per raw JSON page (the API's default page)
 # The request that created a token carries its value to the response, and nowhere else.
 ISSUED_TOKEN_ATTRIBUTE = "brain_issued_token"
 
@@ -79,10 +106,22 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
 
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin[Session]):
+    """Sessions, read-only: what a session is, its files, and its transcript from the event log.
+    Interrupting and closing go through the runtime's own use-cases (sessions_app.services), as the
+    API's interrupt and close do, after a confirmation page."""
+
     list_display = ("id", "tenant", "status", "harness", "model", "created_at", "updated_at")
-    list_filter = ("status", "harness", "tenant")
-    search_fields = ("id", "model")
+    list_filter = ("status", "tenant", "harness")
+    search_fields = ("^id",)
+    search_help_text = "A session ID, or its first characters."
     ordering = ("-created_at",)
+    fieldsets = (
+        (None, {"fields": ("id", "tenant", "status", "harness", "model", "created_at", "updated_at")}),
+        ("Tools", {"fields": ("tool_names", "configured_tools")}),
+        ("Checkpoint", {"fields": ("checkpoint_id", "checkpoint_offset", "checkpoint_time")}),
+        ("Configuration", {"classes": ("collapse",), "fields": ("instructions", "config_json")}),
+    )
+    readonly_fields = ("tool_names", "configured_tools", "instructions", "config_json")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # sessions are created through the API, which owns their files
@@ -92,6 +131,237 @@ class SessionAdmin(admin.ModelAdmin[Session]):
 
     def has_delete_permission(self, request: HttpRequest, obj: Session | None = None) -> bool:
         return False
+
+    def has_control_permission(self, request: HttpRequest) -> bool:
+        """Interrupting and closing: Django's change permission on sessions (superusers have it)."""
+        return request.user.has_perm(f"{self.opts.app_label}.change_{self.opts.model_name}")
+
+    # -- what the pages show -----------------------------------------------------------------
+
+    @admin.display(description="tools")
+    def tool_names(self, obj: Session) -> str:
+        names = [str(item.get("name", "")) for item in obj.descriptors if isinstance(item, dict)]
+        return ", ".join(names) or "-"
+
+    @admin.display(description="config.tools")
+    def configured_tools(self, obj: Session) -> str:
+        return ", ".join(str(name) for name in obj.config.get("tools", ())) or "-"
+
+    @admin.display(description="instructions")
+    def instructions(self, obj: Session) -> str:
+        return str(obj.config.get("instructions") or "-")
+
+    @admin.display(description="config")
+    def config_json(self, obj: Session) -> SafeString:
+        return format_html("<pre>{}</pre>", orjson.dumps(obj.config, option=orjson.OPT_INDENT_2).decode())
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Session | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            live = _live_record(request, obj.id)
+            if live is not None:
+                obj.status = live.status  # shown only: the database hears of statuses write-behind
+            context.update(self._session_context(request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _session_context(self, request: HttpRequest, obj: Session) -> dict[str, Any]:
+        directory = _session_directory(request, obj.id)
+        context: dict[str, Any] = {
+            "sizes": measure_session(directory, checkpoint_offset=obj.checkpoint_offset),
+            "can_control": self.has_control_permission(request) and obj.status != SessionStatus.CLOSED,
+            "transcript": None,
+            "transcript_error": "",
+        }
+        before, after = request.GET.get("before", ""), request.GET.get("after", "")
+        try:
+            context["transcript"] = read_transcript(directory / "events.jsonl", before=before, after=after)
+        except FileNotFoundError:
+            context["transcript_error"] = "This server has no event log for the session."
+        except CursorUnavailable:
+            context["transcript_error"] = "That position is not in this session's event log."
+            context["transcript"] = read_transcript(directory / "events.jsonl")
+        return context
+
+    # -- raw JSON ------------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        name = f"{self.opts.app_label}_{self.opts.model_name}"
+        return [
+            path("<str:object_id>/json/", wrap(self.session_json_view), name=f"{name}_json"),
+            path("<str:object_id>/events/", wrap(self.events_json_view), name=f"{name}_events"),
+            path("<str:object_id>/interrupt/", wrap(self.interrupt_view), name=f"{name}_interrupt"),
+            path("<str:object_id>/close/", wrap(self.close_view), name=f"{name}_close"),
+            *super().get_urls(),
+        ]
+
+    def _viewable(self, request: HttpRequest, object_id: str) -> Session:
+        obj = self.get_object(request, unquote(object_id))
+        if obj is None:
+            raise Http404("session not found")
+        if not self.has_view_permission(request, obj):
+            raise PermissionDenied
+        return obj
+
+    def session_json_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The session as the API shows it (GET /sessions/{id}), live status included."""
+        obj = self._viewable(request, object_id)
+        record = _live_record(request, obj.id) or db.get_session_by_id(obj.id)
+        if record is None:
+            raise Http404("session not found")
+        return _json_response(record.as_wire())
+
+    def events_json_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """A page of events as the API shows it (GET /sessions/{id}/events): `after` a cursor,
+        or only the event `at` a cursor; up to RAW_PAGE_EVENTS (`limit`) events."""
+        obj = self._viewable(request, object_id)
+        log = EventLog(_session_directory(request, obj.id) / "events.jsonl", max_bytes=0)
+        at, after = request.GET.get("at", ""), request.GET.get("after", "")
+        raw_limit = request.GET.get("limit", "")
+        limit = int(raw_limit) if raw_limit.isdigit() and 1 <= int(raw_limit) <= RAW_PAGE_EVENTS else RAW_PAGE_EVENTS
+        try:
+            if at:
+                offset, event_id = decode_cursor(at)
+                if not log.starts_event(offset, event_id):
+                    raise CursorUnavailable("cursor is not in this session's retained history")
+                events = log.read(offset, limit=1)
+            else:
+                events = log.read(log.position_after(after), limit=limit)
+        except CursorUnavailable as exc:
+            return _json_response({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
+        except FileNotFoundError:
+            events = []
+        body = b'{"events":[' + b",".join(event.wire() for event in events) + b'],"next_cursor":'
+        next_cursor = events[-1].cursor if events else after
+        return HttpResponse(body + orjson.dumps(next_cursor) + b"}", content_type="application/json")
+
+    # -- interrupt and close -------------------------------------------------------------------
+
+    def interrupt_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._control_view(request, object_id, CONTROLS["interrupt"])
+
+    def close_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._control_view(request, object_id, CONTROLS["close"])
+
+    def _control_view(self, request: HttpRequest, object_id: str, control: Control) -> HttpResponse:
+        """GET: the confirmation page. POST (the confirmation): ask the runtime, then back to the
+        session's page with the outcome as a message."""
+        obj = self._viewable(request, object_id)
+        if not self.has_control_permission(request):
+            raise PermissionDenied
+        if request.method != "POST":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": f"{control.title} session",
+                "opts": self.opts,
+                "control": control,
+                "session": obj,
+                "status": (_live_record(request, obj.id) or obj).status,
+            }
+            return TemplateResponse(request, CONTROL_TEMPLATE, context)
+        self._control(request, obj, control)
+        change_url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.pk])
+        return HttpResponseRedirect(change_url)
+
+    def _control(self, request: HttpRequest, obj: Session, control: Control) -> None:
+        brain = _brain(request)
+        if brain is None:
+            self.message_user(request, "The session runtime is not reachable from this request.", messages.ERROR)
+            return
+        principal = Principal(tenant=obj.tenant_id, manage=True)  # as the API's route, with the session's tenant
+        try:
+            on_server_loop(functools.partial(control.operation, brain.engine, principal, obj.id))
+        except BrainError as exc:
+            self.message_user(request, f"{control.title} refused: {exc.message}", messages.ERROR)
+            return
+        self.log_change(request, obj, control.logged)
+        self.message_user(request, f"{control.requested}.", messages.SUCCESS)
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """An admin action on sessions that the runtime carries out, as the API's route would."""
+
+    name: str
+    title: str  # the verb on buttons and the confirmation page
+    operation: Callable[[Engine, Principal, str], Coroutine[Any, Any, None]]
+    explanation: str
+    requested: str  # the message once it was asked of the runtime
+    logged: str  # the admin history's entry
+
+
+CONTROLS = {
+    "interrupt": Control(
+        name="interrupt",
+        title="Interrupt",
+        operation=services.interrupt_session,
+        explanation="A running turn stops and the session becomes interrupted; it waits for a resume "
+        "through the API. A session without a running turn is left as it is.",
+        requested="Interrupt requested: a running turn stops",
+        logged="Interrupted in the admin.",
+    ),
+    "close": Control(
+        name="close",
+        title="Close",
+        operation=services.close_session,
+        explanation="A closed session accepts no more input, its streams end and its executor tokens "
+        "are revoked; a running turn stops first. Its history stays readable. This cannot be undone.",
+        requested="Close requested: the session closes as soon as no turn runs",
+        logged="Closed in the admin.",
+    ),
+}
+
+
+def on_server_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine on the server's event loop, where the runtime lives, from an admin view's
+    worker thread, and wait for its result.
+
+    The coroutine runs as a task in a fresh context: the view's context would send the database
+    calls of the coroutine, and of every task it starts (a turn, a status write), back to this
+    worker thread, which is gone once the response is sent. In a fresh one they go where the API's
+    go.
+    """
+
+    async def detached() -> T:
+        return await asyncio.get_running_loop().create_task(make(), context=contextvars.Context())
+
+    return async_to_sync(detached)()
+
+
+def _brain(request: HttpRequest) -> BrainApp | None:
+    """The application object of the server answering the request; None outside one (a WSGI
+    test client)."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and SCOPE_KEY in scope:
+        return brain_of(scope)
+    return None
+
+
+def _live_record(request: HttpRequest, session_id: str) -> SessionRecord | None:
+    """The record of a session loaded on this server, with its live status. A dict lookup and an
+    attribute read, each atomic under the GIL: safe from the admin's worker thread."""
+    brain = _brain(request)
+    return brain.engine.loaded_record(session_id) if brain is not None else None
+
+
+def _session_directory(request: HttpRequest, session_id: str) -> Path:
+    brain = _brain(request)
+    if not SESSION_ID.fullmatch(session_id):  # ids come from the database; a path never takes anything else
+        raise Http404("session not found")
+    if brain is not None:
+        return brain.engine.session_dir(session_id)
+    return Path(settings.DATA_DIR) / "sessions" / session_id
+
+
+def _json_response(value: Any, *, status: int = 200) -> HttpResponse:
+    return HttpResponse(orjson.dumps(value, option=orjson.OPT_INDENT_2), status=status, content_type="application/json")
 
 
 def _forget_tokens(request: HttpRequest) -> None:

@@ -1,0 +1,307 @@
+"""A session's transcript as an operator reads it: pages of events.jsonl, newest last, read
+backwards from the end (or a cursor) or forwards after a cursor, each record decoded only up to a
+size bound. Reads complete lines only, so a log being appended to reads consistently.
+No Django and no runtime: the admin calls it in its worker thread.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import orjson
+
+from brainsite.errors import CursorUnavailable
+
+from .eventlog import EventLog, decode_cursor, encode_cursor
+
+__all__ = ["Entry", "SessionSizes", "TranscriptPage", "measure_session", "read_transcript"]
+
+PAGE_EVENTS = 50  # events on one transcript page
+PAGE_BYTES = 2 << 20  # log bytes one page may span (one event at least): pages stay small whatever records weigh
+DECODE_BYTES = 256 * 1024  # a larger record is summarised from its head (id, type), not decoded
+DISPLAY_CHARS = 2000  # text shown per event; the rest is in the raw JSON
+READ_CHUNK = 64 * 1024  # bytes per read while looking for line boundaries
+MAX_NATIVE_ENTRIES = 10_000  # files and folders counted under native/: a page view stays cheap
+HEAD_BYTES = 512  # enough for the id, type, time and input_id of a record in Event.build's layout
+# Event.build writes `{"id":"<32 hex>","type":"<type>","time":"<time>"[,"input_id":"<32 hex>"],"data":...`
+_HEAD = re.compile(
+    rb'^\{"id":"([0-9a-f]{32})","type":"([a-z_.]{1,64})","time":"([^"]{1,40})"(?:,"input_id":"([0-9a-f]{32})")?'
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One event of the log as the transcript shows it."""
+
+    offset: int  # where its line starts in events.jsonl
+    size: int  # bytes of the record (without the newline)
+    id: str
+    type: str
+    time: str
+    input_id: str
+    role: str  # user, assistant, tool-call, tool-result, status, error, other
+    label: str  # what the role column says
+    text: str  # the main text, cut to DISPLAY_CHARS
+    details: str  # a short second line: tool outcome, usage, error code
+    truncated: bool  # the text or the record is longer than what is shown
+    is_error: bool
+
+    @property
+    def cursor(self) -> str:
+        return encode_cursor(self.offset, self.id) if self.id else ""
+
+
+@dataclass(frozen=True, slots=True)
+class TranscriptPage:
+    entries: list[Entry]
+    older: str  # cursor to read the page before this one (`before`), "" at the start of the log
+    newer: str  # cursor to read the page after this one (`after`), "" at its end
+    log_bytes: int  # the log's size when read (whole lines)
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSizes:
+    log_bytes: int  # events.jsonl; -1 when this server has no files for the session
+    since_checkpoint_bytes: int  # log bytes after the last completed checkpoint
+    native_bytes: int  # the harness's native/ files
+    native_files: int
+    native_complete: bool  # False when native/ holds more than MAX_NATIVE_ENTRIES entries
+
+
+def measure_session(directory: Path, *, checkpoint_offset: int) -> SessionSizes:
+    """Sizes of a session's files on this server (a few stat calls; native/ bounded)."""
+    try:
+        log_bytes = (directory / "events.jsonl").stat().st_size
+    except FileNotFoundError:
+        return SessionSizes(-1, 0, 0, 0, native_complete=True)
+    native_bytes = native_files = entries = 0
+    pending = [directory / "native"]
+    while pending and entries < MAX_NATIVE_ENTRIES:
+        try:
+            scanned = list(os.scandir(pending.pop()))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for item in scanned:
+            entries += 1
+            if item.is_dir(follow_symlinks=False):
+                pending.append(Path(item.path))
+            elif item.is_file(follow_symlinks=False):
+                native_files += 1
+                native_bytes += item.stat(follow_symlinks=False).st_size
+    return SessionSizes(
+        log_bytes=log_bytes,
+        since_checkpoint_bytes=max(0, log_bytes - checkpoint_offset),
+        native_bytes=native_bytes,
+        native_files=native_files,
+        native_complete=not pending,
+    )
+
+
+def read_transcript(path: Path, *, before: str = "", after: str = "", limit: int = PAGE_EVENTS) -> TranscriptPage:
+    """A page of the log at `path`: the `limit` events just before the event `before` names (the
+    newest events when both cursors are empty), or the first `limit` after the event `after`
+    names (the newest, when none follows it). A cursor that does not start an event of this log
+    is CursorUnavailable; a missing log is FileNotFoundError."""
+    log = EventLog(path, max_bytes=0)  # read only: nothing is ever appended through it
+    with path.open("rb") as handle:
+        end = _whole_lines_end(handle, log.size)
+        spans: list[tuple[int, int]] = []
+        if after:
+            spans = _spans_forward(handle, log.position_after(after), end, count=limit)
+        if not spans:  # no cursor, `before`, or nothing after `after`: the page ends at an event or the end
+            stop = end
+            if before and not after:
+                offset, event_id = decode_cursor(before)
+                if not log.starts_event(offset, event_id):
+                    raise CursorUnavailable("cursor is not in this session's retained history")
+                stop = offset
+            spans = _spans_backward(handle, stop, count=limit)
+        entries = [_entry(handle, start, newline) for start, newline in spans]
+    older = entries[0].cursor if entries and entries[0].offset > 0 else ""
+    newer = entries[-1].cursor if entries and spans[-1][1] + 1 < end else ""
+    return TranscriptPage(entries=entries, older=older, newer=newer, log_bytes=end)
+
+
+def _whole_lines_end(handle: BinaryIO, size: int) -> int:
+    """The offset just after the last newline at or before `size`: a torn last line (a write in
+    progress, or a crash) is not part of the transcript."""
+    position = size
+    while position > 0:
+        step = min(READ_CHUNK, position)
+        handle.seek(position - step)
+        index = handle.read(step).rfind(b"\n")
+        if index >= 0:
+            return position - step + index + 1
+        position -= step
+    return 0
+
+
+def _spans_backward(handle: BinaryIO, end: int, *, count: int) -> list[tuple[int, int]]:
+    """(start, newline) of up to `count` lines ending just before `end` (a line start), in log
+    order, spanning at most PAGE_BYTES (the newest line whatever its size)."""
+    spans: list[tuple[int, int]] = []
+    newline = end - 1  # the newline that ends the line before `end`
+    while newline >= 0 and len(spans) < count:
+        start = _line_start(handle, newline)
+        if spans and end - start > PAGE_BYTES:
+            break
+        spans.append((start, newline))
+        newline = start - 1
+    spans.reverse()
+    return spans
+
+
+def _line_start(handle: BinaryIO, newline: int) -> int:
+    """The start of the line whose newline is at `newline`."""
+    position = newline
+    while position > 0:
+        step = min(READ_CHUNK, position)
+        handle.seek(position - step)
+        index = handle.read(step).rfind(b"\n")
+        if index >= 0:
+            return position - step + index + 1
+        position -= step
+    return 0
+
+
+def _spans_forward(handle: BinaryIO, start: int, end: int, *, count: int) -> list[tuple[int, int]]:
+    """(start, newline) of up to `count` lines from `start` (a line start) before `end`, spanning
+    at most PAGE_BYTES (the first line whatever its size)."""
+    spans: list[tuple[int, int]] = []
+    line_start = position = start
+    handle.seek(start)
+    while position < end and len(spans) < count:
+        chunk = handle.read(min(READ_CHUNK, end - position))
+        if not chunk:
+            break
+        search = 0
+        while len(spans) < count:
+            index = chunk.find(b"\n", search)
+            if index < 0:
+                break
+            newline = position + index
+            if spans and newline + 1 - start > PAGE_BYTES:
+                return spans
+            spans.append((line_start, newline))
+            line_start = newline + 1
+            search = index + 1
+        position += len(chunk)
+    return spans
+
+
+def _entry(handle: BinaryIO, start: int, newline: int) -> Entry:
+    size = newline - start
+    handle.seek(start)
+    if size <= DECODE_BYTES:
+        raw = handle.read(size)
+        try:
+            record = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            record = None
+        if isinstance(record, dict):
+            return _decoded(record, offset=start, size=size)
+        return _undecoded(raw[:HEAD_BYTES], offset=start, size=size, reason="a line that is not an event")
+    return _undecoded(handle.read(HEAD_BYTES), offset=start, size=size, reason=f"a record of {size:,} bytes")
+
+
+def _undecoded(head: bytes, *, offset: int, size: int, reason: str) -> Entry:
+    match = _HEAD.match(head)
+    event_id, type_, time, input_id = (
+        (part.decode() if part else "" for part in match.groups()) if match else ("", "", "", "")
+    )
+    return Entry(
+        offset=offset,
+        size=size,
+        id=event_id,
+        type=type_,
+        time=time,
+        input_id=input_id,
+        role="other",
+        label=type_ or "unreadable",
+        text=f"{reason}: open the raw JSON to read it" if event_id else reason,
+        details="",
+        truncated=True,
+        is_error=not event_id,
+    )
+
+
+def _decoded(record: dict[str, Any], *, offset: int, size: int) -> Entry:
+    type_ = str(record.get("type", ""))
+    data = record.get("data")
+    data = data if isinstance(data, dict) else {"value": data}
+    role, label, text, details, is_error = _present(type_, data)
+    shown = text[:DISPLAY_CHARS]
+    return Entry(
+        offset=offset,
+        size=size,
+        id=str(record.get("id", "")),
+        type=type_,
+        time=str(record.get("time", "")),
+        input_id=str(record.get("input_id", "")),
+        role=role,
+        label=label,
+        text=shown,
+        details=details,
+        truncated=len(shown) < len(text),
+        is_error=is_error,
+    )
+
+
+def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool]:
+    """(role, label, text, details, is_error) of one event's data."""
+    if type_ == "user.message":
+        return "user", "User", _string(data.get("text")), _join(key=data.get("key")), False
+    if type_ == "assistant.message":
+        usage = data.get("usage")
+        usage_text = ", ".join(f"{k} {v}" for k, v in usage.items()) if isinstance(usage, dict) else ""
+        details = _join(stop_reason=data.get("stop_reason"), usage=usage_text)
+        return "assistant", "Assistant", _string(data.get("text")), details, False
+    if type_ == "tool.call":
+        text = f"{_string(data.get('name'))}({_json(data.get('arguments'))})"
+        return "tool-call", "Tool call", text, _join(call=data.get("id")), False
+    if type_ == "tool.result":
+        raw_result = data.get("result")
+        result: dict[str, Any] = raw_result if isinstance(raw_result, dict) else {}
+        is_error = result.get("is_error") is True
+        details = _join(call=data.get("call_id"), outcome=data.get("outcome"), error="yes" if is_error else "")
+        return "tool-result", "Tool result", _content_text(result.get("content")), details, is_error
+    if type_ == "session.status":
+        return "status", "Status", _string(data.get("status")), "", False
+    if type_ == "session.error":
+        return "error", "Error", _string(data.get("message")), _join(code=data.get("code")), True
+    return "other", type_ or "event", _json(data), "", False
+
+
+def _content_text(content: Any) -> str:
+    if not isinstance(content, list):
+        return _json(content)
+    parts = []
+    for item in content:
+        if isinstance(item, dict) and item.get("type") == "text":
+            parts.append(_string(item.get("text")))
+        elif isinstance(item, dict) and item.get("type") == "image":
+            parts.append(f"[image {_string(item.get('mime_type'))}]")
+        else:
+            parts.append(_json(item))
+    return "\n".join(parts)
+
+
+def _string(value: Any) -> str:
+    return value if isinstance(value, str) else _json(value)
+
+
+def _json(value: Any) -> str:
+    if value is None:
+        return ""
+    try:
+        return orjson.dumps(value).decode()
+    except TypeError:  # integers past 64 bits: records are written by orjson, so this is a damaged line
+        return repr(value)
+
+
+def _join(**fields: Any) -> str:
+    return " · ".join(f"{name.replace('_', ' ')} {value}" for name, value in fields.items() if value)
