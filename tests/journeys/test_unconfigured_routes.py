@@ -1,10 +1,9 @@
-"""Routes of features this server does not provide yet answer like an unconfigured Brain:
-422 `unsupported` after the usual authorization and session lookup."""
+"""Routes of features a server is not configured for answer 422 `unsupported` after the usual
+authorization and session lookup."""
 
 from __future__ import annotations
 
 import pytest
-from brain import BrainError, RuntimeTool
 
 from tests.fixtures.server import BrainServer, create_session
 
@@ -42,18 +41,3 @@ def test_flush_needs_a_manage_token_and_restore_a_valid_body(brain: BrainServer)
     # then
     assert flush.status_code == 403
     assert restore.status_code == 400 and restore.json()["error"]["code"] == "invalid_request"
-
-
-def test_the_client_reports_runtime_tools_as_unsupported(brain: BrainServer) -> None:
-    # given
-    client = brain.sdk()
-    tool = RuntimeTool("clock", "Tell the time.", {"type": "object"}, lambda args, ctx: "noon")
-    # when
-    with pytest.raises(BrainError) as raised:
-        client.create(
-            {"harness": "instant", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}, runtime_tools=[tool]
-        )
-    # then
-    assert (raised.value.status, raised.value.code) == (422, "unsupported")
-    with brain.client() as alice:
-        assert alice.get("/sessions").json()["sessions"] == []
