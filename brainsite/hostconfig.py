@@ -22,6 +22,7 @@ from runners.protocol import ToolDescriptor
 
 __all__ = [
     "MAX_CONFIG_BYTES",
+    "MAX_KEY_ID_CHARS",
     "ConfigError",
     "HostConfig",
     "Limits",
@@ -34,6 +35,7 @@ __all__ = [
 MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
 MIN_TOKEN_BYTES = 24  # spec: token values must be at least 24 bytes
 AES_KEY_BYTES = 32  # spec: credential keys are base64-encoded 32-byte AES keys
+MAX_KEY_ID_CHARS = 128  # each sealed credential stores its key id in an indexed column
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")  # used with fullmatch: `$` alone admits a trailing "\n"
 SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
@@ -275,6 +277,14 @@ class CredentialKeys(_Strict):
     active: str = Field(min_length=1)
     keys: dict[str, str] = Field(min_length=1)
 
+    @field_validator("keys")
+    @classmethod
+    def _key_ids(cls, value: dict[str, str]) -> dict[str, str]:
+        for key_id in value:
+            if not 1 <= len(key_id) <= MAX_KEY_ID_CHARS:
+                raise ValueError(f"key id {key_id[:40]!r} must be 1-{MAX_KEY_ID_CHARS} characters")
+        return value
+
     @model_validator(mode="after")
     def _active_known(self) -> CredentialKeys:
         if self.active not in self.keys:
@@ -342,6 +352,7 @@ class Secrets:
     tokens: tuple[str, ...]
     provider_keys: Mapping[str, str]
     tool_tokens: Mapping[str, str] = field(default_factory=dict)
+    credential_keys: Mapping[str, bytes] = field(default_factory=dict)  # key id -> decoded 32-byte AES key
 
     def __repr__(self) -> str:
         return "Secrets(<redacted>)"
@@ -388,11 +399,13 @@ def load_host_config(path: str | Path) -> HostConfig:
     return parse_host_config(raw)
 
 
-def _is_aes_key(value: str) -> bool:
+def _aes_key(value: str) -> bytes | None:
+    """The decoded key, or None when `value` is not a base64-encoded 32-byte key."""
     try:
-        return len(base64.b64decode(value.strip(), validate=True)) == AES_KEY_BYTES
+        key = base64.b64decode(value.strip(), validate=True)
     except binascii.Error:
-        return False
+        return None
+    return key if len(key) == AES_KEY_BYTES else None
 
 
 def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None) -> Secrets:
@@ -427,10 +440,15 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
             name = getattr(config.persistence, key)
             if name and not environ.get(name):
                 raise ConfigError(f"persistence.{key}: environment variable {name} is not set")
+    credential_keys: dict[str, bytes] = {}
     if config.credential_keys is not None:
         for key_id, name in config.credential_keys.keys.items():
             if not environ.get(name):
                 raise ConfigError(f"credential_keys.keys.{key_id}: environment variable {name} is not set")
-            if not _is_aes_key(environ[name]):
+            decoded = _aes_key(environ[name])
+            if decoded is None:
                 raise ConfigError(f"credential_keys.keys.{key_id}: {name} must hold a base64-encoded 32-byte key")
-    return Secrets(tokens=tuple(tokens), provider_keys=provider_keys, tool_tokens=tool_tokens)
+            credential_keys[key_id] = decoded
+    return Secrets(
+        tokens=tuple(tokens), provider_keys=provider_keys, tool_tokens=tool_tokens, credential_keys=credential_keys
+    )

@@ -22,7 +22,7 @@ import hashlib
 import os
 import re
 import secrets
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -93,7 +93,7 @@ class Manifest(TypedDict):
     history_bytes: int
     time: str
     files: dict[str, FileEntry]  # "events.jsonl" and "native/<path>"
-    credentials: list[Any]  # encrypted recovery records; none yet
+    credentials: list[Any]  # the session's sealed credential records (tools_app.vault), never plaintext
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +239,7 @@ def publish(
     time: str,
     files: list[LocalFile],
     uploaded: dict[str, UploadedFile],
+    credentials: Sequence[Any] = (),
 ) -> Published:
     """Upload every file's new blocks and tail, then the manifest. `latest` is the caller's,
     after its own fencing check. A failure leaves unreachable blocks, never a manifest."""
@@ -266,7 +267,7 @@ def publish(
         "history_bytes": history_bytes,
         "time": time,
         "files": entries,
-        "credentials": [],
+        "credentials": list(credentials),
     }
     body = orjson.dumps(manifest)
     if len(body) > MAX_OBJECT_BYTES:

@@ -16,13 +16,14 @@ import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import orjson
 
 from persistence_app.archive import ArchiveError, LocalFile, Manifest, UploadedFile, read_file
 from persistence_app.stores.base import ObjectStore
 from sessions_app.runtime.checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
+from tools_app.vault import recovery_digest
 
 __all__ = [
     "LocalSnapshot",
@@ -45,6 +46,7 @@ class Uploaded(TypedDict):
     native_checkpoint: str
     time: str
     files: dict[str, UploadedFile]
+    credentials_sha256: NotRequired[str]  # tools_app.vault.recovery_digest of the manifest's records
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,7 @@ def materialize(store: ObjectStore, manifest: Manifest, target: Path) -> None:
                 "native_checkpoint": str(native.get("id", "")),
                 "time": manifest["time"],
                 "files": {},
+                "credentials_sha256": recovery_digest(manifest.get("credentials") or []),
             },
         )
         # the restored journal must be one the runtime can load and restore from

@@ -25,6 +25,8 @@ from sessions_app import db as sessions_db
 from sessions_app.eventlog import now_rfc3339
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.runtime.engine import Engine
+from tools_app import db as tools_db
+from tools_app.vault import SealedCredential, parse_recovery_records
 
 __all__ = ["ArchiveService"]
 
@@ -154,6 +156,7 @@ class ArchiveService:
     async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:
         session = manifest["session"]
         session_id = session["id"]
+        credentials = _recovery_records(manifest)
         staging = self.sessions_dir / f".{session_id}.restoring-{secrets.token_hex(8)}"
         try:
             await asyncio.to_thread(localstate.materialize, self.store, manifest, staging)
@@ -163,9 +166,12 @@ class ArchiveService:
             raise BrainError(f"the archive cannot be read: {exc}") from exc
         await asyncio.to_thread(self._swap_in, session_id, session["tenant"], staging, replace=replace)
         self.scheduler.forget(session_id)
-        record = _restored_record(manifest)
+        record = _restored_record(manifest, credentials)
         if not await sessions_db.aimport_session(record):
             raise Forbidden("the session belongs to another tenant")
+        # still sealed: usable where the same credential_keys are configured; records this
+        # database already holds for the session (newer ones, tombstones) win
+        await tools_db.aimport_credentials(record.tenant, session_id, credentials)
         publication = db.Publication(
             checkpoint=manifest["checkpoint"],
             history_bytes=manifest["history_bytes"],
@@ -216,12 +222,24 @@ def _indexed_record(tenant: str, row: dict[str, Any]) -> SessionRecord | None:
             created_at=str(row["created_at"]),
             updated_at=str(row.get("updated_at") or row["created_at"]),
             checkpoint=dict(row.get("checkpoint") or {}),
+            credential_bindings=[str(alias) for alias in row.get("credential_bindings") or []],
         )
     except (KeyError, TypeError, ValueError):
         return None
 
 
-def _restored_record(manifest: archive.Manifest) -> SessionRecord:
+MAX_RECOVERY_RECORDS = 64  # one per binding; a session has far fewer bindings
+
+
+def _recovery_records(manifest: archive.Manifest) -> dict[str, SealedCredential]:
+    """The manifest's sealed credential records by alias, checked before anything is installed."""
+    try:
+        return parse_recovery_records(manifest.get("credentials") or [], max_records=MAX_RECOVERY_RECORDS)
+    except ValueError as exc:
+        raise BrainError(f"checkpoint {manifest['checkpoint']} holds invalid credential records: {exc}") from None
+
+
+def _restored_record(manifest: archive.Manifest, credentials: Mapping[str, SealedCredential]) -> SessionRecord:
     session = manifest["session"]
     native = manifest["native_checkpoint"]
     now = now_rfc3339()
@@ -245,6 +263,7 @@ def _restored_record(manifest: archive.Manifest) -> SessionRecord:
         created_at=created_at,
         updated_at=now,
         checkpoint={"id": str(native.get("id", "")), "offset": int(native.get("offset", 0)), "time": checkpoint_time},
+        credential_bindings=sorted(credentials),  # every credential binding has a record, live or revoked
     )
 
 

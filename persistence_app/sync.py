@@ -37,6 +37,8 @@ from sessions_app.db import get_session_by_id
 from sessions_app.eventlog import now_rfc3339
 from sessions_app.records import SessionRecord
 from sessions_app.runtime.checkpoints import CheckpointError
+from tools_app.db import recovery_records
+from tools_app.vault import recovery_digest
 
 __all__ = ["ATTEMPTS", "Outcome", "Publisher", "commit_lock", "lock_dir"]
 
@@ -160,11 +162,15 @@ class Publisher:
             snapshot = localstate.snapshot(directory)
             uploaded = localstate.read_uploaded(directory)
             entry = snapshot.native_checkpoint
+            # sealed, never plaintext; a rotation or revocation changes them without a turn
+            credentials = recovery_records(session_id)
+            credentials_sha256 = recovery_digest(credentials)
             if (
                 uploaded is not None
                 and uploaded["checkpoint"]
                 and uploaded["history_bytes"] == snapshot.history_bytes
                 and uploaded["native_checkpoint"] == entry["id"]
+                and uploaded.get("credentials_sha256", "") == credentials_sha256
             ):
                 publication = Publication(
                     checkpoint=uploaded["checkpoint"],
@@ -188,6 +194,7 @@ class Publisher:
                 time=published_at,
                 files=snapshot.files,
                 uploaded=uploaded["files"] if uploaded else {},
+                credentials=credentials,
             )
             publication = Publication(
                 checkpoint=checkpoint,
@@ -211,6 +218,7 @@ class Publisher:
                         "native_checkpoint": entry["id"],
                         "time": published_at,
                         "files": published.uploaded,
+                        "credentials_sha256": credentials_sha256,
                     },
                 )
             if self.index is not None:
@@ -228,6 +236,7 @@ def _session_fields(record: SessionRecord) -> dict[str, Any]:
         "config": record.config,
         "descriptors": record.descriptors,
         "created_at": record.created_at,
+        "credential_bindings": record.credential_bindings,
     }
 
 

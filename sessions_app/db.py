@@ -59,6 +59,7 @@ def _record(row: Session) -> SessionRecord:
             "offset": row.checkpoint_offset,
             "time": _format_time(row.checkpoint_time),
         },
+        credential_bindings=list(row.credential_bindings),
     )
 
 
@@ -110,6 +111,7 @@ def create_session(record: SessionRecord) -> None:
         checkpoint_id=record.checkpoint["id"],
         checkpoint_offset=record.checkpoint["offset"],
         checkpoint_time=parse_time(record.checkpoint["time"]),
+        credential_bindings=record.credential_bindings,
     )
 
 
@@ -146,6 +148,7 @@ def import_session(record: SessionRecord) -> bool:
                 "checkpoint_id": record.checkpoint["id"],
                 "checkpoint_offset": record.checkpoint["offset"],
                 "checkpoint_time": parse_time(record.checkpoint["time"]),
+                "credential_bindings": record.credential_bindings,
             },
         )
     return True

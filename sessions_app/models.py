@@ -52,6 +52,9 @@ class Session(models.Model):
     checkpoint_id = models.CharField(max_length=32)
     checkpoint_offset = models.BigIntegerField(default=0)
     checkpoint_time = models.DateTimeField()
+    # aliases of the bindings created with a private credential (Session.credential_bindings);
+    # the sealed values live in tools_app's SessionCredential
+    credential_bindings = models.JSONField(default=list)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "id"]), models.Index(fields=["status"])]

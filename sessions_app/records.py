@@ -31,9 +31,12 @@ class SessionRecord:
     created_at: str
     updated_at: str
     checkpoint: dict[str, Any] = field(default_factory=dict)  # {id, offset, time}
+    # aliases of the bindings created with a private credential: fixed at create, so a loaded
+    # session answers GET without a query; a revoked one stays listed (its calls stop)
+    credential_bindings: list[str] = field(default_factory=list)
 
     def as_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "id": self.id,
             "harness": self.harness,
             "config": self.config,
@@ -43,3 +46,6 @@ class SessionRecord:
             "updated_at": self.updated_at,
             "checkpoint": self.checkpoint,
         }
+        if self.credential_bindings:
+            wire["credential_bindings"] = self.credential_bindings
+        return wire

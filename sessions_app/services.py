@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from brainsite.errors import Forbidden, InvalidRequest, NotFound, Unsupported
+from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
+from tools_app.vault import CredentialVault, SealedCredential
 
 from . import db
 from .eventlog import Event, EventLog
@@ -79,11 +81,12 @@ async def create_session(
     instructions = config.get("instructions")
     if instructions is not None and len(instructions.encode()) > engine.limits.input_bytes:
         raise InvalidRequest("config.instructions exceeds input_bytes")
-    if credentials:
-        raise Unsupported("private binding credentials are not enabled on this server")
+    if credentials and engine.config.credential_keys is None:
+        raise Unsupported("private binding credentials need credential_keys in the host config")
     bindings = check_bindings(
         config.pop("bindings", None) or [], tenant=principal.tenant, tools=tools, hub=engine.executors
     )
+    values = _credential_values(credentials or [], aliases={binding["alias"] for binding in bindings.bindings})
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
         raise Forbidden("a requested tool is not available to this tenant")
@@ -92,10 +95,52 @@ async def create_session(
     record = new_session_record(
         tenant=principal.tenant, harness=harness, config=config, descriptors=[*descriptors, *bindings.descriptors]
     )
-    await engine.create(record)
+    if values:
+        await _store_credentials(engine, record, values)
+    else:
+        await engine.create(record)
     for executor in bindings.executors:
         engine.executors.bind(executor, record.id)
     return record
+
+
+def _credential_values(credentials: list[Any], *, aliases: set[str]) -> dict[str, Any]:
+    """`credentials` of a create request by binding alias: each names one of the session's
+    bindings, at most once, with a value (null is no credential at all)."""
+    values: dict[str, Any] = {}
+    for item in credentials:
+        alias, value = (
+            (item.get("binding"), item.get("value")) if isinstance(item, dict) else (item.binding, item.value)
+        )
+        if alias not in aliases:
+            raise InvalidRequest(f"credential binding {alias!r} is not a binding of the session")
+        if alias in values:
+            raise InvalidRequest(f"credential binding {alias!r} is given twice")
+        if value is None:
+            raise InvalidRequest(f"credential of binding {alias!r} has no value")
+        values[alias] = value
+    return values
+
+
+async def _store_credentials(engine: Engine, record: SessionRecord, values: dict[str, Any]) -> None:
+    """Seal the credentials and store them before the session exists, so its first checkpoint
+    carries them; a session that then fails to be created leaves none behind."""
+    vault = CredentialVault.configured(engine.config.credential_keys, engine.secrets)
+    assert vault is not None  # create_session refused credentials without credential_keys
+    sealed: dict[str, SealedCredential] = {}
+    for alias, value in values.items():
+        try:
+            sealed[alias] = vault.seal(record.tenant, record.id, alias, value)
+        except ValueError as exc:
+            raise InvalidRequest(f"credential of binding {alias!r}: {exc}") from None
+    record.credential_bindings = sorted(sealed)
+    engine.check_writes()
+    await tools_db.astore_credentials(record.tenant, record.id, sealed)
+    try:
+        await engine.create(record)
+    except BaseException:
+        await asyncio.shield(tools_db.adelete_credentials(record.id))
+        raise
 
 
 async def _actor(engine: Engine, principal: Principal, session_id: str) -> SessionActor:

@@ -2,19 +2,42 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import transaction
+from django.utils import timezone
 from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 from brainsite.logs import logger
 
-from .models import ToolBinding
+from .models import SessionCredential, ToolBinding
+from .vault import RecoveryRecord, SealedCredential, recovery_record
 
-__all__ = ["aload_admin_bindings", "binding_config", "binding_fields", "load_admin_bindings", "mirror_config_bindings"]
+__all__ = [
+    "StoredCredential",
+    "adelete_credentials",
+    "aget_credential",
+    "aimport_credentials",
+    "aload_admin_bindings",
+    "astore_credentials",
+    "binding_config",
+    "binding_fields",
+    "count_credentials_to_rotate",
+    "credentials_to_rotate",
+    "delete_credentials",
+    "get_credential",
+    "import_credentials",
+    "load_admin_bindings",
+    "mirror_config_bindings",
+    "recovery_records",
+    "replace_sealed_credential",
+    "revoke_credential",
+    "store_credentials",
+]
 
 
 def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
@@ -84,3 +107,122 @@ def load_admin_bindings() -> list[ToolBindingConfig]:
 
 
 aload_admin_bindings = database_sync_to_async(load_admin_bindings)
+
+
+# -- sealed session credentials ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredCredential:
+    pk: int
+    tenant: str
+    session_id: str
+    alias: str
+    sealed: SealedCredential
+
+
+_SEALED_FIELDS = ("version", "key_id", "nonce", "ciphertext", "revoked")
+
+
+def _sealed(row: Mapping[str, Any]) -> SealedCredential:
+    if row["revoked"]:
+        return SealedCredential.tombstone()
+    return SealedCredential(row["version"], row["key_id"], row["nonce"], row["ciphertext"])
+
+
+def _sealed_fields(sealed: SealedCredential) -> dict[str, Any]:
+    return {
+        "version": sealed.version,
+        "key_id": sealed.key_id,
+        "nonce": sealed.nonce,
+        "ciphertext": sealed.ciphertext,
+        "revoked": sealed.revoked,
+    }
+
+
+def _new_rows(tenant: str, session_id: str, sealed: Mapping[str, SealedCredential]) -> list[SessionCredential]:
+    now = timezone.now()
+    return [
+        SessionCredential(
+            session_id=session_id, alias=alias, tenant=tenant, created_at=now, updated_at=now, **_sealed_fields(record)
+        )
+        for alias, record in sealed.items()
+    ]
+
+
+def store_credentials(tenant: str, session_id: str, sealed: Mapping[str, SealedCredential]) -> None:
+    """The sealed credentials of a session being created."""
+    SessionCredential.objects.bulk_create(_new_rows(tenant, session_id, sealed))
+
+
+def delete_credentials(session_id: str) -> None:
+    """Undo store_credentials for a session whose creation failed."""
+    SessionCredential.objects.filter(session_id=session_id).delete()
+
+
+def get_credential(tenant: str, session_id: str, alias: str) -> SealedCredential | None:
+    """A binding's record (a tombstone when revoked), or None when it has none."""
+    row = (
+        SessionCredential.objects.filter(tenant=tenant, session_id=session_id, alias=alias)
+        .values(*_SEALED_FIELDS)
+        .first()
+    )
+    return _sealed(row) if row is not None else None
+
+
+def recovery_records(session_id: str) -> list[RecoveryRecord]:
+    """Every record of a session, tombstones included, by alias: what its checkpoints carry."""
+    rows = SessionCredential.objects.filter(session_id=session_id).order_by("alias").values("alias", *_SEALED_FIELDS)
+    return [recovery_record(row["alias"], _sealed(row)) for row in rows]
+
+
+def import_credentials(tenant: str, session_id: str, sealed: Mapping[str, SealedCredential]) -> None:
+    """A restored checkpoint's records. An existing local record wins over the archive's (it is
+    as new or newer: a binding's credential is only ever set at create, then rotated or revoked),
+    except that a revocation is final: an archived tombstone replaces a live local record."""
+    with transaction.atomic():
+        present = set(SessionCredential.objects.filter(session_id=session_id).values_list("alias", flat=True))
+        missing = {alias: record for alias, record in sealed.items() if alias not in present}
+        SessionCredential.objects.bulk_create(_new_rows(tenant, session_id, missing), ignore_conflicts=True)
+        for alias, record in sealed.items():
+            if record.revoked and alias in present:
+                revoke_credential(session_id, alias)
+
+
+def revoke_credential(session_id: str, alias: str) -> bool:
+    """Replace a live record with a tombstone; False when the binding has no live record."""
+    tombstone = _sealed_fields(SealedCredential.tombstone())
+    updated = SessionCredential.objects.filter(session_id=session_id, alias=alias, revoked=False).update(
+        **tombstone, updated_at=timezone.now()
+    )
+    return updated == 1
+
+
+def count_credentials_to_rotate(active_key_id: str) -> int:
+    return SessionCredential.objects.filter(revoked=False).exclude(key_id=active_key_id).count()
+
+
+def credentials_to_rotate(active_key_id: str, *, after: int, limit: int) -> list[StoredCredential]:
+    """Live records not sealed under the active key, in primary-key order after `after`."""
+    rows = (
+        SessionCredential.objects.filter(revoked=False, pk__gt=after)
+        .exclude(key_id=active_key_id)
+        .order_by("pk")
+        .values("pk", "tenant", "session_id", "alias", *_SEALED_FIELDS)[:limit]
+    )
+    return [StoredCredential(row["pk"], row["tenant"], row["session_id"], row["alias"], _sealed(row)) for row in rows]
+
+
+def replace_sealed_credential(stored: StoredCredential, sealed: SealedCredential) -> bool:
+    """Store a re-encrypted record unless the record changed meanwhile (a revocation, another
+    rotation): a conditional UPDATE on the fields it was read with."""
+    updated = SessionCredential.objects.filter(
+        pk=stored.pk, revoked=False, key_id=stored.sealed.key_id, nonce=stored.sealed.nonce
+    ).update(**_sealed_fields(sealed), updated_at=timezone.now())
+    return updated == 1
+
+
+astore_credentials = database_sync_to_async(store_credentials)
+adelete_credentials = database_sync_to_async(delete_credentials)
+aget_credential = database_sync_to_async(get_credential)
+aimport_credentials = database_sync_to_async(import_credentials)
