@@ -42,6 +42,7 @@ T = TypeVar("T")
 ISSUED_TOKEN_TEMPLATE = "admin/sessions_app/apitoken/issued_token.html"
 CONTROL_TEMPLATE = "admin/sessions_app/session/control_confirmation.html"
 RAW_PAGE_EVENTS = 100  # events per raw JSON page (the API's default page)
+RAW_PAGE_BYTES = 8 << 20  # a raw page stops at the first event past this many log bytes (records reach 4 MiB)
 # The request that created a token carries its value to the response, and nowhere else.
 ISSUED_TOKEN_ATTRIBUTE = "brain_issued_token"
 
@@ -220,7 +221,8 @@ class SessionAdmin(admin.ModelAdmin[Session]):
 
     def events_json_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """A page of events as the API shows it (GET /sessions/{id}/events): `after` a cursor,
-        or only the event `at` a cursor; up to RAW_PAGE_EVENTS (`limit`) events."""
+        or only the event `at` a cursor; up to RAW_PAGE_EVENTS (`limit`) events, fewer past
+        RAW_PAGE_BYTES."""
         obj = self._viewable(request, object_id)
         log = EventLog(_session_directory(request, obj.id) / "events.jsonl", max_bytes=0)
         at, after = request.GET.get("at", ""), request.GET.get("after", "")
@@ -233,7 +235,8 @@ class SessionAdmin(admin.ModelAdmin[Session]):
                     raise CursorUnavailable("cursor is not in this session's retained history")
                 events = log.read(offset, limit=1)
             else:
-                events = log.read(log.position_after(after), limit=limit)
+                start = log.position_after(after)
+                events = log.read(start, end=min(log.size, start + RAW_PAGE_BYTES), limit=limit)
         except CursorUnavailable as exc:
             return _json_response({"error": {"code": exc.code, "message": exc.message}}, status=exc.status)
         except FileNotFoundError:
