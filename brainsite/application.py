@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, cast
 
 from channels.db import database_sync_to_async
@@ -26,18 +27,42 @@ from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine
 from tools_app import db as tools_db
 from tools_app.executors import ExecutorHub
+from tools_app.providers.base import ProviderEnvironment
+from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.registry import InspectionGrants, ToolRegistry
 
-__all__ = ["BrainApp", "Launcher", "brain_of", "request_brain"]
+__all__ = ["BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
 SCOPE_KEY = "brain"  # the ASGI scope entry that carries the application object
 
 
+def install_tool_providers(config: HostConfig, environ: Mapping[str, str] | None = None) -> ProviderRegistry:
+    """The providers the `BRAIN_TOOL_PROVIDERS` setting installs, built once (their secrets read
+    from the environment); raises ProviderConfigError for one that cannot be installed."""
+    from django.conf import settings
+
+    environment = ProviderEnvironment(
+        data_dir=Path(config.data_dir).resolve(), environ=dict(os.environ if environ is None else environ)
+    )
+    return load_providers(getattr(settings, "BRAIN_TOOL_PROVIDERS", None), environment=environment)
+
+
 class BrainApp:
-    def __init__(self, config: HostConfig, secrets: Secrets, *, telemetry: Telemetry | None = None) -> None:
+    """`providers` are the installed tool providers (runbrain installs them before it listens,
+    so a bad one refuses startup); without them, the setting's are installed here."""
+
+    def __init__(
+        self,
+        config: HostConfig,
+        secrets: Secrets,
+        *,
+        telemetry: Telemetry | None = None,
+        providers: ProviderRegistry | None = None,
+    ) -> None:
         self.config = config
         self.secrets = secrets
         self.telemetry = telemetry if telemetry is not None else Telemetry.from_environment()
+        self.providers = providers if providers is not None else install_tool_providers(config)
         self.tokens = TokenCache()
         self.registry = ToolRegistry(
             config.tools,
@@ -48,7 +73,12 @@ class BrainApp:
         )
         self.executors = ExecutorHub()
         self.engine = Engine(
-            config, secrets, registry=self.registry, telemetry=self.telemetry, executors=self.executors
+            config,
+            secrets,
+            registry=self.registry,
+            telemetry=self.telemetry,
+            executors=self.executors,
+            providers=self.providers,
         )
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
@@ -79,6 +109,7 @@ class BrainApp:
         if self.archive is not None:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
         await self.registry.aclose()
+        await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
 
 
@@ -113,11 +144,13 @@ class Launcher:
 
     def __init__(self) -> None:
         self._config: tuple[HostConfig, Secrets] | None = None
+        self._providers: ProviderRegistry | None = None
         self._app: BrainApp | None = None
         self._starting: asyncio.Future[BrainApp] | None = None
 
-    def configure(self, config: HostConfig, secrets: Secrets) -> None:
+    def configure(self, config: HostConfig, secrets: Secrets, *, providers: ProviderRegistry | None = None) -> None:
         self._config = (config, secrets)
+        self._providers = providers
 
     def host_config(self) -> HostConfig:
         return self._configured()[0]
@@ -135,7 +168,7 @@ class Launcher:
         if self._starting is None:
             self._starting = asyncio.get_running_loop().create_future()
             try:
-                app = BrainApp(*self._configured())
+                app = BrainApp(*self._configured(), providers=self._providers)
                 await app.start()
             except BaseException as exc:
                 self._starting.set_exception(exc)

@@ -4,11 +4,13 @@ Environment: BRAIN_DATA_DIR (metadata.sqlite lives there), BRAIN_DATABASE_URL (P
 instead of SQLite), BRAIN_SECRET_KEY (admin sessions), BRAIN_DEBUG, BRAIN_ALLOWED_HOSTS,
 BRAIN_STATIC_ROOT (collected static files), and the TLS deployment switches BRAIN_TLS,
 BRAIN_PROXY_SSL_HEADER, BRAIN_SSL_REDIRECT, BRAIN_HSTS_SECONDS, BRAIN_HSTS_INCLUDE_SUBDOMAINS,
-BRAIN_HSTS_PRELOAD (README, Running Brain).
+BRAIN_HSTS_PRELOAD (README, Running Brain). BRAIN_TOOL_PROVIDERS installs tool providers
+(README, Tool providers).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import secrets
@@ -253,3 +255,20 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_CONNECTION_TIMEOUT = 5
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300, "socket_timeout": 5, "socket_connect_timeout": 5}
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0.2, "interval_step": 0.5}
+
+
+def _tool_providers() -> object:
+    """$BRAIN_TOOL_PROVIDERS (or the file $BRAIN_TOOL_PROVIDERS_FILE names) as JSON; its shape is
+    checked when the providers are installed, where runbrain and check_brain_config report it."""
+    raw = envsecret("BRAIN_TOOL_PROVIDERS")
+    if raw is None:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"BRAIN_TOOL_PROVIDERS is not valid JSON: {exc}") from exc
+
+
+# Installed tool providers (README, Tool providers): name -> {"class": dotted path, "options": {...}},
+# installed once at startup. A deployment's own settings module may assign it directly.
+BRAIN_TOOL_PROVIDERS = _tool_providers()

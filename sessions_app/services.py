@@ -83,8 +83,12 @@ async def create_session(
         raise InvalidRequest("config.instructions exceeds input_bytes")
     if credentials and engine.config.credential_keys is None:
         raise Unsupported("private binding credentials need credential_keys in the host config")
-    bindings = check_bindings(
-        config.pop("bindings", None) or [], tenant=principal.tenant, tools=tools, hub=engine.executors
+    bindings = await check_bindings(
+        config.pop("bindings", None) or [],
+        tenant=principal.tenant,
+        tools=tools,
+        hub=engine.executors,
+        providers=engine.providers,
     )
     values = _credential_values(credentials or [], aliases={binding["alias"] for binding in bindings.bindings})
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)

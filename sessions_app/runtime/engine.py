@@ -24,8 +24,9 @@ from sessions_app import db
 from sessions_app.eventlog import CorruptLog, EventLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord, SessionStatus
-from tools_app.bindings import SessionBindings
+from tools_app.bindings import CredentialSource, SessionBindings, no_credentials
 from tools_app.executors import ExecutorHub
+from tools_app.providers.registry import ProviderRegistry
 from tools_app.registry import ToolRegistry
 
 from .actor import RUNNING_MARKER, SessionActor
@@ -33,6 +34,7 @@ from .checkpoints import CheckpointError, CheckpointStore
 from .pubsub import SubscriberSlots
 from .recovery import recover
 from .residency import Residency
+from .session_reads import OwnSession
 from .toolcalls import ToolCalls
 
 __all__ = ["ColdLoader", "Engine", "RemoteLister", "SessionDamaged", "Stats", "SyncHook", "new_session_record"]
@@ -82,9 +84,13 @@ class Engine:
         registry: ToolRegistry,
         telemetry: Telemetry,
         executors: ExecutorHub | None = None,
+        providers: ProviderRegistry | None = None,
+        binding_credentials: CredentialSource = no_credentials,
     ) -> None:
         self.config = config
         self.executors = executors if executors is not None else ExecutorHub()
+        self.providers = providers if providers is not None else ProviderRegistry()
+        self.binding_credentials = binding_credentials  # provider bindings' private credentials
         self.secrets = secrets
         self.registry = registry
         self.telemetry = telemetry
@@ -278,7 +284,7 @@ class Engine:
             tenant=record.tenant,
             session_id=record.id,
             tools=tuple(record.config.get("tools", ())),
-            bindings=SessionBindings(bindings, self.executors) if bindings else None,
+            bindings=self._session_bindings(record, bindings) if bindings else None,
         )
         actor = SessionActor(
             self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry
@@ -288,6 +294,25 @@ class Engine:
         if cold:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor
+
+    def _session_bindings(self, record: SessionRecord, bindings: list[dict[str, Any]]) -> SessionBindings:
+        """The session's binding tools; its provider bindings read only this session."""
+        session_id = record.id
+
+        def loaded() -> SessionActor | None:
+            return self.actors.get(session_id)
+
+        return SessionBindings(
+            bindings,
+            self.executors,
+            providers=self.providers,
+            descriptors=record.descriptors,
+            credentials=self.binding_credentials,
+            session=OwnSession(
+                lambda: actor.record if (actor := loaded()) is not None else None,
+                lambda: actor.log if (actor := loaded()) is not None else None,
+            ),
+        )
 
     async def _make_room(self) -> None:
         """Keep loaded sessions within limits.loaded: unload an idle one, else 429."""

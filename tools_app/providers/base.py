@@ -6,19 +6,35 @@ startup with the operator's options. A session binds it in `config.bindings` wit
 validates the parameters and returns the descriptors of the chosen operations (the model sees
 `<alias>_<operation>`), and `handle` runs one call. The trusted identity (tenant, session, call,
 alias), the binding's parameters and its private credential reach `handle` apart from the
-model's arguments. Cancellation (an interrupt) arrives as asyncio cancellation.
+model's arguments. Cancellation (an interrupt) arrives as asyncio cancellation; the deadline
+(`timeout_seconds`, default 60 s) is enforced around `handle` by the caller.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
 
 from runners.protocol import ToolDescriptor
 
-__all__ = ["ProviderCall", "ProviderError", "ToolProvider"]
+__all__ = [
+    "DEFAULT_TIMEOUT_SECONDS",
+    "MAX_TIMEOUT_SECONDS",
+    "CredentialUnavailable",
+    "ProviderCall",
+    "ProviderConfigError",
+    "ProviderEnvironment",
+    "ProviderError",
+    "SessionView",
+    "ToolProvider",
+]
+
+DEFAULT_TIMEOUT_SECONDS = 60.0  # a provider call with no result by then is a timeout
+MAX_TIMEOUT_SECONDS = 86400.0  # the tool deadline's upper bound (reference: tools timeout_seconds)
 
 
 class ProviderError(Exception):
@@ -29,6 +45,47 @@ class ProviderError(Exception):
         self.reached = reached
 
 
+class ProviderConfigError(ValueError):
+    """An installed provider that cannot be loaded, or whose options are invalid: Brain refuses
+    to start. The message names the provider and the option at fault, never a secret's value."""
+
+
+class CredentialUnavailable(Exception):
+    """The binding's private credential cannot be produced (no key, no record, failed
+    authentication): the call is refused before anything is sent, never run without it."""
+
+
+class SessionView(Protocol):
+    """Read access to exactly one session, the calling one: what `session_reads` serves. It
+    cannot name another session."""
+
+    async def status(self) -> dict[str, Any]:
+        """The session's public metadata (as GET /sessions/{id}, without descriptors)."""
+
+    async def events(self, *, after: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+        """Up to `limit` retained events after a cursor ("" = the start) and the next cursor;
+        ValueError for a cursor this session did not issue."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEnvironment:
+    """What the application gives every provider at startup: where owned processes may keep
+    private working directories, and the environment secrets (`token_env`) are read from."""
+
+    data_dir: Path
+    environ: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def __repr__(self) -> str:  # never the environment's values
+        return f"ProviderEnvironment(data_dir={str(self.data_dir)!r})"
+
+    def secret(self, variable: str) -> str:
+        """The value of a `*_env` option, read once at startup; ValueError when unset."""
+        value = self.environ.get(variable, "")
+        if not value:
+            raise ValueError(f"environment variable {variable} is not set")
+        return value
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderCall:
     tenant: str
@@ -37,18 +94,40 @@ class ProviderCall:
     alias: str
     operation: str  # the operation's name, without the alias prefix
     arguments: dict[str, Any]  # the model's arguments, already checked against the descriptor
-    parameters: Any  # the binding's parameters, as bind() accepted them
+    parameters: Any  # the binding's parameters, as bind() accepted them (None when the binding has none)
     credential: Any | None  # the binding's private credential, decrypted; None without one
     progress: Callable[[Any], None]
+    session: SessionView | None = None  # the calling session, for providers with reads_session
 
     def __repr__(self) -> str:  # never the credential
         return f"ProviderCall(alias={self.alias!r}, operation={self.operation!r}, call_id={self.call_id!r})"
 
 
 class ToolProvider(ABC):
-    def __init__(self, name: str, options: Mapping[str, Any]) -> None:
+    """Subclasses validate their own options in `__init__` (raise ValueError with the option's
+    name) and read secrets there through `environment.secret`, so a bad installation refuses
+    startup instead of failing a call."""
+
+    reads_session: ClassVar[bool] = False  # True: each call carries a SessionView of its session
+
+    def __init__(
+        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+    ) -> None:
         self.name = name
         self.options = options
+        self.environment = environment if environment is not None else ProviderEnvironment(Path(".brain").resolve())
+        tenants = options.get("tenants")
+        if tenants is not None and (
+            not isinstance(tenants, list) or not all(isinstance(tenant, str) and tenant for tenant in tenants)
+        ):
+            raise ValueError("tenants: must be a list of tenant names")
+        timeout = options.get("timeout_seconds", DEFAULT_TIMEOUT_SECONDS)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 1 <= timeout <= MAX_TIMEOUT_SECONDS:
+            raise ValueError(f"timeout_seconds: must be a number from 1 to {MAX_TIMEOUT_SECONDS:.0f}")
+        self.timeout_seconds = float(timeout)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
 
     def authorize(self, tenant: str) -> bool:
         """Whether `tenant` may bind this provider (default: every tenant the options list in
@@ -57,9 +136,11 @@ class ToolProvider(ABC):
         return tenants is None or tenant in tenants
 
     @abstractmethod
-    def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
         """Descriptors (unprefixed names) for `operations` (all when empty); raise ValueError
-        with a message for the client when the operations or parameters are not acceptable."""
+        with a message for the client when the operations or parameters are not acceptable,
+        ProviderError when the operations cannot be established now (discovery failed). It
+        performs no action, and runs again when a saved session is loaded."""
 
     @abstractmethod
     async def handle(self, call: ProviderCall) -> Any:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["TRANSPORTS", "OutboundCall", "Transport", "TransportError", "Transports"]
+__all__ = ["TRANSPORTS", "BindingScope", "OutboundCall", "Transport", "TransportError", "Transports"]
 
 # Dotted paths, so a transport's dependencies load only when a binding uses it.
 TRANSPORTS: dict[str, str] = {
@@ -34,6 +34,19 @@ class TransportError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class BindingScope:
+    """The session binding a provider call belongs to: sent beside the arguments (HTTP envelope
+    `binding`, `operation`, `parameters`; MCP `_meta["brain.dev/binding"]`)."""
+
+    alias: str
+    operation: str
+    parameters: Any  # as the binding was accepted; None when it has none
+
+    def __repr__(self) -> str:
+        return f"BindingScope(alias={self.alias!r}, operation={self.operation!r})"
+
+
+@dataclass(frozen=True, slots=True)
 class OutboundCall:
     """One dispatch: where to send it, with which credential, identity and limits."""
 
@@ -50,6 +63,7 @@ class OutboundCall:
     traceparent: str = ""
     inspection_token: str = ""
     brain_url: str = ""
+    binding: BindingScope | None = None  # set for calls of an installed provider's binding
 
     def __repr__(self) -> str:
         return f"OutboundCall(url={self.url!r}, call_id={self.call_id!r})"

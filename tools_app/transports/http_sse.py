@@ -38,10 +38,16 @@ def make_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.Asyn
 
 
 def _envelope(call: OutboundCall) -> bytes:
+    """The call body. A provider binding's call also names the binding's alias, the operation
+    and the binding's parameters (`{}` when it has none), trusted values beside the arguments."""
     body: dict[str, Any] = {"tenant_id": call.tenant, "session_id": call.session_id, "call_id": call.call_id}
     if call.inspection_token:
         body["inspection_token"] = call.inspection_token
         body["brain_url"] = call.brain_url
+    if call.binding is not None:
+        body["binding"] = call.binding.alias
+        body["operation"] = call.binding.operation
+        body["parameters"] = {} if call.binding.parameters is None else call.binding.parameters
     body["arguments"] = call.arguments
     return orjson.dumps(body)
 

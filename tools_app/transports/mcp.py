@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio
@@ -22,9 +23,22 @@ from runners.protocol import FrameError, encode_json
 
 from .base import OutboundCall, Transport, TransportError
 
-__all__ = ["McpTransport", "convert_result", "make_client"]
+__all__ = [
+    "DISCOVERY_PAGES",
+    "McpStreams",
+    "McpTransport",
+    "OutputMeter",
+    "OutputTooLarge",
+    "convert_result",
+    "make_client",
+]
 
 SCOPE_META_KEY = "brain.dev/scope"
+BINDING_META_KEY = "brain.dev/binding"  # a provider binding's alias and parameters
+DISCOVERY_PAGES = 100  # tools/list pages read at most (a server that never stops paginating)
+
+# What an MCP client transport yields: the session's read and write streams.
+McpStreams = AbstractAsyncContextManager[tuple[Any, Any]]
 # Connections per (url, token) pool; an MCP call uses one or two at a time.
 MAX_CONNECTIONS = 256
 
@@ -42,11 +56,11 @@ def make_client(token: str, transport: httpx2.AsyncBaseTransport | None = None) 
     )
 
 
-class _OutputTooLarge(Exception):
+class OutputTooLarge(Exception):
     """Raised into the SDK's read of a response once the call's meter is over its limit."""
 
 
-class _Meter:
+class OutputMeter:
     """Counts the response bytes of one call against max_output_bytes. Past the limit it cancels
     the call's scope and fails the read, so the SDK never buffers the rest of the response."""
 
@@ -65,13 +79,13 @@ class _Meter:
         if self.received > self.limit or self.exceeded:
             self.exceeded = True
             self._scope.cancel()
-            raise _OutputTooLarge(f"received more than {self.limit} bytes")
+            raise OutputTooLarge(f"received more than {self.limit} bytes")
 
 
 class _MeteredStream(httpx2.AsyncByteStream):
     """The decoded body of a pooled response, each chunk taken by the meter before the SDK sees it."""
 
-    def __init__(self, response: httpx2.Response, meter: _Meter) -> None:
+    def __init__(self, response: httpx2.Response, meter: OutputMeter) -> None:
         self._response = response
         self._meter = meter
 
@@ -88,7 +102,7 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
     """Sends one call's requests through the pooled client (its connections, proxies and
     credential) and hands the SDK responses whose bodies pass through the call's meter."""
 
-    def __init__(self, client: httpx2.AsyncClient, meter: _Meter) -> None:
+    def __init__(self, client: httpx2.AsyncClient, meter: OutputMeter) -> None:
         self._client = client
         self._meter = meter
 
@@ -103,7 +117,7 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         pass  # the pooled client outlives the call
 
 
-def _metered_client(pooled: httpx2.AsyncClient, meter: _Meter) -> httpx2.AsyncClient:
+def _metered_client(pooled: httpx2.AsyncClient, meter: OutputMeter) -> httpx2.AsyncClient:
     """A per-call client over the pooled one: same headers (the credential), no connections of
     its own, so nothing to close."""
     return httpx2.AsyncClient(
@@ -175,6 +189,47 @@ class McpTransport(Transport):
         for client in clients:
             await client.aclose()
 
+    def open_streams(self, call: OutboundCall, meter: OutputMeter) -> McpStreams:
+        """A fresh MCP connection for one operation, every response byte taken by `meter`
+        (a stdio subclass runs an owned process instead)."""
+        return streamable_http_client(
+            call.url,
+            http_client=_metered_client(self._client(call), meter),
+            terminate_on_close=True,
+            max_sse_event_size=call.max_output_bytes,  # the meter cuts first; this is a backstop
+        )
+
+    async def list_tools(self, call: OutboundCall) -> list[types.Tool]:
+        """Discovery: every tool the server lists, on a connection of its own. Only `url`,
+        `token`, `max_output_bytes` (for the whole listing) and `header_timeout` of `call` are
+        used; the caller bounds the whole operation."""
+        scope = anyio.CancelScope()
+        meter = OutputMeter(call.max_output_bytes, scope)
+        tools: list[types.Tool] = []
+        try:
+            with scope:
+                async with (
+                    self.open_streams(call, meter) as (read, write),
+                    ClientSession(read, write) as session,
+                ):
+                    async with asyncio.timeout(call.header_timeout):
+                        await session.initialize()
+                    cursor: str | None = None
+                    for _ in range(DISCOVERY_PAGES):
+                        params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                        page = await session.list_tools(params=params)
+                        tools.extend(page.tools)
+                        cursor = page.next_cursor
+                        if not cursor:
+                            break
+        except Exception as exc:  # the SDK's failures arrive as many types and exception groups
+            if meter.exceeded:
+                raise TransportError(f"the MCP tool list exceeds {call.max_output_bytes} bytes", reached=False) from exc
+            raise TransportError(f"could not list the MCP server's tools: {_describe(exc)}", reached=False) from exc
+        if meter.exceeded:
+            raise TransportError(f"the MCP tool list exceeds {call.max_output_bytes} bytes", reached=False)
+        return tools
+
     async def call(self, call: OutboundCall) -> Any:
         stage = {"sent": False, "elicited": False}
         scope = anyio.CancelScope()
@@ -185,17 +240,11 @@ class McpTransport(Transport):
             return types.ErrorData(code=types.INVALID_REQUEST, message="Brain tools cannot ask for user input")
 
         result: Any = None
-        meter = _Meter(call.max_output_bytes, scope)
+        meter = OutputMeter(call.max_output_bytes, scope)
         try:
-            client = _metered_client(self._client(call), meter)
             with scope:
                 async with (
-                    streamable_http_client(
-                        call.url,
-                        http_client=client,
-                        terminate_on_close=True,
-                        max_sse_event_size=call.max_output_bytes,  # the meter cuts first; this is a backstop
-                    ) as (read, write),
+                    self.open_streams(call, meter) as (read, write),
                     _CallSession(read, write, elicitation_callback=elicit, call=call) as session,
                 ):
                     try:
@@ -213,6 +262,8 @@ class McpTransport(Transport):
                             "call_id": call.call_id,
                         },
                     }
+                    if call.binding is not None:
+                        meta[BINDING_META_KEY] = {"alias": call.binding.alias, "parameters": call.binding.parameters}
                     stage["sent"] = True
                     meter.restart()
                     # RequestParamsMeta is a TypedDict; the scope key is an extension it does not list.

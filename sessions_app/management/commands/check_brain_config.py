@@ -22,4 +22,13 @@ class Command(BaseCommand):
             resolve_secrets(config)
         except ConfigError as exc:
             raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        from brainsite.application import install_tool_providers
+        from tools_app.providers.base import ProviderConfigError
+
+        try:
+            providers = install_tool_providers(config)
+        except ProviderConfigError as exc:
+            raise CommandError(f"invalid tool provider: {exc}") from exc
         self.stdout.write(f"config {options['config']} is valid")
+        if providers:
+            self.stdout.write(f"tool providers installed: {', '.join(sorted(providers))}")

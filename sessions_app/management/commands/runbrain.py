@@ -28,6 +28,13 @@ class Command(BaseCommand):
             secrets = resolve_secrets(config)
         except ConfigError as exc:
             raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        from brainsite.application import install_tool_providers
+        from tools_app.providers.base import ProviderConfigError
+
+        try:
+            providers = install_tool_providers(config)  # before listening: a bad one refuses startup
+        except ProviderConfigError as exc:
+            raise CommandError(f"invalid tool provider: {exc}") from exc
         os.environ["BRAIN_CONFIG"] = options["config"]
         # Sessions are private: the data dir, logs, checkpoints, native files (the harness children
         # inherit the mask) and the SQLite database are readable by Brain's user only.
@@ -56,7 +63,7 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
 
-        launcher.configure(config, secrets)
+        launcher.configure(config, secrets, providers=providers)
 
         def stop_runtime() -> defer.Deferred[None]:
             coroutine = asyncio.wait_for(launcher.shutdown(), SHUTDOWN_SECONDS)
