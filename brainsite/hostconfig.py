@@ -103,6 +103,9 @@ class Harness(_Strict):
     max_active_turns: int | None = Field(default=None, ge=1)
     max_hosts: int = Field(default=16, ge=1)
     max_starting: int = Field(default=4, ge=1)
+    # how a turn's tool calls run: all at once (as the model asked for them), or one at a time
+    # in the model's order, each starting when the previous one has its result
+    tool_execution: Literal["parallel", "sequential"] = "parallel"
 
     @field_validator("command")
     @classmethod

@@ -285,6 +285,7 @@ class Engine:
             session_id=record.id,
             tools=tuple(record.config.get("tools", ())),
             bindings=self._session_bindings(record, bindings) if bindings else None,
+            sequential=self._tool_execution(record.harness) == "sequential",
         )
         actor = SessionActor(
             self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry
@@ -313,6 +314,10 @@ class Engine:
                 lambda: actor.log if (actor := loaded()) is not None else None,
             ),
         )
+
+    def _tool_execution(self, harness: str) -> str:
+        settings = self.config.harnesses.get(harness)
+        return settings.tool_execution if settings is not None else "parallel"
 
     async def _make_room(self) -> None:
         """Keep loaded sessions within limits.loaded: unload an idle one, else 429."""

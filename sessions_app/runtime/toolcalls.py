@@ -8,6 +8,7 @@ outcome. Every path, a failed append or an unexpected error included, ends in on
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any, Protocol
 
 from brainsite.logs import logger
@@ -42,8 +43,12 @@ class ToolCalls:
         session_id: str,
         tools: tuple[str, ...],
         bindings: SessionBindings | None = None,
+        sequential: bool = False,
     ) -> None:
         self._registry = registry
+        # sequential execution: one call at a time, in the order the runner sent them (the
+        # model's order); asyncio.Lock wakes its waiters first come, first served
+        self._one_at_a_time = asyncio.Lock() if sequential else None
         self._tenant = tenant
         self._session_id = session_id
         self._tools = tools
@@ -95,11 +100,23 @@ class ToolCalls:
             turn.fail_running_turn(public_message(exc))
         return result
 
+    @staticmethod
+    async def _after_the_previous_call(call: Coroutine[Any, Any, Invocation], lock: asyncio.Lock) -> Invocation:
+        """Sequential execution: run `call` once the calls before it are done. Cancelled while it
+        waits (an interrupt), it never starts: cancelled before dispatch."""
+        try:
+            async with lock:
+                return await call
+        finally:
+            call.close()  # a no-op once it ran
+
     async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> Invocation:
         if self._bindings is not None and name in self._bindings:
             call = self._bindings.invoke(context, name, arguments)
         else:
             call = self._registry.invoke_call(context, name, arguments)
+        if self._one_at_a_time is not None:
+            call = self._after_the_previous_call(call, self._one_at_a_time)
         task = asyncio.get_running_loop().create_task(call)
         self._tasks.add(task)
         try:
