@@ -26,10 +26,12 @@ from sessions_app import db as sessions_db
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine
 from tools_app import db as tools_db
+from tools_app.credentials import BindingCredentials
 from tools_app.executors import ExecutorHub
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.registry import InspectionGrants, ToolRegistry
+from tools_app.vault import CredentialVault
 
 __all__ = ["BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -79,6 +81,9 @@ class BrainApp:
             telemetry=self.telemetry,
             executors=self.executors,
             providers=self.providers,
+            binding_credentials=BindingCredentials(
+                CredentialVault.configured(config.credential_keys, secrets), required=self._credential_bindings
+            ),
         )
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
@@ -89,6 +94,12 @@ class BrainApp:
                 dispatch=_celery_dispatch(),
                 telemetry=self.telemetry,
             )
+
+    def _credential_bindings(self, session_id: str) -> list[str]:
+        """The aliases a loaded session was created with credentials for: a call of one whose
+        record is missing stops instead of running without it."""
+        record = self.engine.loaded_record(session_id)
+        return record.credential_bindings if record is not None else []
 
     async def start(self) -> None:
         await database_sync_to_async(sessions_db.mirror_config_tokens)(self.config, self.secrets.tokens)

@@ -24,6 +24,9 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from brainsite.hostconfig import MAX_KEY_ID_CHARS, CredentialKeys, Secrets
 
+# the provider contract's error: a binding call stops with it, never runs without the value
+from .providers.base import CredentialUnavailable
+
 __all__ = [
     "MAX_CREDENTIAL_BYTES",
     "RECORD_VERSION",
@@ -44,11 +47,6 @@ TAG_BYTES = 16  # appended to the ciphertext by AESGCM
 # parking megabytes in the database and in every checkpoint manifest.
 MAX_CREDENTIAL_BYTES = 64 << 10
 AAD_LABEL = "brain-session-credential"
-
-
-class CredentialUnavailable(Exception):
-    """The credential cannot be used: no record, a revoked one, a key this server does not
-    hold, or a record that fails authentication. The message names no secret."""
 
 
 @dataclass(frozen=True, slots=True)

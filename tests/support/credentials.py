@@ -30,11 +30,14 @@ def _lookup(arguments: Any, context: Any) -> dict[str, Any]:
 LOOKUP = RuntimeTool("lookup", "Read application data", {"type": "object"}, _lookup)
 
 
-def keyed_server(factory: Callable[..., BrainServer], *, active: str = "k1", **overrides: Any) -> BrainServer:
+def keyed_server(
+    factory: Callable[..., BrainServer], *, active: str = "k1", env: dict[str, str] | None = None, **overrides: Any
+) -> BrainServer:
     """A server whose credential_keys hold k1 and k2 (random keys), `active` sealing."""
     server: BrainServer = factory(start=False, credential_keys={"active": active, "keys": dict(KEY_ENVS)}, **overrides)
     for name in KEY_ENVS.values():
         server.env[name] = base64.b64encode(os.urandom(32)).decode()
+    server.env.update(env or {})
     server.start()
     return server
 

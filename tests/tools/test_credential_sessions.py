@@ -183,3 +183,69 @@ def test_rotation_reports_records_whose_key_is_gone_and_leaves_them(
     assert "is sealed with key 'k1', which is not configured" in result.stderr
     assert SECRET not in result.stdout + result.stderr
     assert stored_credentials(server.data_dir)[(session["id"], "runtime")][1].key_id == "k1"
+
+
+PROBE_PROVIDERS = json.dumps({"probe": {"class": "tests.support.providers.ProbeProvider", "options": {}}})
+
+
+def _probe_binding(alias: str) -> dict[str, Any]:
+    return {"alias": alias, "provider": "probe", "operations": ["echo"], "parameters": {"label": alias}}
+
+
+def _call(server: BrainServer, session_id: str, tool: str) -> dict[str, Any]:
+    accepted = send_ok(server, session_id, f'tool:{tool} {{"text": "hi"}}')
+    events = wait_for_turn_end(server, session_id, accepted["id"])
+    (result,) = [e["data"] for e in events if e["type"] == "tool.result" and e.get("input_id") == accepted["id"]]
+    return result  # type: ignore[no-any-return]
+
+
+def test_a_provider_receives_the_decrypted_credential_and_an_unusable_one_stops_the_call(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given: a session binding the probe provider three times, two of them with credentials
+    server = keyed_server(brain_factory, env={"BRAIN_TOOL_PROVIDERS": PROBE_PROVIDERS})
+    body = {
+        "harness": "instant",
+        "config": {
+            "model": MODEL,
+            "tools": [],
+            "bindings": [_probe_binding("first"), _probe_binding("second"), _probe_binding("plain")],
+        },
+        "credentials": [
+            {"binding": "first", "value": {"token": SECRET}},
+            {"binding": "second", "value": "second-secret"},
+        ],
+    }
+    with server.client() as api:
+        created = api.post("/sessions", json=body)
+    assert created.status_code == 201, created.text
+    session = created.json()
+    assert session["credential_bindings"] == ["first", "second"]
+    # when / then: each call's provider receives its own binding's credential, decrypted
+    first = _call(server, session["id"], "first_echo")
+    assert first["outcome"] == "ok"
+    assert first["result"]["structured_content"]["credential"] == {"token": SECRET}
+    assert _call(server, session["id"], "second_echo")["result"]["structured_content"]["credential"] == "second-secret"
+    assert _call(server, session["id"], "plain_echo")["result"]["structured_content"]["credential"] is None
+    # when: the first binding's credential is revoked while the session is loaded
+    assert manage(server, "revoke_credential", session["id"], "first").returncode == 0
+    refused = _call(server, session["id"], "first_echo")
+    # then: the call stops before the provider, with an error result and no unknown outcome
+    assert refused["outcome"] == "error"
+    assert refused["result"]["is_error"] is True
+    assert "unknown_outcome" not in refused["result"]
+    assert refused["result"]["content"][0]["text"] == (
+        "tool 'first_echo': its credential is unavailable: the credential of binding 'first' was revoked"
+    )
+    assert "structured_content" not in refused["result"]
+    assert _call(server, session["id"], "second_echo")["outcome"] == "ok"
+    # when: the server restarts without the key the second credential is sealed with
+    server.stop()
+    server.config["credential_keys"] = {"active": "k2", "keys": {"k2": KEY_ENVS["k2"]}}
+    server.start()
+    lost = _call(server, session["id"], "second_echo")
+    # then: that call stops too, never running without its credential; the plain binding runs
+    assert lost["outcome"] == "error"
+    assert "sealed with key 'k1', which is not configured" in lost["result"]["content"][0]["text"]
+    assert _call(server, session["id"], "plain_echo")["outcome"] == "ok"
+    assert SECRET not in server.logs()

@@ -13,6 +13,7 @@ import pytest
 
 from brainsite.hostconfig import ConfigError, parse_host_config, resolve_secrets
 from tools_app import db
+from tools_app.credentials import BindingCredentials
 from tools_app.vault import (
     MAX_CREDENTIAL_BYTES,
     CredentialUnavailable,
@@ -311,3 +312,51 @@ def test_rotation_helpers_find_records_off_the_active_key_and_skip_changed_ones(
     rotated = db.get_credential(TENANT, SESSION, "a")
     assert rotated is not None and rotated.key_id == "k2" and vault.open(rotated, TENANT, SESSION, "a") == "a"
     assert db.get_credential(TENANT, SESSION, "b") == SealedCredential.tombstone()
+
+
+# --- what a call receives ---------------------------------------------------------------------
+
+
+def _source(records: dict[str, SealedCredential], vault: CredentialVault | None, *required: str) -> BindingCredentials:
+    async def load(tenant: str, session_id: str, alias: str) -> SealedCredential | None:
+        return records.get(alias) if (tenant, session_id) == (TENANT, SESSION) else None
+
+    return BindingCredentials(vault, required=lambda session_id: required, load=load)
+
+
+async def test_a_call_receives_the_opened_value_or_none_for_a_binding_without_one() -> None:
+    vault = _vault()
+    source = _source({ALIAS: vault.seal(TENANT, SESSION, ALIAS, VALUE)}, vault)
+    assert await source(TENANT, SESSION, ALIAS) == VALUE
+    assert await source(TENANT, SESSION, "plain") is None
+
+
+@pytest.mark.parametrize(
+    ("records", "vault", "required", "message"),
+    [
+        pytest.param({ALIAS: SealedCredential.tombstone()}, _vault(), (), "was revoked", id="revoked_case"),
+        pytest.param({}, _vault(), (ALIAS,), "is missing", id="required_record_missing_case"),
+        pytest.param(
+            {ALIAS: _vault(k1=KEY_1).seal(TENANT, SESSION, ALIAS, VALUE)},
+            _vault("k2", k2=KEY_2),
+            (),
+            "not configured",
+            id="key_gone_case",
+        ),
+        pytest.param(
+            {ALIAS: _vault(k1=KEY_1).seal(TENANT, "b" * 32, ALIAS, VALUE)},
+            _vault(),
+            (),
+            "authentication",
+            id="moved_case",
+        ),
+        pytest.param(
+            {ALIAS: _vault().seal(TENANT, SESSION, ALIAS, VALUE)}, None, (), "needs credential_keys", id="no_vault_case"
+        ),
+    ],
+)
+async def test_a_call_whose_credential_cannot_be_opened_is_refused(
+    records: dict[str, SealedCredential], vault: CredentialVault | None, required: tuple[str, ...], message: str
+) -> None:
+    with pytest.raises(CredentialUnavailable, match=message):
+        await _source(records, vault, *required)(TENANT, SESSION, ALIAS)
