@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from runners.protocol import ToolDescriptor
 
+from .rest_templates import RestTemplate, TemplateError, check_rest_template
+
 __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_KEY_ID_CHARS",
@@ -146,6 +148,11 @@ class ToolBindingConfig(_Strict):
     token_env: str = ""
     transport: str = ""
     mcp_tool: str = ""
+    # transport "rest": a plain REST request filled from the arguments (brainsite.rest_templates)
+    method: str = ""
+    query: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    body: Any = None
     timeout_seconds: int = Field(default=300, ge=1, le=86400)
     max_output_bytes: int = Field(default=1 << 20, ge=1, le=2 << 20)
     inspect_session: bool = False
@@ -167,7 +174,7 @@ class ToolBindingConfig(_Strict):
         if self.inspect_session and self.mcp_tool:
             raise _FieldProblem("inspect_session", "cannot be combined with mcp_tool")
         transport = self.effective_transport
-        if transport not in ("http", "mcp"):
+        if transport not in ("http", "mcp", "rest"):
             raise _FieldProblem("transport", f"unknown transport {transport!r}")
         if transport == "mcp" and not self.mcp_tool:
             raise _FieldProblem("mcp_tool", "is required by transport mcp")
@@ -179,11 +186,41 @@ class ToolBindingConfig(_Strict):
                 problem = _schema_problem(schema)
                 if problem:
                     raise _FieldProblem(key, f"is not a valid JSON Schema: {problem}")
+        self._check_rest(transport)
         return self
+
+    def _check_rest(self, transport: str) -> None:
+        if transport != "rest":
+            for key in ("method", "query", "headers", "body"):
+                if getattr(self, key) not in ("", {}, None):
+                    raise _FieldProblem(key, "is only for transport rest")
+            return
+        for key in ("mcp_tool", "inspect_session"):
+            if getattr(self, key):
+                raise _FieldProblem(key, "cannot be combined with transport rest")
+        template = self.rest_template()
+        assert template is not None  # transport is rest
+        properties = (self.input_schema or {}).get("properties")
+        try:
+            check_rest_template(template, properties if isinstance(properties, dict) else {})
+        except TemplateError as exc:
+            raise _FieldProblem(exc.field, str(exc)) from None
 
     @property
     def effective_transport(self) -> str:
         return self.transport or ("mcp" if self.mcp_tool else "http")
+
+    def rest_template(self) -> RestTemplate | None:
+        """The request of a `rest` binding (method GET unless named); None for other transports."""
+        if self.effective_transport != "rest":
+            return None
+        return RestTemplate(
+            method=self.method or "GET",
+            url=self.url,
+            query=tuple(self.query.items()),
+            headers=tuple(self.headers.items()),
+            body=self.body,
+        )
 
     def descriptor(self) -> ToolDescriptor:
         value: ToolDescriptor = {

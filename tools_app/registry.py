@@ -259,6 +259,7 @@ class ToolRegistry:
                 traceparent=context.traceparent or _current_traceparent(),
                 inspection_token=inspection_token,
                 brain_url=self._public_url if inspection_token else "",
+                rest=binding.rest_template(),
             )
             try:
                 async with asyncio.timeout(binding.timeout_seconds):

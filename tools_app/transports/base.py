@@ -11,12 +11,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from brainsite.rest_templates import RestTemplate
+
 __all__ = ["TRANSPORTS", "BindingScope", "OutboundCall", "Transport", "TransportError", "Transports"]
 
 # Dotted paths, so a transport's dependencies load only when a binding uses it.
 TRANSPORTS: dict[str, str] = {
     "http": "tools_app.transports.http_sse.HttpSseTransport",
     "mcp": "tools_app.transports.mcp.McpTransport",
+    "rest": "tools_app.transports.rest.RestTransport",
 }
 
 
@@ -64,6 +67,7 @@ class OutboundCall:
     inspection_token: str = ""
     brain_url: str = ""
     binding: BindingScope | None = None  # set for calls of an installed provider's binding
+    rest: RestTemplate | None = None  # set for transport rest: the request the arguments fill
 
     def __repr__(self) -> str:
         return f"OutboundCall(url={self.url!r}, call_id={self.call_id!r})"

@@ -928,7 +928,7 @@ UNKNOWN_FIELDS = [
         "providers.openai.model: unknown field",
         id="provider_case",
     ),
-    pytest.param({"tools": [{**TOOL, "headers": {}}]}, "tools[0].headers: unknown field", id="tool_case"),
+    pytest.param({"tools": [{**TOOL, "retries": 3}]}, "tools[0].retries: unknown field", id="tool_case"),
     pytest.param({"limits": {"turns": 3}}, "limits.turns: unknown field", id="limits_case"),
     pytest.param(
         {"persistence": {"provider": "s3", "bucket": "b", "acl": "x"}},
