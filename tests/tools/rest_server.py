@@ -1,8 +1,8 @@
 """A plain REST service on loopback for the declarative REST tool tests (served by LoopbackServer).
 
-Paths: /items/... (answers with what it received as JSON), /text, /status/<code>, /stall?seconds=,
-/redirect, /big?n=, /empty, /badjson. Every request is recorded, so tests can assert what was
-(not) sent.
+Paths: /items/... (answers with what it received as JSON, all but the Authorization header),
+/text, /status/<code>, /stall?seconds=, /redirect, /big?n=, /empty, /badjson. Every request is
+recorded, so tests can assert what was (not) sent.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ class RestService:
                         "path": path,
                         "raw_path": raw_path,
                         "query": query,
-                        "headers": headers,
+                        # the credential stays out of the answer, so a leak would be Brain's own
+                        "headers": {key: value for key, value in headers.items() if key != "authorization"},
                         "body": body,
                     }
                 ).encode(),
