@@ -28,6 +28,7 @@ from sessions_app.runtime.engine import Engine
 from tools_app import db as tools_db
 from tools_app.credentials import BindingCredentials
 from tools_app.executors import ExecutorHub
+from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.registry import InspectionGrants, ToolRegistry
@@ -72,6 +73,7 @@ class BrainApp:
             public_url=config.public_url,
             admin_loader=tools_db.aload_admin_bindings,
             inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
+            providers=self.providers,
         )
         self.executors = ExecutorHub()
         self.engine = Engine(
@@ -179,7 +181,10 @@ class Launcher:
         if self._starting is None:
             self._starting = asyncio.get_running_loop().create_future()
             try:
-                app = BrainApp(*self._configured(), providers=self._providers)
+                config, secrets = self._configured()
+                providers = self._providers if self._providers is not None else install_tool_providers(config)
+                config = await resolve_provider_tools(config, providers)  # runbrain did it already
+                app = BrainApp(config, secrets, providers=providers)
                 await app.start()
             except BaseException as exc:
                 self._starting.set_exception(exc)

@@ -138,12 +138,19 @@ class Provider(_Strict):
         return _check_url(value) if value else value
 
 
+TOOL_TRANSPORTS = ("http", "mcp", "provider", "rest")
+
+
 class ToolBindingConfig(_Strict):
+    """One operator tool. `transport: provider` serves it through an installed tool provider's
+    `operation` with `parameters` (no url); its description and input schema default to the
+    provider's descriptor, filled in at startup (tools_app.provider_tools)."""
+
     name: str
-    description: str = Field(min_length=1)
-    input_schema: dict[str, Any]
+    description: str = ""
+    input_schema: dict[str, Any] | None = None
     output_schema: dict[str, Any] | None = None
-    url: str
+    url: str = ""
     tenants: list[str] = Field(min_length=1)
     token_env: str = ""
     transport: str = ""
@@ -156,6 +163,9 @@ class ToolBindingConfig(_Strict):
     timeout_seconds: int = Field(default=300, ge=1, le=86400)
     max_output_bytes: int = Field(default=1 << 20, ge=1, le=2 << 20)
     inspect_session: bool = False
+    provider: str = ""
+    operation: str = ""
+    parameters: Any = None
 
     @field_validator("name")
     @classmethod
@@ -167,15 +177,24 @@ class ToolBindingConfig(_Strict):
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        return _check_url(value)
+        return _check_url(value) if value else value
 
     @model_validator(mode="after")
     def _transport(self) -> ToolBindingConfig:
         if self.inspect_session and self.mcp_tool:
             raise _FieldProblem("inspect_session", "cannot be combined with mcp_tool")
         transport = self.effective_transport
-        if transport not in ("http", "mcp", "rest"):
+        if transport not in TOOL_TRANSPORTS:
             raise _FieldProblem("transport", f"unknown transport {transport!r}")
+        if transport == "provider":
+            self._check_provider_fields()
+        else:
+            for key in ("provider", "operation", "parameters"):
+                if getattr(self, key) not in (None, ""):
+                    raise _FieldProblem(key, "belongs to transport provider")
+            for key in ("url", "description", "input_schema"):
+                if getattr(self, key) in (None, ""):
+                    raise _FieldProblem(key, f"is required by transport {transport}")
         if transport == "mcp" and not self.mcp_tool:
             raise _FieldProblem("mcp_tool", "is required by transport mcp")
         for key in ("input_schema", "output_schema"):
@@ -206,6 +225,17 @@ class ToolBindingConfig(_Strict):
         except TemplateError as exc:
             raise _FieldProblem(exc.field, str(exc)) from None
 
+    def _check_provider_fields(self) -> None:
+        if not self.provider:
+            raise _FieldProblem("provider", "is required by transport provider: an installed provider's name")
+        if not self.operation:
+            raise _FieldProblem("operation", "is required by transport provider")
+        for key in ("url", "mcp_tool", "token_env"):
+            if getattr(self, key):
+                raise _FieldProblem(key, "is not allowed with transport provider")
+        if self.inspect_session:
+            raise _FieldProblem("inspect_session", "is not allowed with transport provider")
+
     @property
     def effective_transport(self) -> str:
         return self.transport or ("mcp" if self.mcp_tool else "http")
@@ -222,11 +252,15 @@ class ToolBindingConfig(_Strict):
             body=self.body,
         )
 
+    @property
+    def provider_backed(self) -> bool:
+        return self.effective_transport == "provider"
+
     def descriptor(self) -> ToolDescriptor:
         value: ToolDescriptor = {
             "name": self.name,
             "description": self.description,
-            "input_schema": self.input_schema,
+            "input_schema": self.input_schema or {"type": "object"},
         }
         if self.output_schema is not None:
             value["output_schema"] = self.output_schema

@@ -20,6 +20,7 @@ except ImportError:  # runners may run where orjson is absent: the stdlib codec 
 
 __all__ = [
     "BRAIN_METHODS",
+    "END_TURN",
     "EVENT_NAMES",
     "MAX_DEPTH",
     "MAX_FRAME",
@@ -52,6 +53,11 @@ MAX_INTEGER = (1 << 64) - 1
 BRAIN_METHODS = frozenset({"open", "prompt", "steer", "interrupt", "checkpoint", "detach"})
 # Events a runner may emit on stdout while a prompt runs.
 EVENT_NAMES = frozenset({"assistant.delta", "assistant.message"})
+# A key Brain may add to a tool.call reply's result: the model's turn ends once the runner has
+# the result (the tool showed the user something and waits for their next message). A runner
+# records the results it has, makes no further model call in this turn and settles the prompt;
+# a runner that ignores it stays conformant.
+END_TURN = "end_turn"
 # Error codes a runner may put in an error reply.
 ERROR_CODES = frozenset({"provider_error", "brain_error"})
 

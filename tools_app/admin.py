@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
@@ -14,7 +15,8 @@ from pydantic import ValidationError
 from brainsite.hostconfig import ToolBindingConfig
 
 from .db import declared_token_envs
-from .models import ToolBinding
+from .models import Memory, Task, ToolBinding
+from .provider_tools import bind_provider_tool
 from .registry import registry_of
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
@@ -31,12 +33,20 @@ _FORM_FIELDS = (
     "timeout_seconds",
     "max_output_bytes",
     "inspect_session",
+    "method",
+    "query",
+    "headers",
+    "body",
+    "provider",
+    "operation",
+    "parameters",
 )
 
 
 class ToolBindingForm(forms.ModelForm[ToolBinding]):
     # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
-    url = forms.URLField(max_length=2048, assume_scheme="https")
+    url = forms.URLField(max_length=2048, assume_scheme="https", required=False)  # provider tools have none
+    brain: Any = None  # the application object of the server answering (ToolBindingAdmin.get_form)
 
     class Meta:
         model = ToolBinding
@@ -59,6 +69,9 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
                 message = "unknown field"
             self.add_error(field if field in _FORM_FIELDS else None, message)
             return data
+        if candidate.get("transport") == "provider":
+            self._bind_provider(candidate, data)
+            return data
         token_env = data.get("token_env")
         if token_env and token_env not in declared_token_envs():
             # one answer whether or not the variable exists: the form reveals nothing of the environment
@@ -66,6 +79,56 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
         elif token_env and not os.environ.get(token_env):
             self.add_error("token_env", f"environment variable {token_env} is not set for this server")
         return data
+
+    def _bind_provider(self, candidate: dict[str, Any], data: dict[str, Any]) -> None:
+        """A provider-backed binding is bound as at startup, by the server's installed providers;
+        the descriptor it gets fills the description and schemas the operator left empty."""
+        brain = getattr(self, "brain", None)
+        providers = brain.providers if brain is not None else {}
+        try:
+            bound = async_to_sync(bind_provider_tool)(ToolBindingConfig.model_validate(candidate), providers)
+        except ValueError as exc:
+            field, _, message = str(exc).partition(": ")
+            self.add_error(field if field in _FORM_FIELDS else None, message or str(exc))
+            return
+        data["description"] = bound.description
+        data["input_schema"] = bound.input_schema
+        data["output_schema"] = bound.output_schema
+        for key in ("description", "input_schema", "output_schema"):
+            setattr(self.instance, key, data[key])
+
+
+@admin.register(Memory)
+class MemoryAdmin(admin.ModelAdmin[Memory]):
+    """Memories are the agents' to write: the admin lists, reads and deletes them."""
+
+    list_display = ("id", "tenant", "space", "short_content", "created_at")
+    list_filter = ("tenant", "space")
+    search_fields = ("content",)
+    ordering = ("-created_at",)
+    readonly_fields = ("tenant", "space", "content", "session_id", "created_at")
+
+    @admin.display(description="content")
+    def short_content(self, obj: Memory) -> str:
+        return obj.content if len(obj.content) <= 80 else obj.content[:79] + "…"
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Memory | None = None) -> bool:
+        return False
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin[Task]):
+    list_display = ("id", "tenant", "title", "status", "parent", "updated_at")
+    list_filter = ("tenant", "status")
+    search_fields = ("title", "description")
+    ordering = ("-id",)
+    readonly_fields = ("tenant", "parent", "session_id", "created_at", "updated_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
 
 
 @admin.register(ToolBinding)
@@ -79,6 +142,15 @@ class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
 
     def has_delete_permission(self, request: HttpRequest, obj: ToolBinding | None = None) -> bool:
         return obj is None or not obj.from_config
+
+    def get_form(
+        self, request: HttpRequest, obj: ToolBinding | None = None, change: bool = False, **kwargs: Any
+    ) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        scope = getattr(request, "scope", None)
+        # its installed providers; ToolBindingForm declares the attribute get_form's subclass sets
+        form.brain = scope.get("brain") if isinstance(scope, dict) else None  # type: ignore[attr-defined]
+        return form
 
     def save_model(self, request: HttpRequest, obj: ToolBinding, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)

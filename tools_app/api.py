@@ -1,15 +1,15 @@
-"""GET /catalog: the tools the caller's tenant may enable. The runtime executor routes
-(/executors...): registration with an API token, then the executor's own credential for its
+"""GET /catalog: the tools the caller's tenant may enable; GET /tasks: its tasks (read-only).
+The runtime executor routes (/executors...): registration with an API token, then the executor's own credential for its
 command stream (SSE here, WebSocket in tools_app.consumers), replies and close.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, Literal, NoReturn
 
 from django.http import HttpRequest
-from ninja import Path, Router
+from ninja import Path, Query, Router
 from ninja.security.base import AuthBase
 from pydantic import WithJsonSchema
 
@@ -17,9 +17,10 @@ from brainsite.application import request_brain
 from brainsite.errors import Conflict, InvalidRequest, NotFound
 from brainsite.principal import principal_of, require_manage
 
+from . import db as tools_db
 from .bindings import ALIAS, check_runtime_tools
 from .executors import Executor, normalized_tools
-from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, ToolCatalog
+from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, TaskPage, ToolCatalog
 
 router = Router(tags=["tools"])
 
@@ -41,6 +42,29 @@ _UPGRADE: dict[str, Any] = {"responses": {101: {"content": {}}}}
 )
 async def catalog(request: HttpRequest) -> dict[str, Any]:
     return {"tools": await request_brain(request).registry.acatalog_for(principal_of(request).tenant)}
+
+
+MAX_TASK_PAGE = 100  # tasks in one page
+
+
+@router.get(
+    "/tasks",
+    response={200: TaskPage},
+    operation_id="listTasks",
+    summary="List the tenant's tasks (manage_tasks), in id order",
+    exclude_unset=True,
+)
+async def list_tasks(
+    request: HttpRequest,
+    after: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = 50,
+    status: Annotated[Literal["", "pending", "in_progress", "completed", "cancelled"], Query()] = "",
+) -> dict[str, Any]:
+    rows = await tools_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
+    page: dict[str, Any] = {"tasks": [row.as_dict() for row in rows]}
+    if len(rows) == limit:
+        page["next_after"] = rows[-1].id
+    return page
 
 
 @router.post(

@@ -28,7 +28,15 @@ from runners.protocol import ToolDescriptor
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable, normalized_tools
 from .providers.base import CredentialUnavailable, ProviderCall, ProviderError, SessionView, ToolProvider
 from .providers.registry import ProviderRegistry
-from .registry import CallCancelled, CallContext, Invocation, Outcome, checked_invocation, compile_schema
+from .registry import (
+    CallCancelled,
+    CallContext,
+    Invocation,
+    Outcome,
+    checked_invocation,
+    compile_schema,
+    invoke_provider,
+)
 
 __all__ = [
     "RUNTIME_CALL_SECONDS",
@@ -410,27 +418,9 @@ class SessionBindings:
             progress=context.progress,
             session=self._session if provider.reads_session else None,
         )
-        try:
-            async with asyncio.timeout(provider.timeout_seconds) as deadline:
-                raw = await provider.handle(call)
-        except asyncio.CancelledError:
-            raise CallCancelled(name) from None  # handle() had started: it may have acted
-        except TimeoutError:
-            if not deadline.expired():  # the provider's own TimeoutError: it ran and failed
-                return Invocation.failed(
-                    f"tool {name!r} failed: TimeoutError; remote outcome unknown", outcome=Outcome.UNKNOWN
-                )
-            return Invocation.failed(
-                f"tool {name!r} timed out after {provider.timeout_seconds:g} s; remote outcome unknown",
-                outcome=Outcome.TIMEOUT,
-            )
-        except ProviderError as exc:
-            suffix = "; remote outcome may be unknown" if exc.reached else ""
-            return Invocation.failed(
-                _detail(f"tool {name!r} failed: {exc}{suffix}"),
-                outcome=Outcome.UNKNOWN if exc.reached else Outcome.ERROR,
-            )
-        return checked_invocation(raw, bound.outputs[route.operation], name)
+        return await invoke_provider(
+            provider, call, name=name, output=bound.outputs[route.operation], timeout=provider.timeout_seconds
+        )
 
 
 def _normalized(descriptor: ToolDescriptor) -> ToolDescriptor:

@@ -7,18 +7,35 @@ from dataclasses import dataclass
 from typing import Any
 
 from channels.db import database_sync_to_async
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 from brainsite.logs import logger
 
-from .models import SessionCredential, ToolBinding
+from .models import Memory, SessionCredential, Task, TaskStatus, ToolBinding
 from .vault import RecoveryRecord, SealedCredential, recovery_record
 
 __all__ = [
+    "MemoryHit",
     "StoredCredential",
+    "TaskRow",
+    "acount_memories",
+    "acreate_task",
+    "adelete_memory",
+    "alist_tasks",
+    "arecall_memories",
+    "astore_memory",
+    "aupdate_task_status",
+    "count_memories",
+    "create_task",
+    "delete_memory",
+    "list_tasks",
+    "recall_memories",
+    "store_memory",
+    "update_task_status",
     "adelete_credentials",
     "aget_credential",
     "aimport_credentials",
@@ -60,6 +77,13 @@ def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
                     "timeout_seconds": binding.timeout_seconds,
                     "max_output_bytes": binding.max_output_bytes,
                     "inspect_session": binding.inspect_session,
+                    "method": binding.method,
+                    "query": binding.query or None,
+                    "headers": binding.headers or None,
+                    "body": binding.body,
+                    "provider": binding.provider,
+                    "operation": binding.operation,
+                    "parameters": binding.parameters,
                     "from_config": True,
                 },
             )
@@ -80,17 +104,29 @@ def binding_config(row: ToolBinding) -> ToolBindingConfig:
 def binding_fields(row: ToolBinding) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "name": row.name,
-        "description": row.description,
-        "input_schema": row.input_schema,
-        "url": row.url,
         "tenants": row.tenants,
         "timeout_seconds": row.timeout_seconds,
         "max_output_bytes": row.max_output_bytes,
         "inspect_session": row.inspect_session,
     }
-    for key in ("output_schema", "token_env", "transport", "mcp_tool"):
+    for key in (
+        "description",
+        "input_schema",
+        "url",
+        "output_schema",
+        "token_env",
+        "transport",
+        "mcp_tool",
+        "provider",
+        "operation",
+        "parameters",
+    ):
         value = getattr(row, key)
         if value not in (None, ""):
+            fields[key] = value
+    for key in ("method", "query", "headers", "body"):  # transport rest
+        value = getattr(row, key)
+        if value not in (None, "", {}):
             fields[key] = value
     return fields
 
@@ -226,3 +262,164 @@ astore_credentials = database_sync_to_async(store_credentials)
 adelete_credentials = database_sync_to_async(delete_credentials)
 aget_credential = database_sync_to_async(get_credential)
 aimport_credentials = database_sync_to_async(import_credentials)
+
+
+# -- memories ------------------------------------------------------------------------------------
+
+MAX_QUERY_TERMS = 16  # a recall query's words: enough for a question, bounded for the index
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryHit:
+    id: int
+    content: str
+    created_at: str  # RFC 3339
+
+
+def _hit(row: Memory) -> MemoryHit:
+    return MemoryHit(row.pk, row.content, row.created_at.isoformat())
+
+
+def store_memory(tenant: str, space: str, content: str, *, session_id: str) -> MemoryHit:
+    row = Memory.objects.create(
+        tenant=tenant, space=space, content=content, session_id=session_id, created_at=timezone.now()
+    )
+    return _hit(row)
+
+
+def count_memories(tenant: str, space: str) -> int:
+    return Memory.objects.filter(tenant=tenant, space=space).count()
+
+
+def delete_memory(tenant: str, space: str, memory_id: int) -> bool:
+    deleted, _ = Memory.objects.filter(tenant=tenant, space=space, pk=memory_id).delete()
+    return deleted > 0
+
+
+def _terms(query: str) -> list[str]:
+    words = "".join(ch if ch.isalnum() else " " for ch in query).split()
+    return list(dict.fromkeys(word.lower() for word in words))[:MAX_QUERY_TERMS]
+
+
+def recall_memories(tenant: str, space: str, query: str, *, limit: int) -> list[MemoryHit]:
+    """The tenant's memories in `space` that match any word of `query`, best first (BM25 on
+    SQLite's FTS5, ts_rank on PostgreSQL), then newest; the newest ones for an empty query."""
+    terms = _terms(query)
+    scoped = Memory.objects.filter(tenant=tenant, space=space)
+    if not terms:
+        return [_hit(row) for row in scoped.order_by("-created_at", "-pk")[:limit]]
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        sql = (
+            "SELECT m.id FROM tools_app_memory_fts f JOIN tools_app_memory m ON m.id = f.rowid"
+            " WHERE tools_app_memory_fts MATCH %s AND m.tenant = %s AND m.space = %s"
+            " ORDER BY bm25(tools_app_memory_fts), m.created_at DESC, m.id DESC LIMIT %s"
+        )
+        params: list[Any] = [match, tenant, space, limit]
+    elif vendor == "postgresql":
+        # plainto_tsquery ANDs the words; recall wants any of them, ranked by how many match
+        sql = (
+            "SELECT m.id FROM tools_app_memory m,"
+            " CAST(replace(CAST(plainto_tsquery('simple', %s) AS text), '&', '|') AS tsquery) q"
+            " WHERE to_tsvector('simple', m.content) @@ q AND m.tenant = %s AND m.space = %s"
+            " ORDER BY ts_rank(to_tsvector('simple', m.content), q) DESC, m.created_at DESC, m.id DESC LIMIT %s"
+        )
+        params = [" ".join(terms), tenant, space, limit]
+    else:  # no full-text index on this vendor: any word, newest first
+        condition = Q()
+        for term in terms:
+            condition |= Q(content__icontains=term)
+        return [_hit(row) for row in scoped.filter(condition).order_by("-created_at", "-pk")[:limit]]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ids = [row[0] for row in cursor.fetchall()]
+    found = {row.pk: row for row in scoped.filter(pk__in=ids)}
+    return [_hit(found[pk]) for pk in ids if pk in found]
+
+
+astore_memory = database_sync_to_async(store_memory)
+acount_memories = database_sync_to_async(count_memories)
+adelete_memory = database_sync_to_async(delete_memory)
+arecall_memories = database_sync_to_async(recall_memories)
+
+
+# -- tasks ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRow:
+    id: int
+    parent_id: int | None
+    title: str
+    description: str
+    status: str
+    created_at: str
+    updated_at: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "parent_id": self.parent_id,
+            "title": self.title,
+            "description": self.description,
+            "status": self.status,
+            "created_at": self.created_at,
+            "updated_at": self.updated_at,
+        }
+
+
+def _task_row(row: Task) -> TaskRow:
+    return TaskRow(
+        row.pk,
+        row.parent_id,
+        row.title,
+        row.description,
+        row.status,
+        row.created_at.isoformat(),
+        row.updated_at.isoformat(),
+    )
+
+
+def create_task(
+    tenant: str, title: str, *, description: str, session_id: str, parent_id: int | None = None
+) -> TaskRow | None:
+    """A new pending task; None when `parent_id` names no task of this tenant."""
+    if parent_id is not None and not Task.objects.filter(tenant=tenant, pk=parent_id).exists():
+        return None
+    now = timezone.now()
+    row = Task.objects.create(
+        tenant=tenant,
+        parent_id=parent_id,
+        title=title,
+        description=description,
+        session_id=session_id,
+        created_at=now,
+        updated_at=now,
+    )
+    return _task_row(row)
+
+
+def update_task_status(tenant: str, task_id: int, status: TaskStatus) -> TaskRow | None:
+    """The task with its new status; None when this tenant has no such task."""
+    updated = Task.objects.filter(tenant=tenant, pk=task_id).update(status=status, updated_at=timezone.now())
+    if updated != 1:
+        return None
+    return _task_row(Task.objects.get(tenant=tenant, pk=task_id))
+
+
+def list_tasks(
+    tenant: str, *, after: int = 0, limit: int, status: str = "", parent_id: int | None = None
+) -> list[TaskRow]:
+    """A page of the tenant's tasks in id order after `after`."""
+    rows = Task.objects.filter(tenant=tenant, pk__gt=after)
+    if status:
+        rows = rows.filter(status=status)
+    if parent_id is not None:
+        rows = rows.filter(parent_id=parent_id)
+    return [_task_row(row) for row in rows.order_by("pk")[:limit]]
+
+
+acreate_task = database_sync_to_async(create_task)
+aupdate_task_status = database_sync_to_async(update_task_status)
+alist_tasks = database_sync_to_async(list_tasks)

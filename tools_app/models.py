@@ -1,5 +1,6 @@
-"""Tool bindings (the `tools` entries of the host config, mirrored for the admin) and the
-sealed private credentials of session bindings."""
+"""Tool bindings (the `tools` entries of the host config, mirrored for the admin), the sealed
+private credentials of session bindings, and what the built-in providers keep: memories (with a
+full-text index the migration maintains per database vendor) and tasks."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from django.db import models
 
 class ToolBinding(models.Model):
     name = models.CharField(max_length=64, unique=True)
-    description = models.TextField()
-    input_schema = models.JSONField()
+    description = models.TextField(blank=True)
+    input_schema = models.JSONField(null=True, blank=True)
     output_schema = models.JSONField(null=True, blank=True)
-    url = models.URLField(max_length=2048)
+    url = models.URLField(max_length=2048, blank=True)
     tenants = models.JSONField(help_text="tenant IDs allowed to see and enable the tool")
     token_env = models.CharField(max_length=256, blank=True)
     transport = models.CharField(max_length=32, blank=True)
@@ -19,6 +20,13 @@ class ToolBinding(models.Model):
     timeout_seconds = models.PositiveIntegerField(default=300)
     max_output_bytes = models.PositiveIntegerField(default=1 << 20)
     inspect_session = models.BooleanField(default=False)
+    method = models.CharField(max_length=8, blank=True, help_text="transport rest: GET, POST, PUT, PATCH or DELETE")
+    query = models.JSONField(null=True, blank=True, help_text="transport rest: query parameter templates")
+    headers = models.JSONField(null=True, blank=True, help_text="transport rest: header templates")
+    body = models.JSONField(null=True, blank=True, help_text="transport rest: the JSON body template")
+    provider = models.CharField(max_length=64, blank=True, help_text="transport provider: an installed provider")
+    operation = models.CharField(max_length=64, blank=True, help_text="transport provider: the provider's operation")
+    parameters = models.JSONField(null=True, blank=True, help_text="transport provider: the binding's parameters")
     from_config = models.BooleanField(default=False, editable=False)
 
     def __str__(self) -> str:
@@ -47,3 +55,47 @@ class SessionCredential(models.Model):
 
     def __str__(self) -> str:
         return f"{self.session_id}/{self.alias}"
+
+
+class Memory(models.Model):
+    """One remembered fact of a tenant, in a named memory space ("" is the tenant's default).
+    Searched through a full-text index the migration creates for the database vendor (an FTS5
+    table kept in sync by triggers on SQLite, a GIN expression index on PostgreSQL)."""
+
+    tenant = models.CharField(max_length=128)
+    space = models.CharField(max_length=64, blank=True)
+    content = models.TextField()
+    session_id = models.CharField(max_length=32, blank=True)  # the session that stored it
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "space", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.content[:60]
+
+
+class TaskStatus(models.TextChoices):
+    PENDING = "pending"  # created, not started
+    IN_PROGRESS = "in_progress"  # someone works on it
+    COMPLETED = "completed"  # done
+    CANCELLED = "cancelled"  # dropped
+
+
+class Task(models.Model):
+    """A tenant's work item; a subtask names its parent (of the same tenant)."""
+
+    tenant = models.CharField(max_length=128)
+    parent = models.ForeignKey("self", null=True, blank=True, on_delete=models.CASCADE, related_name="subtasks")
+    title = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.PENDING)
+    session_id = models.CharField(max_length=32, blank=True)  # the session that created it
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "id"]), models.Index(fields=["tenant", "status"])]
+
+    def __str__(self) -> str:
+        return self.title

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
 import os
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -26,6 +27,8 @@ from opentelemetry.propagate import inject as _inject
 from brainsite.hostconfig import ToolBindingConfig
 from runners.protocol import ToolDescriptor
 
+from .providers.base import ProviderCall, ProviderError, ToolProvider, TurnEffects
+from .providers.registry import ProviderRegistry
 from .transports.base import OutboundCall, Transport, TransportError, Transports
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "checked_invocation",
     "compile_schema",
     "error_result",
+    "invoke_provider",
     "registry_of",
 ]
 
@@ -109,7 +113,8 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
 
 def _entry(binding: ToolBindingConfig, token: str | None) -> _Entry:
     output = compile_schema(binding.output_schema) if binding.output_schema is not None else None
-    return _Entry(binding=binding, token=token, arguments=compile_schema(binding.input_schema), output=output)
+    arguments = compile_schema(binding.descriptor()["input_schema"])
+    return _Entry(binding=binding, token=token, arguments=arguments, output=output)
 
 
 def _allowed(entries: Mapping[str, _Entry], tenant: str) -> dict[str, _Entry]:
@@ -141,8 +146,10 @@ class ToolRegistry:
         admin_loader: AdminLoader | None = None,
         inspections: InspectionGrants | None = None,
         transports: Mapping[str, Transport] | None = None,
+        providers: ProviderRegistry | None = None,
     ) -> None:
         tokens = tool_tokens or {}
+        self._providers = providers if providers is not None else ProviderRegistry()
         self._config_entries: dict[str, _Entry] = {}
         for binding in bindings:
             token = tokens.get(binding.name) if binding.token_env else ""
@@ -237,6 +244,8 @@ class ToolRegistry:
             return Invocation.failed(
                 _detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
             )
+        if binding.provider_backed:
+            return await self._invoke_provider_tool(context, entry, arguments)
         if entry.token is None:
             return Invocation.failed(f"tool {name!r} is unavailable: its credential ({binding.token_env}) is not set")
         inspection_token = ""
@@ -282,9 +291,67 @@ class ToolRegistry:
                 self._inspections.revoke(inspection_token)
         return checked_invocation(raw, entry.output, name)
 
+    async def _invoke_provider_tool(self, context: CallContext, entry: _Entry, arguments: dict[str, Any]) -> Invocation:
+        """A provider-backed tool: its provider's operation with the binding's parameters."""
+        binding = entry.binding
+        provider = self._providers.get(binding.provider)
+        if provider is None:
+            return Invocation.failed(
+                f"tool {binding.name!r} is unavailable: tool provider {binding.provider!r} is not installed"
+            )
+        if not provider.authorize(context.tenant):
+            return Invocation.failed(f"tool {binding.name!r} is unavailable to this tenant")
+        call = ProviderCall(
+            tenant=context.tenant,
+            session_id=context.session_id,
+            call_id=context.call_id,
+            alias="",
+            operation=binding.operation,
+            arguments=arguments,
+            parameters=binding.parameters,
+            credential=None,
+            progress=context.progress,
+        )
+        timeout = min(float(binding.timeout_seconds), provider.timeout_seconds)
+        return await invoke_provider(provider, call, name=binding.name, output=entry.output, timeout=timeout)
+
     async def aclose(self) -> None:
         """Close pooled connections (shutdown)."""
         await self._transports.aclose()
+
+
+async def invoke_provider(
+    provider: ToolProvider, call: ProviderCall, *, name: str, output: Validator | None, timeout: float
+) -> Invocation:
+    """Run `provider.handle(call)` once under `timeout`: a ProviderError that reached the service
+    is an unknown outcome, one that did not an error; cancellation once handle() started raises
+    CallCancelled (it may have acted). A provider with `turn_events` gets a TurnEffects collector;
+    what it recorded travels with a successful Invocation."""
+    effects = TurnEffects(provider.turn_events) if provider.turn_events else None
+    if effects is not None:
+        call = dataclasses.replace(call, effects=effects)
+    try:
+        async with asyncio.timeout(timeout) as deadline:
+            raw = await provider.handle(call)
+    except asyncio.CancelledError:
+        raise CallCancelled(name) from None
+    except TimeoutError:
+        if not deadline.expired():  # the provider's own TimeoutError: it ran and failed
+            return Invocation.failed(
+                f"tool {name!r} failed: TimeoutError; remote outcome unknown", outcome=Outcome.UNKNOWN
+            )
+        return Invocation.failed(
+            f"tool {name!r} timed out after {timeout:g} s; remote outcome unknown", outcome=Outcome.TIMEOUT
+        )
+    except ProviderError as exc:
+        suffix = "; remote outcome may be unknown" if exc.reached else ""
+        return Invocation.failed(
+            _detail(f"tool {name!r} failed: {exc}{suffix}"), outcome=Outcome.UNKNOWN if exc.reached else Outcome.ERROR
+        )
+    invocation = checked_invocation(raw, output, name)
+    if effects is None or invocation.outcome is not Outcome.OK:
+        return invocation
+    return dataclasses.replace(invocation, events=tuple(effects.events), end_turn=effects.end_turn)
 
 
 def registry_of(scope: Mapping[str, Any]) -> ToolRegistry:
@@ -307,6 +374,10 @@ class Outcome(StrEnum):
 class Invocation:
     result: ToolResult
     outcome: Outcome
+    # events the call records in the session's log before its tool.result (a provider's
+    # `turn_events`), and whether the model's turn ends once the runner has this result
+    events: tuple[tuple[str, Any], ...] = ()
+    end_turn: bool = False
 
     @classmethod
     def failed(cls, message: str, *, outcome: Outcome = Outcome.ERROR) -> Invocation:

@@ -17,6 +17,8 @@ __all__ = [
     "Result",
     "Status",
     "Tool",
+    "TaskItem",
+    "TaskPage",
     "ToolCatalog",
     "ToolResult",
     "ToolScope",
@@ -91,3 +93,20 @@ class ToolResult(WireSchema):
 
     call_id: str
     result: Result
+
+
+class TaskItem(WireSchema):
+    """One task of the caller's tenant (additive to the contract: GET /tasks)."""
+
+    id: int
+    parent_id: int | None
+    title: str
+    description: str
+    status: str
+    created_at: str
+    updated_at: str
+
+
+class TaskPage(WireSchema):
+    tasks: list[TaskItem]
+    next_after: int | None = None

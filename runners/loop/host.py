@@ -14,7 +14,16 @@ import sys
 import traceback
 from typing import Any
 
-from runners.protocol import BRAIN_METHODS, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
+from runners.protocol import (
+    BRAIN_METHODS,
+    END_TURN,
+    MAX_FRAME,
+    MAX_TOOL_CALLS,
+    Frame,
+    FrameError,
+    decode_frame,
+    encode_frame,
+)
 
 from .attachment import Attachment
 from .errors import BrainFailure, RunnerFailure
@@ -340,7 +349,13 @@ def _tool_result(call: ToolCall, reply: Frame) -> ToolResult:
         parts.append(_json(result["structured_content"]))
     if result.get("unknown_outcome"):
         parts.append(UNKNOWN_OUTCOME_NOTE)
-    return ToolResult(call_id=call.id, name=call.name, text="\n".join(parts), is_error=bool(result.get("is_error")))
+    return ToolResult(
+        call_id=call.id,
+        name=call.name,
+        text="\n".join(parts),
+        is_error=bool(result.get("is_error")),
+        end_turn=result.get(END_TURN) is True,
+    )
 
 
 def _json(value: Any) -> str:

@@ -59,6 +59,7 @@ class ToolResult:
     text: str
     is_error: bool = False
     derived: dict[str, Any] = _derived()
+    end_turn: bool = False  # Brain asked to end the model's turn with this result (not persisted)
 
 
 Message = UserMessage | AssistantMessage | ToolResult

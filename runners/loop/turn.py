@@ -4,7 +4,8 @@
     2. append the user text; then per generation: take queued steers, compact if the context
        nears the window, stream the model call (assistant.delta), record it (assistant.message)
     3. run that generation's tool calls in parallel through Brain, record the results, go to 2
-    4. stop when the model makes no tool call and no steer is waiting; commit the turn
+    4. stop when the model makes no tool call and no steer is waiting, or when Brain marks a
+       tool result `end_turn`; commit the turn
 
 Any exception (failure, cancellation by interrupt) discards the turn: it never enters the context.
 """
@@ -79,8 +80,11 @@ async def _loop(
         turn.add_generation(generation)
         await io.emit("assistant.message", _message_data(generation))
         if generation.tool_calls:
-            for result in await _call_tools(generation.tool_calls, io):
+            results = await _call_tools(generation.tool_calls, io)
+            for result in results:
                 turn.add_tool_result(result)
+            if any(result.end_turn for result in results):
+                return  # a tool showed the user something: their next message continues
             continue
         steers = io.take_steers()
         if not steers:

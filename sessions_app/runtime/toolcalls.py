@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from brainsite.logs import logger
 from brainsite.telemetry import TurnTrace
+from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from tools_app.bindings import SessionBindings
 from tools_app.registry import CallCancelled, CallContext, Invocation, Outcome, ToolRegistry, ToolResult, error_result
@@ -95,9 +96,15 @@ class ToolCalls:
             call_trace.end(name if known else "unknown", is_error=result.get("is_error") is True)
         data = {"call_id": call_id, "result": result, "outcome": invocation.outcome.value}
         try:
+            for type_, event in invocation.events:  # what the tool shows the user, before its result
+                turn.record_event(type_, event, input_id=input_id)
             turn.record_event("tool.result", data, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             turn.fail_running_turn(public_message(exc))
+            return result
+        if invocation.end_turn:
+            # runner protocol: the runner ends the model's turn once it has this result
+            return cast(ToolResult, {**result, END_TURN: True})
         return result
 
     @staticmethod

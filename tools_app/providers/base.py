@@ -31,6 +31,7 @@ __all__ = [
     "ProviderError",
     "SessionView",
     "ToolProvider",
+    "TurnEffects",
 ]
 
 DEFAULT_TIMEOUT_SECONDS = 60.0  # a provider call with no result by then is a timeout
@@ -86,6 +87,30 @@ class ProviderEnvironment:
         return value
 
 
+class TurnEffects:
+    """What a provider that declares `turn_events` may ask of the calling turn besides its
+    result: retained events of those types recorded in the session's log before the call's
+    tool.result, and the end of the model's turn once the runner has the result. Both apply only
+    when the call succeeds."""
+
+    MAX_EVENTS = 4  # a call is one user-facing effect, not a stream (tool.progress is for that)
+
+    def __init__(self, allowed: frozenset[str]) -> None:
+        self._allowed = allowed
+        self.events: list[tuple[str, Any]] = []
+        self.end_turn = False
+
+    def record(self, type_: str, data: Any) -> None:
+        if type_ not in self._allowed:
+            raise ValueError(f"event type {type_!r} is not one this provider declares")
+        if len(self.events) >= self.MAX_EVENTS:
+            raise ValueError(f"a call records at most {self.MAX_EVENTS} events")
+        self.events.append((type_, data))
+
+    def end(self) -> None:
+        self.end_turn = True
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderCall:
     tenant: str
@@ -98,6 +123,7 @@ class ProviderCall:
     credential: Any | None  # the binding's private credential, decrypted; None without one
     progress: Callable[[Any], None]
     session: SessionView | None = None  # the calling session, for providers with reads_session
+    effects: TurnEffects | None = None  # for providers with turn_events
 
     def __repr__(self) -> str:  # never the credential
         return f"ProviderCall(alias={self.alias!r}, operation={self.operation!r}, call_id={self.call_id!r})"
@@ -109,6 +135,7 @@ class ToolProvider(ABC):
     startup instead of failing a call."""
 
     reads_session: ClassVar[bool] = False  # True: each call carries a SessionView of its session
+    turn_events: ClassVar[frozenset[str]] = frozenset()  # event types its calls may record (TurnEffects)
 
     def __init__(
         self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None

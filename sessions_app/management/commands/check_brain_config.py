@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -27,8 +28,20 @@ class Command(BaseCommand):
 
         try:
             providers = install_tool_providers(config)
+            installed = sorted(providers)
+            asyncio.run(_checked_provider_tools(config, providers))
         except ProviderConfigError as exc:
             raise CommandError(f"invalid tool provider: {exc}") from exc
         self.stdout.write(f"config {options['config']} is valid")
-        if providers:
-            self.stdout.write(f"tool providers installed: {', '.join(sorted(providers))}")
+        if installed:
+            self.stdout.write(f"tool providers installed: {', '.join(installed)}")
+
+
+async def _checked_provider_tools(config: Any, providers: Any) -> None:
+    """Bind every provider-backed tool as runbrain would, then close what the providers opened."""
+    from tools_app.provider_tools import resolve_provider_tools
+
+    try:
+        await resolve_provider_tools(config, providers)
+    finally:
+        await providers.aclose()

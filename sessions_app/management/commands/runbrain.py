@@ -54,6 +54,13 @@ class Command(BaseCommand):
         from daphne.server import twisted_loop  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
+        from tools_app.provider_tools import resolve_provider_tools
+
+        try:  # on the loop that will serve: providers may keep connections from bind()
+            config = twisted_loop.run_until_complete(resolve_provider_tools(config, providers))
+        except ProviderConfigError as exc:
+            raise CommandError(f"invalid tool provider: {exc}") from exc
+
         from brainsite.asgi import BODY_OVERHEAD_BYTES, application, launcher
         from brainsite.bounded_http import BoundedBodyServer, body_deadline_from_environment
         from brainsite.logs import logger

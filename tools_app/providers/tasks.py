@@ -1,0 +1,108 @@
+"""`tasks`: a tenant's persistent work items through one tool, `manage_tasks` (actions create,
+create_subtask, update_status, list), kept in the database (tools_app.db). The trusted tenant of
+the call scopes every action: another tenant's task is "no such task", never a different error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from runners.protocol import ToolDescriptor
+
+from .. import db
+from ..models import TaskStatus
+from .base import ProviderCall, ProviderEnvironment, ToolProvider
+from .options import CommonOptions, parse_options, select_operations
+
+__all__ = ["MAX_TASK_PAGE", "TasksProvider"]
+
+MAX_TITLE_CHARS = 200  # the model column's width
+MAX_DESCRIPTION_CHARS = 8000  # a task describes work; documents belong elsewhere
+MAX_TASK_PAGE = 100  # tasks listed by one call
+ACTIONS = ("create", "create_subtask", "update_status", "list")
+STATUSES = [status.value for status in TaskStatus]
+
+OPERATIONS: dict[str, ToolDescriptor] = {
+    "manage_tasks": {
+        "name": "manage_tasks",
+        "description": "Create and track work tasks that persist across sessions. Actions: create {title, "
+        "description?}; create_subtask {parent_id, title, description?}; update_status {task_id, status}; "
+        "list {status?, parent_id?, after?, limit?}. Statuses: " + ", ".join(STATUSES) + ".",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "action": {"enum": list(ACTIONS)},
+                "title": {"type": "string", "minLength": 1, "maxLength": MAX_TITLE_CHARS},
+                "description": {"type": "string", "maxLength": MAX_DESCRIPTION_CHARS},
+                "parent_id": {"type": "integer", "minimum": 1},
+                "task_id": {"type": "integer", "minimum": 1},
+                "status": {"enum": STATUSES},
+                "after": {"type": "integer", "minimum": 0},
+                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_TASK_PAGE},
+            },
+            "required": ["action"],
+            "additionalProperties": False,
+        },
+    }
+}
+REQUIRED = {"create": ("title",), "create_subtask": ("parent_id", "title"), "update_status": ("task_id", "status")}
+
+
+def _error(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "is_error": True}
+
+
+def _task(row: db.TaskRow, summary: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": summary}], "structured_content": {"task": row.as_dict()}}
+
+
+class TasksProvider(ToolProvider):
+    def __init__(
+        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+    ) -> None:
+        super().__init__(name, options, environment=environment)
+        self.settings = parse_options(CommonOptions, options)
+        if self.settings.parameters_schema is not None:
+            raise ValueError("parameters_schema: task bindings take no parameters")
+
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+        if parameters not in (None, {}):
+            raise ValueError("parameters: task bindings take no parameters")
+        return select_operations(OPERATIONS, operations)
+
+    async def handle(self, call: ProviderCall) -> Any:
+        arguments = call.arguments
+        action = arguments["action"]
+        missing = [key for key in REQUIRED.get(action, ()) if key not in arguments]
+        if missing:
+            return _error(f"action {action} needs {', '.join(missing)}")
+        if action in ("create", "create_subtask"):
+            parent_id = arguments.get("parent_id") if action == "create_subtask" else None
+            row = await db.acreate_task(
+                call.tenant,
+                arguments["title"],
+                description=arguments.get("description", ""),
+                session_id=call.session_id,
+                parent_id=parent_id,
+            )
+            if row is None:
+                return _error(f"no task {parent_id}")
+            return _task(row, f"created task {row.id}")
+        if action == "update_status":
+            updated = await db.aupdate_task_status(call.tenant, arguments["task_id"], TaskStatus(arguments["status"]))
+            if updated is None:
+                return _error(f"no task {arguments['task_id']}")
+            return _task(updated, f"task {updated.id} is {updated.status}")
+        limit = arguments.get("limit", MAX_TASK_PAGE)
+        rows = await db.alist_tasks(
+            call.tenant,
+            after=arguments.get("after", 0),
+            limit=limit,
+            status=arguments.get("status", ""),
+            parent_id=arguments.get("parent_id"),
+        )
+        page: dict[str, Any] = {"tasks": [row.as_dict() for row in rows]}
+        if len(rows) == limit:
+            page["next_after"] = rows[-1].id
+        return {"content": [], "structured_content": page}
