@@ -81,10 +81,6 @@ def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
                     "query": binding.query or None,
                     "headers": binding.headers or None,
                     "body": binding.body,
-                    "method": binding.method,
-                    "query": binding.query or None,
-                    "headers": binding.headers or None,
-                    "body": binding.body,
                     "provider": binding.provider,
                     "operation": binding.operation,
                     "parameters": binding.parameters,
@@ -127,10 +123,6 @@ def binding_fields(row: ToolBinding) -> dict[str, Any]:
     ):
         value = getattr(row, key)
         if value not in (None, ""):
-            fields[key] = value
-    for key in ("method", "query", "headers", "body"):  # transport rest
-        value = getattr(row, key)
-        if value not in (None, "", {}):
             fields[key] = value
     for key in ("method", "query", "headers", "body"):  # transport rest
         value = getattr(row, key)

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tools_app", "0002_sessioncredential"),
+        ("tools_app", "0003_memory_tasks"),
     ]
 
     operations = [
