@@ -600,7 +600,7 @@ def test_tool_names_outside_the_pattern_are_rejected(name: str) -> None:
 TOOL_INVALID = [
     pytest.param(
         {"description": ""},
-        "tools[0].description: String should have at least 1 character",
+        "tools[0].description: is required by transport http",
         id="empty_description_case",
     ),
     pytest.param(
@@ -693,8 +693,10 @@ def test_required_tool_fields_are_named_when_missing(field: str) -> None:
     # when
     error = _error(_config(tools=[binding]))
 
-    # then
-    assert error == f"tools[0].{field}: Field required"
+    # then: name and tenants every tool needs; the others an HTTP tool needs (a provider-backed
+    # tool takes its description and schema from its provider, and has no url)
+    expected = "Field required" if field in ("name", "tenants") else "is required by transport http"
+    assert error == f"tools[0].{field}: {expected}"
 
 
 TOOL_VALID = [
