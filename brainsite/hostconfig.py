@@ -40,6 +40,7 @@ AES_KEY_BYTES = 32  # spec: credential keys are base64-encoded 32-byte AES keys
 MAX_KEY_ID_CHARS = 128  # each sealed credential stores its key id in an indexed column
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")  # used with fullmatch: `$` alone admits a trailing "\n"
 SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
+MAX_APPROVAL_SECONDS = 7 * 86400  # a call waits at most a week for a person's decision
 
 
 class ConfigError(ValueError):
@@ -163,6 +164,10 @@ class ToolBindingConfig(_Strict):
     timeout_seconds: int = Field(default=300, ge=1, le=86400)
     max_output_bytes: int = Field(default=1 << 20, ge=1, le=2 << 20)
     inspect_session: bool = False
+    # confirm before: each call waits for a person's decision (POST .../approvals/{id}) and is
+    # an error result when rejected or when no decision arrives within approval_timeout_seconds
+    require_approval: bool = False
+    approval_timeout_seconds: int = Field(default=600, ge=1, le=MAX_APPROVAL_SECONDS)
     provider: str = ""
     operation: str = ""
     parameters: Any = None

@@ -3,7 +3,7 @@ share. Authentication itself (token -> Principal) belongs to sessions_app.auth."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.http import HttpRequest
 
@@ -20,6 +20,9 @@ class Principal:
     manage: bool = False
     read_only: bool = False
     session: str = ""  # non-empty: limited to this one session
+    # who the token is, for records of what it did (an approval's decided_by): its label, or
+    # the start of its digest; never the token itself. Not part of the grant's identity.
+    label: str = field(default="", compare=False)
 
 
 def principal_of(request: HttpRequest) -> Principal:

@@ -31,7 +31,7 @@ from brainsite.errors import BrainError, CursorUnavailable
 from . import db, services
 from .auth import tokens_of
 from .eventlog import EventLog, decode_cursor
-from .models import ApiToken, Session, Tenant, TokenSource
+from .models import ApiToken, Approval, Session, Tenant, TokenSource
 from .records import Principal, SessionRecord, SessionStatus
 from .runtime.engine import Engine
 from .services import SESSION_ID
@@ -373,3 +373,37 @@ def _forget_tokens(request: HttpRequest) -> None:
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and "brain" in scope:
         tokens_of(scope).forget()
+
+
+@admin.register(Approval)
+class ApprovalAdmin(admin.ModelAdmin[Approval]):
+    """Approvals of tool calls, read-only: who decided which call, when and why. Decisions are
+    made through the API (POST /sessions/{id}/approvals/{approval_id})."""
+
+    list_display = ("id", "tool", "status", "tenant", "session", "created_at", "decided_by", "decided_at")
+    list_filter = ("status", "tenant")
+    search_fields = ("^id", "^session__id", "tool")
+    ordering = ("-created_at",)
+    readonly_fields = (
+        "id",
+        "session",
+        "tenant",
+        "call_id",
+        "tool",
+        "arguments",
+        "status",
+        "created_at",
+        "expires_at",
+        "decided_by",
+        "decided_at",
+        "reason",
+    )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Approval | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Approval | None = None) -> bool:
+        return False

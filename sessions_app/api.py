@@ -18,7 +18,17 @@ from brainsite.principal import principal_of, require_manage, require_write
 
 from . import services
 from .eventlog import Event as LoggedEvent
-from .schemas import CreateSession, EventList, Input, SendAccepted, Session, SessionList, Status
+from .schemas import (
+    Approval,
+    ApprovalDecision,
+    CreateSession,
+    EventList,
+    Input,
+    SendAccepted,
+    Session,
+    SessionList,
+    Status,
+)
 
 router = Router(tags=["sessions"])
 
@@ -30,6 +40,11 @@ SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (ser
 # services answer a malformed id with 404 like an unknown one.
 SessionId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
+]
+ApprovalId = Annotated[
+    str,
+    WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}),
+    Path(description="The approval_id of an approval.requested event."),
 ]
 
 # Query parameters are parsed by `_limit` and services (out-of-range limits are 400 with the
@@ -188,3 +203,26 @@ async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[
     require_manage(principal)
     await services.close_session(request_brain(request).engine, principal, id)
     return 202, {"status": "close_requested"}
+
+
+@router.post(
+    "/sessions/{id}/approvals/{approval_id}",
+    response={200: Approval},
+    operation_id="decide_approval",
+    summary="Approve or reject a tool call",
+    description=(
+        "Decides a tool call that waits for approval (an approval.requested event). approve dispatches "
+        "the call; reject gives the model an error result with the reason. Needs a token that is not "
+        "read-only. 404 for an unknown approval, 409 once it is decided, expired or cancelled."
+    ),
+)
+async def decide_approval(
+    request: HttpRequest, id: SessionId, approval_id: ApprovalId, body: ApprovalDecision
+) -> dict[str, Any]:
+    principal = principal_of(request)
+    require_write(principal)
+    engine = request_brain(request).engine
+    approval = await services.decide_approval(
+        engine, principal, id, approval_id, decision=body.decision, reason=body.reason
+    )
+    return approval.as_wire()

@@ -12,11 +12,15 @@ from django.db.models import Q
 
 from brainsite.hostconfig import HostConfig
 
-from .models import ApiToken, Session, Tenant, TokenSource
-from .records import Principal, SessionRecord, SessionStatus
+from .models import ApiToken, Approval, Session, Tenant, TokenSource
+from .records import ApprovalRecord, ApprovalStatus, Principal, SessionRecord, SessionStatus
 
 __all__ = [
+    "acancel_pending_approvals",
     "aclaim_running_sessions",
+    "acreate_approval",
+    "afinish_approval",
+    "aget_approval",
     "acreate_session",
     "afind_grant",
     "aget_session",
@@ -89,10 +93,16 @@ def mirror_config_tokens(config: HostConfig, tokens: Iterable[str]) -> None:
 
 
 def find_grant(digest: str) -> Principal | None:
-    row = ApiToken.objects.filter(digest=digest).values("tenant_id", "manage", "read_only", "session").first()
+    row = ApiToken.objects.filter(digest=digest).values("tenant_id", "manage", "read_only", "session", "label").first()
     if row is None:
         return None
-    return Principal(tenant=row["tenant_id"], manage=row["manage"], read_only=row["read_only"], session=row["session"])
+    return Principal(
+        tenant=row["tenant_id"],
+        manage=row["manage"],
+        read_only=row["read_only"],
+        session=row["session"],
+        label=row["label"] or f"token {digest[:12]}",
+    )
 
 
 def create_session(record: SessionRecord) -> None:
@@ -210,3 +220,75 @@ aimport_session = database_sync_to_async(import_session)
 alist_sessions = database_sync_to_async(list_sessions)
 asave_session_states = database_sync_to_async(save_session_states)
 aclaim_running_sessions = database_sync_to_async(claim_running_sessions)
+
+
+# -- approvals of tool calls ---------------------------------------------------------------------
+
+
+def _approval(row: Approval) -> ApprovalRecord:
+    return ApprovalRecord(
+        id=row.id,
+        session_id=row.session_id,
+        tenant=row.tenant,
+        call_id=row.call_id,
+        tool=row.tool,
+        arguments=row.arguments,
+        status=row.status,
+        created_at=_format_time(row.created_at),
+        expires_at=_format_time(row.expires_at),
+        decided_by=row.decided_by,
+        decided_at=_format_time(row.decided_at) if row.decided_at is not None else None,
+        reason=row.reason,
+    )
+
+
+def create_approval(record: ApprovalRecord) -> None:
+    """A call's pending approval."""
+    Approval.objects.create(
+        id=record.id,
+        session_id=record.session_id,
+        tenant=record.tenant,
+        call_id=record.call_id,
+        tool=record.tool,
+        arguments=record.arguments,
+        status=ApprovalStatus.PENDING,
+        created_at=parse_time(record.created_at),
+        expires_at=parse_time(record.expires_at),
+    )
+
+
+def get_approval(tenant: str, session_id: str, approval_id: str) -> ApprovalRecord | None:
+    row = Approval.objects.filter(id=approval_id, tenant=tenant, session_id=session_id).first()
+    return _approval(row) if row is not None else None
+
+
+def finish_approval(
+    approval_id: str, status: ApprovalStatus, *, decided_by: str, reason: str, before: datetime | None = None
+) -> ApprovalRecord | None:
+    """Settle a pending approval (a conditional UPDATE: only one settlement wins); `before`
+    refuses a decision at or after its expiry. The row as it is now: None when it is gone."""
+    now = datetime.now(UTC)
+    pending = Approval.objects.filter(id=approval_id, status=ApprovalStatus.PENDING)
+    if before is not None:
+        pending = pending.filter(expires_at__gt=before)
+    pending.update(status=status, decided_by=decided_by[:160], decided_at=now, reason=reason)
+    row = Approval.objects.filter(id=approval_id).first()
+    return _approval(row) if row is not None else None
+
+
+def cancel_pending_approvals(session_id: str, *, reason: str) -> list[ApprovalRecord]:
+    """A session being loaded has no call waiting: whatever is still pending (its server
+    stopped meanwhile) can never be dispatched. Returns the approvals cancelled."""
+    cancelled = []
+    pending = Approval.objects.filter(session_id=session_id, status=ApprovalStatus.PENDING)
+    for approval_id in list(pending.values_list("id", flat=True)):
+        record = finish_approval(approval_id, ApprovalStatus.CANCELLED, decided_by="brain", reason=reason)
+        if record is not None and record.status == ApprovalStatus.CANCELLED:
+            cancelled.append(record)
+    return cancelled
+
+
+acreate_approval = database_sync_to_async(create_approval)
+aget_approval = database_sync_to_async(get_approval)
+afinish_approval = database_sync_to_async(finish_approval)
+acancel_pending_approvals = database_sync_to_async(cancel_pending_approvals)

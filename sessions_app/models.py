@@ -1,10 +1,11 @@
-"""Tenants, API tokens (SHA-256 digests only) and sessions. State and tiny pure properties."""
+"""Tenants, API tokens (SHA-256 digests only), sessions and the approvals of their tool calls.
+State and tiny pure properties."""
 
 from __future__ import annotations
 
 from django.db import models
 
-from .records import SessionStatus  # a plain value, so the runtime needs no model import
+from .records import ApprovalStatus, SessionStatus  # plain values, so the runtime needs no model import
 
 
 class TokenSource(models.TextChoices):
@@ -61,3 +62,31 @@ class Session(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class Approval(models.Model):
+    """A person's decision on one tool call of a tool that requires approval. Its status leaves
+    `pending` once, by a conditional UPDATE (sessions_app.db.finish_approval)."""
+
+    id = models.CharField(max_length=32, primary_key=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="approvals")
+    tenant = models.CharField(max_length=128)
+    call_id = models.CharField(max_length=32)
+    tool = models.CharField(max_length=64)
+    arguments = models.JSONField()
+    status = models.CharField(
+        max_length=16,
+        choices=[(status.value, status.value) for status in ApprovalStatus],
+        default=ApprovalStatus.PENDING.value,
+    )
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField()
+    decided_by = models.CharField(max_length=160, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    reason = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "status"]), models.Index(fields=["tenant", "status"])]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.status})"

@@ -9,7 +9,7 @@ from typing import Any
 from brainsite.principal import Principal
 from runners.protocol import ToolDescriptor
 
-__all__ = ["Principal", "SessionRecord", "SessionStatus"]
+__all__ = ["ApprovalRecord", "ApprovalStatus", "Principal", "SessionRecord", "SessionStatus"]
 
 
 class SessionStatus(StrEnum):
@@ -49,3 +49,44 @@ class SessionRecord:
         if self.credential_bindings:
             wire["credential_bindings"] = self.credential_bindings
         return wire
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "pending"  # the call waits for a decision
+    APPROVED = "approved"  # a person approved: the call was dispatched
+    REJECTED = "rejected"  # a person rejected: the model got an error result
+    EXPIRED = "expired"  # no decision before expires_at: the model got an error result
+    CANCELLED = "cancelled"  # an interrupt, close or restart ended the call first
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalRecord:
+    """One call's approval (sessions_app.models.Approval); times are RFC 3339 strings."""
+
+    id: str
+    session_id: str
+    tenant: str
+    call_id: str
+    tool: str
+    arguments: Any
+    status: str
+    created_at: str
+    expires_at: str
+    decided_by: str = ""
+    decided_at: str | None = None
+    reason: str = ""
+
+    def as_wire(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "arguments": self.arguments,
+            "status": self.status,
+            "created_at": self.created_at,
+            "expires_at": self.expires_at,
+            "decided_by": self.decided_by or None,
+            "decided_at": self.decided_at,
+            "reason": self.reason or None,
+        }

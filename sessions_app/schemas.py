@@ -11,6 +11,8 @@ from pydantic import Field
 from brainsite.wire import DateTime, Status, StrictSchema, Tool, WireSchema
 
 __all__ = [
+    "Approval",
+    "ApprovalDecision",
     "Checkpoint",
     "CreateSession",
     "CredentialInput",
@@ -63,6 +65,27 @@ class Input(StrictSchema):
     text: str | None = None
     key: str | None = None
     delivery: Literal["queue", "steer"] | None = None
+
+
+class ApprovalDecision(StrictSchema):
+    """A person's decision on a tool call that waits for approval (an additive operation)."""
+
+    decision: Literal["approve", "reject"]
+    reason: str | None = None
+
+
+class Approval(WireSchema):
+    id: str
+    session_id: str
+    call_id: str
+    tool: str
+    arguments: Any
+    status: Literal["pending", "approved", "rejected", "expired", "cancelled"]
+    created_at: DateTime
+    expires_at: DateTime
+    decided_by: str | None = None
+    decided_at: DateTime | None = None
+    reason: str | None = None
 
 
 class Checkpoint(WireSchema):

@@ -14,8 +14,9 @@ from tools_app.vault import CredentialVault, SealedCredential
 
 from . import db
 from .eventlog import Event, EventLog
-from .records import Principal, SessionRecord
+from .records import ApprovalRecord, Principal, SessionRecord
 from .runtime.actor import SessionActor
+from .runtime.approvals import MAX_REASON_CHARS
 from .runtime.engine import Engine, new_session_record
 from .runtime.pubsub import Subscriber
 
@@ -25,6 +26,7 @@ __all__ = [
     "close_session",
     "close_stream",
     "create_session",
+    "decide_approval",
     "get_session",
     "interrupt_session",
     "list_sessions",
@@ -199,6 +201,26 @@ async def send_message(
 
 async def interrupt_session(engine: Engine, principal: Principal, session_id: str) -> None:
     (await _actor(engine, principal, session_id)).interrupt()
+
+
+async def decide_approval(
+    engine: Engine, principal: Principal, session_id: str, approval_id: str, *, decision: str, reason: str | None
+) -> ApprovalRecord:
+    """Approve or reject a tool call waiting for a decision: a non-read-only token of the
+    session's tenant; 404 for another tenant's, 409 once settled."""
+    if principal.read_only:
+        raise Forbidden("token is read-only")
+    if decision not in ("approve", "reject"):
+        raise InvalidRequest("decision must be approve or reject")
+    if reason is not None and len(reason) > MAX_REASON_CHARS:
+        raise InvalidRequest(f"reason exceeds {MAX_REASON_CHARS} characters")
+    actor = await _actor(engine, principal, session_id)
+    return await actor.decide_approval(
+        approval_id.lower(),
+        approve=decision == "approve",
+        decided_by=principal.label or f"a token of tenant {principal.tenant}",
+        reason=(reason or "").strip(),
+    )
 
 
 async def resume_session(engine: Engine, principal: Principal, session_id: str) -> SessionRecord:

@@ -37,6 +37,8 @@ _FORM_FIELDS = (
     "query",
     "headers",
     "body",
+    "require_approval",
+    "approval_timeout_seconds",
     "provider",
     "operation",
     "parameters",

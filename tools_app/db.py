@@ -77,6 +77,8 @@ def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
                     "timeout_seconds": binding.timeout_seconds,
                     "max_output_bytes": binding.max_output_bytes,
                     "inspect_session": binding.inspect_session,
+                    "require_approval": binding.require_approval,
+                    "approval_timeout_seconds": binding.approval_timeout_seconds,
                     "method": binding.method,
                     "query": binding.query or None,
                     "headers": binding.headers or None,
@@ -108,6 +110,8 @@ def binding_fields(row: ToolBinding) -> dict[str, Any]:
         "timeout_seconds": row.timeout_seconds,
         "max_output_bytes": row.max_output_bytes,
         "inspect_session": row.inspect_session,
+        "require_approval": row.require_approval,
+        "approval_timeout_seconds": row.approval_timeout_seconds,
     }
     for key in (
         "description",

@@ -20,6 +20,8 @@ class ToolBinding(models.Model):
     timeout_seconds = models.PositiveIntegerField(default=300)
     max_output_bytes = models.PositiveIntegerField(default=1 << 20)
     inspect_session = models.BooleanField(default=False)
+    require_approval = models.BooleanField(default=False, help_text="each call waits for a person's decision")
+    approval_timeout_seconds = models.PositiveIntegerField(default=600)
     method = models.CharField(max_length=8, blank=True, help_text="transport rest: GET, POST, PUT, PATCH or DELETE")
     query = models.JSONField(null=True, blank=True, help_text="transport rest: query parameter templates")
     headers = models.JSONField(null=True, blank=True, help_text="transport rest: header templates")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 import orjson
 from jsonschema.exceptions import best_match
@@ -34,6 +34,7 @@ from .transports.base import OutboundCall, Transport, TransportError, Transports
 __all__ = [
     "HEADER_TIMEOUT_SECONDS",
     "AdminLoader",
+    "ApprovalGate",
     "CallCancelled",
     "CallContext",
     "InspectionGrants",
@@ -58,6 +59,15 @@ CONTENT_FIELDS = {"text": frozenset({"type", "text"}), "image": frozenset({"type
 MAX_ERROR_DETAIL = 300  # characters of a validation message shown to the model
 
 
+class ApprovalGate(Protocol):
+    """Asks a person to decide on one call of a tool that requires approval (the session
+    runtime's, injected per call), so tools_app never imports sessions_app."""
+
+    async def __call__(self, name: str, arguments: dict[str, Any], *, timeout_seconds: int) -> Invocation | None:
+        """None once approved (dispatch the call); else the result that replaces it (rejected,
+        expired). Raises CancelledError when an interrupt cancels the wait."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallContext:
     """The trusted identity of one call, kept apart from the model's arguments."""
@@ -68,6 +78,7 @@ class CallContext:
     tools: tuple[str, ...]  # the tools enabled for the session
     progress: Callable[[Any], None]
     traceparent: str = ""  # W3C trace context of the turn, forwarded to the tool when set
+    approval: ApprovalGate | None = None  # None: calls of tools that require approval are refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +255,12 @@ class ToolRegistry:
             return Invocation.failed(
                 _detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
             )
+        if binding.require_approval:
+            if context.approval is None:
+                return Invocation.failed(f"tool {name!r} requires approval, which this call cannot ask for")
+            refused = await context.approval(name, arguments, timeout_seconds=binding.approval_timeout_seconds)
+            if refused is not None:
+                return refused
         if binding.provider_backed:
             return await self._invoke_provider_tool(context, entry, arguments)
         if entry.token is None:

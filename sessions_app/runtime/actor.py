@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from brainsite.errors import BrainError, Conflict, Overloaded
+from brainsite.errors import BrainError, Conflict, NotFound, Overloaded
 from brainsite.hostconfig import Limits
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry, TurnTrace
@@ -36,9 +36,10 @@ from sessions_app.eventlog import (
 )
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
-from sessions_app.records import SessionRecord, SessionStatus
+from sessions_app.records import ApprovalRecord, SessionRecord, SessionStatus
 from tools_app.registry import ToolResult, error_result
 
+from .approvals import decided_event
 from .checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
 from .pubsub import Subscriber
 from .recovery import Recovered
@@ -222,6 +223,20 @@ class SessionActor:
         self._marked_running = True  # whatever a dead server left: a loaded actor has no running turn yet
         self._mark_running(False)
         self._host.mark_dirty(self)
+
+    def record_abandoned_approval(self, approval: ApprovalRecord) -> None:
+        """An approval whose call died with a previous server process, settled at load."""
+        try:
+            self.emit("approval.decided", decided_event(approval))
+        except (OSError, RecordTooLarge) as exc:
+            logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
+
+    async def decide_approval(self, approval_id: str, *, approve: bool, decided_by: str, reason: str) -> ApprovalRecord:
+        """A person's decision on one of this session's waiting tool calls (Approvals.decide)."""
+        approvals = self._tool_calls.approvals
+        if approvals is None:
+            raise NotFound("approval not found")
+        return await approvals.decide(approval_id, approve=approve, decided_by=decided_by, reason=reason)
 
     def settle_restored(self) -> None:
         """A session restored from the archive comes back interrupted (closed stays closed)."""

@@ -30,6 +30,7 @@ from tools_app.providers.registry import ProviderRegistry
 from tools_app.registry import ToolRegistry
 
 from .actor import RUNNING_MARKER, SessionActor
+from .approvals import Approvals
 from .checkpoints import CheckpointError, CheckpointStore
 from .pubsub import SubscriberSlots
 from .recovery import recover
@@ -43,6 +44,7 @@ __all__ = ["ColdLoader", "Engine", "RemoteLister", "SessionDamaged", "Stats", "S
 # depend on it (the event log and the running marker do); the admin and lists see it.
 WRITE_BEHIND_SECONDS = 0.2
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
+ABANDONED_APPROVAL_REASON = "server restarted"
 
 
 class SessionDamaged(BrainError):
@@ -263,6 +265,8 @@ class Engine:
             record = await db.aget_session(tenant, session_id)
         if record is None:
             raise NotFound("session not found")
+        # no call waits in a session being loaded: approvals a stopped server left pending are over
+        abandoned = await db.acancel_pending_approvals(session_id, reason=ABANDONED_APPROVAL_REASON)
         await self._make_room()
         directory = self.session_dir(session_id)
         log = EventLog(directory / "events.jsonl", max_bytes=self.limits.session_bytes)
@@ -286,11 +290,14 @@ class Engine:
             tools=tuple(record.config.get("tools", ())),
             bindings=self._session_bindings(record, bindings) if bindings else None,
             sequential=self._tool_execution(record.harness) == "sequential",
+            approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
         actor = SessionActor(
             self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry
         )
         self.actors[session_id] = actor
+        for approval in abandoned:
+            actor.record_abandoned_approval(approval)
         actor.settle_after_load(recovered)
         if cold:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume

@@ -2,7 +2,8 @@
 
 Records `tool.call` before anything is dispatched, dispatches once (a session binding's tool to
 its executor, any other through the tool registry), records `tool.result` with the call's
-outcome. Every path, a failed append or an unexpected error included, ends in one ToolResult.
+outcome. A call of a tool that requires approval waits for a decision in between (approvals.py).
+Every path, a failed append or an unexpected error included, ends in one ToolResult.
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from brainsite.telemetry import TurnTrace
 from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from tools_app.bindings import SessionBindings
-from tools_app.registry import CallCancelled, CallContext, Invocation, Outcome, ToolRegistry, ToolResult, error_result
+from tools_app.registry import (
+    ApprovalGate,
+    CallCancelled,
+    CallContext,
+    Invocation,
+    Outcome,
+    ToolRegistry,
+    ToolResult,
+    error_result,
+)
+
+from .approvals import Approvals
 
 __all__ = ["ToolCallTurn", "ToolCalls"]
 
@@ -45,8 +57,11 @@ class ToolCalls:
         tools: tuple[str, ...],
         bindings: SessionBindings | None = None,
         sequential: bool = False,
+        approvals: Approvals | None = None,
     ) -> None:
         self._registry = registry
+        # calls of tools that require approval wait here; without it they are refused
+        self.approvals = approvals
         # sequential execution: one call at a time, in the order the runner sent them (the
         # model's order); asyncio.Lock wakes its waiters first come, first served
         self._one_at_a_time = asyncio.Lock() if sequential else None
@@ -88,6 +103,7 @@ class ToolCalls:
             tools=self._tools,
             progress=progress,
             traceparent=call_trace.traceparent if call_trace is not None else traceparent,
+            approval=self._approval_gate(turn, input_id=input_id, call_id=call_id),
         )
         invocation = await self._dispatch(context, name, arguments)
         result = invocation.result
@@ -106,6 +122,18 @@ class ToolCalls:
             # runner protocol: the runner ends the model's turn once it has this result
             return cast(ToolResult, {**result, END_TURN: True})
         return result
+
+    def _approval_gate(self, turn: ToolCallTurn, *, input_id: str, call_id: str) -> ApprovalGate | None:
+        approvals = self.approvals
+        if approvals is None:
+            return None
+
+        async def approve(name: str, arguments: dict[str, Any], *, timeout_seconds: int) -> Invocation | None:
+            return await approvals.request(
+                turn, name, arguments, input_id=input_id, call_id=call_id, timeout_seconds=timeout_seconds
+            )
+
+        return approve
 
     @staticmethod
     async def _after_the_previous_call(call: Coroutine[Any, Any, Invocation], lock: asyncio.Lock) -> Invocation:

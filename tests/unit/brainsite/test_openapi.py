@@ -1,6 +1,7 @@
 """The served OpenAPI document against the wire contract (spec/openapi.json): the same
 operations, operationIds, parameters, and request and response schemas once `$ref`s are
-resolved and cosmetic differences are normalised away."""
+resolved and cosmetic differences are normalised away. Operations the contract does not have
+are allowed only when listed below as additive, with their own components."""
 
 from __future__ import annotations
 
@@ -26,6 +27,15 @@ REFINEMENTS = {
     ("Input", "type"): ["user.message", "user.interrupt"],
     ("Input", "delivery"): ["queue", "steer"],
 }
+
+# Additive operations (documented in the README): served beside the contract's, never changing
+# one of them. Each is checked for its operationId, the contract's bearer security and error
+# envelope; the components only they use are listed too.
+ADDITIVE_OPERATIONS = {
+    ("get", "/tasks"): "listTasks",
+    ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
+}
+ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage"})
 
 Document = dict[str, Any]
 
@@ -126,7 +136,9 @@ def _differences(served: Document, contract: Document) -> list[str]:
     ours, theirs = _operations(served), _operations(contract)
     ours_components, their_components = served["components"]["schemas"], contract["components"]["schemas"]
     problems += [f"missing operation {method.upper()} {path}" for method, path in sorted(theirs.keys() - ours.keys())]
-    problems += [f"extra operation {method.upper()} {path}" for method, path in sorted(ours.keys() - theirs.keys())]
+    extra = ours.keys() - theirs.keys() - ADDITIVE_OPERATIONS.keys()
+    problems += [f"extra operation {method.upper()} {path}" for method, path in sorted(extra)]
+    problems += _additive_problems(served, ours, theirs)
     for key in sorted(ours.keys() & theirs.keys()):
         mine, spec = ours[key], theirs[key]
         label = f"{key[0].upper()} {key[1]}"
@@ -148,6 +160,28 @@ def _differences(served: Document, contract: Document) -> list[str]:
     return problems
 
 
+def _additive_problems(served: Document, ours: dict[tuple[str, str], Document], theirs: Any) -> list[str]:
+    """The documented additive operations: present, outside the contract, secured and with the
+    error envelope exactly as the contract's authenticated operations are."""
+    problems = []
+    envelope = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorResponse"}}}
+    for (method, path), operation_id in sorted(ADDITIVE_OPERATIONS.items()):
+        label = f"additive {method.upper()} {path}"
+        operation = ours.get((method, path))
+        if (method, path) in theirs:
+            problems.append(f"{label} is in the contract: remove it from ADDITIVE_OPERATIONS")
+        if operation is None:
+            problems.append(f"{label} is not served")
+            continue
+        if operation.get("operationId") != operation_id:
+            problems.append(f"{label}: operationId {operation.get('operationId')} != {operation_id}")
+        if operation.get("security") != [{"bearer": []}]:
+            problems.append(f"{label}: security {operation.get('security')}")
+        if operation["responses"].get("default", {}).get("content") != envelope:
+            problems.append(f"{label}: no error envelope")
+    return problems
+
+
 def test_the_served_document_has_the_contracts_operations_and_schemas() -> None:
     # when
     problems = _differences(_served(), _contract())
@@ -161,7 +195,8 @@ def test_the_served_components_are_named_as_in_the_contract() -> None:
     served = set(_served()["components"]["schemas"])
 
     # then
-    assert served == set(_contract()["components"]["schemas"])
+    assert ADDITIVE_COMPONENTS <= served
+    assert served - ADDITIVE_COMPONENTS == set(_contract()["components"]["schemas"])
     assert _served()["components"]["securitySchemes"] == _contract()["components"]["securitySchemes"]
 
 
@@ -247,6 +282,30 @@ def test_the_comparison_catches_a_changed_contract(change: Any) -> None:
 
     # then
     assert problems != []
+
+
+def test_the_comparison_catches_an_undocumented_extra_operation() -> None:
+    # given
+    served = _served()
+    served["paths"]["/sessions/{id}/undocumented"] = {"post": {"operationId": "undocumented", "responses": {}}}
+
+    # when
+    problems = _differences(served, _contract())
+
+    # then
+    assert "extra operation POST /sessions/{id}/undocumented" in problems
+
+
+def test_the_comparison_catches_an_additive_operation_that_changed_its_id() -> None:
+    # given
+    served = _served()
+    served["paths"]["/sessions/{id}/approvals/{approval_id}"]["post"]["operationId"] = "approve"
+
+    # when
+    problems = _differences(served, _contract())
+
+    # then
+    assert "additive POST /sessions/{id}/approvals/{approval_id}: operationId approve != decide_approval" in problems
 
 
 def test_the_document_is_built_once_and_served_from_then_on() -> None:
