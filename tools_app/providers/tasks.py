@@ -11,7 +11,6 @@ from typing import Any
 from runners.protocol import ToolDescriptor
 
 from .. import db
-from ..models import TaskStatus
 from .base import ProviderCall, ProviderEnvironment, ToolProvider
 from .options import CommonOptions, parse_options, select_operations
 
@@ -21,7 +20,7 @@ MAX_TITLE_CHARS = 200  # the model column's width
 MAX_DESCRIPTION_CHARS = 8000  # a task describes work; documents belong elsewhere
 MAX_TASK_PAGE = 100  # tasks listed by one call
 ACTIONS = ("create", "create_subtask", "update_status", "list")
-STATUSES = [status.value for status in TaskStatus]
+STATUSES = ["pending", "in_progress", "completed", "cancelled"]  # tools_app.models.TaskStatus
 
 OPERATIONS: dict[str, ToolDescriptor] = {
     "manage_tasks": {
@@ -90,7 +89,7 @@ class TasksProvider(ToolProvider):
                 return _error(f"no task {parent_id}")
             return _task(row, f"created task {row.id}")
         if action == "update_status":
-            updated = await db.aupdate_task_status(call.tenant, arguments["task_id"], TaskStatus(arguments["status"]))
+            updated = await db.aupdate_task_status(call.tenant, arguments["task_id"], arguments["status"])
             if updated is None:
                 return _error(f"no task {arguments['task_id']}")
             return _task(updated, f"task {updated.id} is {updated.status}")
