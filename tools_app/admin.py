@@ -10,13 +10,16 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
+from django.utils import timezone
 from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 
-from .db import declared_token_envs
-from .models import Memory, Task, ToolBinding
+from .db import add_document, declared_token_envs
+from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, ParsedDocument, parse_document
+from .models import Document, KnowledgeBase, Memory, Task, ToolBinding
 from .provider_tools import bind_provider_tool
+from .providers.knowledge import BASE_NAME
 from .registry import registry_of
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
@@ -173,3 +176,92 @@ def _forget_bindings(request: HttpRequest) -> None:
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and "brain" in scope:
         registry_of(scope).forget_bindings()
+
+
+class KnowledgeBaseForm(forms.ModelForm[KnowledgeBase]):
+    """A knowledge base, and optionally one file to add to it: read, chunked and indexed on save;
+    a file that cannot be read is an error on the upload field and nothing is saved."""
+
+    upload = forms.FileField(
+        required=False, help_text="a text, Markdown, HTML or PDF file to add (at most 20 MiB)", label="Add a document"
+    )
+    document_title = forms.CharField(
+        required=False, max_length=300, help_text="the added document's title (default: its own or the file name)"
+    )
+    parsed_document: ParsedDocument | None = None
+
+    class Meta:
+        model = KnowledgeBase
+        fields = ("tenant", "name", "description")
+
+    def clean_name(self) -> str:
+        name: str = self.cleaned_data["name"]
+        if not BASE_NAME.fullmatch(name):
+            raise forms.ValidationError("1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
+        return name
+
+    def clean(self) -> dict[str, Any] | None:
+        cleaned = super().clean()
+        upload = self.cleaned_data.get("upload")
+        if upload is None:
+            return cleaned
+        if upload.size is not None and upload.size > MAX_DOCUMENT_BYTES:
+            self.add_error("upload", f"file too large: {upload.size} bytes; at most {MAX_DOCUMENT_BYTES} bytes")
+            return cleaned
+        try:
+            self.parsed_document = parse_document(
+                upload.read(), upload.name or "upload", title=self.cleaned_data.get("document_title", "")
+            )
+        except KnowledgeError as exc:
+            self.add_error("upload", f"{upload.name}: {exc}")
+        return cleaned
+
+
+class DocumentInline(admin.TabularInline[Document, KnowledgeBase]):
+    model = Document
+    fields = ("title", "source", "media_type", "size", "chunk_count", "created_at")
+    readonly_fields = fields
+    extra = 0
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> bool:
+        return False
+
+
+@admin.register(KnowledgeBase)
+class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
+    """Knowledge bases per tenant; documents are added with the upload field (or the
+    add_knowledge command) and deleted from the list below it."""
+
+    form = KnowledgeBaseForm
+    inlines = (DocumentInline,)
+    list_display = ("name", "tenant", "description", "created_at")
+    list_filter = ("tenant",)
+    search_fields = ("name", "description")
+    ordering = ("tenant", "name")
+
+    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
+        if obj.created_at is None:
+            obj.created_at = timezone.now()
+        super().save_model(request, obj, form, change)
+        parsed = form.parsed_document
+        if parsed is not None:
+            stored = add_document(obj.pk, parsed, source=form.cleaned_data["upload"].name)
+            self.message_user(request, f"added {stored.title!r}: {stored.chunk_count} chunks")
+
+
+@admin.register(Document)
+class DocumentAdmin(admin.ModelAdmin[Document]):
+    """Documents are added through their knowledge base; here they are listed, read and deleted."""
+
+    list_display = ("title", "base", "source", "media_type", "size", "chunk_count", "created_at")
+    list_filter = ("base__tenant", "media_type")
+    search_fields = ("title", "source")
+    ordering = ("-created_at",)
+    readonly_fields = ("base", "title", "source", "media_type", "size", "chunk_count", "created_at")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Document | None = None) -> bool:
+        return False

@@ -15,11 +15,18 @@ from pydantic import ValidationError
 from brainsite.hostconfig import ToolBindingConfig
 from brainsite.logs import logger
 
-from .models import Memory, SessionCredential, Task, TaskStatus, ToolBinding
+from .knowledge import ParsedDocument
+from .models import Chunk, Document, KnowledgeBase, Memory, SessionCredential, Task, TaskStatus, ToolBinding
 from .vault import RecoveryRecord, SealedCredential, recovery_record
 
 __all__ = [
+    "DocumentRow",
+    "KnowledgeHit",
     "MemoryHit",
+    "add_document",
+    "asearch_knowledge",
+    "ensure_knowledge_base",
+    "search_knowledge",
     "StoredCredential",
     "TaskRow",
     "acount_memories",
@@ -427,3 +434,158 @@ def list_tasks(
 acreate_task = database_sync_to_async(create_task)
 aupdate_task_status = database_sync_to_async(update_task_status)
 alist_tasks = database_sync_to_async(list_tasks)
+
+
+# -- knowledge bases -----------------------------------------------------------------------------
+
+MAX_KNOWLEDGE_RESULTS = 10  # chunks of one search: about 10,000 characters beside the conversation
+CHUNK_INSERT_BATCH = 500  # rows per INSERT while adding a document
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRow:
+    id: int
+    base: str
+    title: str
+    source: str
+    media_type: str
+    size: int
+    chunk_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeHit:
+    base: str
+    document_id: int
+    title: str
+    source: str
+    media_type: str
+    position: int
+    start: int
+    end: int
+    page: int | None
+    text: str
+    score: float  # higher is better; comparable only within one search
+
+    def as_dict(self) -> dict[str, Any]:
+        position: dict[str, Any] = {"chunk": self.position, "start": self.start, "end": self.end}
+        if self.page is not None:
+            position["page"] = self.page
+        return {
+            "knowledge_base": self.base,
+            "document": {
+                "id": self.document_id,
+                "title": self.title,
+                "source": self.source,
+                "media_type": self.media_type,
+            },
+            "position": position,
+            "score": round(self.score, 6),
+            "text": self.text,
+        }
+
+
+def ensure_knowledge_base(tenant: str, name: str, *, description: str = "") -> KnowledgeBase:
+    """The tenant's knowledge base `name`, created when it does not exist yet."""
+    base, _ = KnowledgeBase.objects.get_or_create(
+        tenant=tenant, name=name, defaults={"description": description, "created_at": timezone.now()}
+    )
+    return base
+
+
+def add_document(base_id: int, document: ParsedDocument, *, source: str) -> DocumentRow:
+    """Store a parsed document and its chunks in one transaction (the search index follows)."""
+    with transaction.atomic():
+        base = KnowledgeBase.objects.get(pk=base_id)
+        row = Document.objects.create(
+            base=base,
+            title=document.title,
+            source=source[:500],
+            media_type=document.media_type,
+            size=document.size,
+            chunk_count=len(document.chunks),
+            created_at=timezone.now(),
+        )
+        Chunk.objects.bulk_create(
+            (
+                Chunk(
+                    document=row, position=span.position, start=span.start, end=span.end, page=span.page, text=span.text
+                )
+                for span in document.chunks
+            ),
+            batch_size=CHUNK_INSERT_BATCH,
+        )
+    return DocumentRow(row.pk, base.name, row.title, row.source, row.media_type, row.size, row.chunk_count)
+
+
+def search_knowledge(tenant: str, bases: Sequence[str], query: str, *, limit: int) -> list[KnowledgeHit]:
+    """The chunks of the tenant's knowledge bases named in `bases` that match any word of
+    `query`, best first (BM25 on SQLite's FTS5, ts_rank_cd on PostgreSQL). Another tenant's base
+    of the same name is never searched; an empty query finds nothing."""
+    terms = _terms(query)
+    base_ids = list(KnowledgeBase.objects.filter(tenant=tenant, name__in=list(bases)).values_list("pk", flat=True))
+    if not terms or not base_ids or limit < 1:
+        return []
+    limit = min(limit, MAX_KNOWLEDGE_RESULTS)
+    placeholders = ", ".join(["%s"] * len(base_ids))
+    vendor = connection.vendor
+    if vendor == "sqlite":
+        match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+        sql = (
+            "SELECT c.id, -bm25(tools_app_chunk_fts) FROM tools_app_chunk_fts f"
+            " JOIN tools_app_chunk c ON c.id = f.rowid JOIN tools_app_document d ON d.id = c.document_id"
+            f" WHERE tools_app_chunk_fts MATCH %s AND d.base_id IN ({placeholders})"
+            " ORDER BY bm25(tools_app_chunk_fts), c.id LIMIT %s"
+        )
+        params: list[Any] = [match, *base_ids, limit]
+    elif vendor == "postgresql":
+        # plainto_tsquery ANDs the words; a search wants any of them, ranked by cover density
+        sql = (
+            "SELECT c.id, ts_rank_cd(to_tsvector('simple', c.text), q) AS rank FROM tools_app_chunk c"
+            " JOIN tools_app_document d ON d.id = c.document_id,"
+            " CAST(replace(CAST(plainto_tsquery('simple', %s) AS text), '&', '|') AS tsquery) q"
+            f" WHERE to_tsvector('simple', c.text) @@ q AND d.base_id IN ({placeholders})"
+            " ORDER BY rank DESC, c.id LIMIT %s"
+        )
+        params = [" ".join(terms), *base_ids, limit]
+    else:  # no full-text index on this vendor: any word, in document order
+        condition = Q()
+        for term in terms:
+            condition |= Q(text__icontains=term)
+        rows = Chunk.objects.filter(condition, document__base_id__in=base_ids).order_by("pk")[:limit]
+        ranked = [(row.pk, 0.0) for row in rows]
+        return _knowledge_hits(ranked)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        ranked = [(row[0], float(row[1])) for row in cursor.fetchall()]
+    return _knowledge_hits(ranked)
+
+
+def _knowledge_hits(ranked: Sequence[tuple[int, float]]) -> list[KnowledgeHit]:
+    rows = Chunk.objects.select_related("document__base").filter(pk__in=[pk for pk, _ in ranked])
+    found = {row.pk: row for row in rows}
+    hits = []
+    for pk, score in ranked:
+        row = found.get(pk)
+        if row is None:  # deleted between the two queries
+            continue
+        document = row.document
+        hits.append(
+            KnowledgeHit(
+                document.base.name,
+                document.pk,
+                document.title,
+                document.source,
+                document.media_type,
+                row.position,
+                row.start,
+                row.end,
+                row.page,
+                row.text,
+                score,
+            )
+        )
+    return hits
+
+
+asearch_knowledge = database_sync_to_async(search_knowledge)

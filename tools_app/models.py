@@ -101,3 +101,55 @@ class Task(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class KnowledgeBase(models.Model):
+    """A tenant's named collection of documents that `knowledge_search` bindings search."""
+
+    tenant = models.CharField(max_length=128)
+    name = models.CharField(max_length=64, help_text="what a knowledge_search binding's parameters.bases name")
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="one_knowledge_base_name_per_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant}/{self.name}"
+
+
+class Document(models.Model):
+    """One ingested file of a knowledge base; its text lives in its chunks."""
+
+    base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="documents")
+    title = models.CharField(max_length=300)
+    source = models.CharField(max_length=500, help_text="the file name it was added from")
+    media_type = models.CharField(max_length=64)
+    size = models.PositiveBigIntegerField(help_text="bytes of the file")
+    chunk_count = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["base", "created_at"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Chunk(models.Model):
+    """A passage of a document's extracted text, the unit a search returns. Searched through a
+    full-text index the migration creates for the database vendor (an FTS5 table kept in sync by
+    triggers on SQLite, a GIN expression index on PostgreSQL)."""
+
+    document = models.ForeignKey(Document, on_delete=models.CASCADE, related_name="chunks")
+    position = models.PositiveIntegerField(help_text="0 for the document's first chunk")
+    start = models.PositiveIntegerField(help_text="character offset in the document's extracted text")
+    end = models.PositiveIntegerField()
+    page = models.PositiveIntegerField(null=True, blank=True, help_text="PDF: the page the chunk starts on (1-based)")
+    text = models.TextField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["document", "position"], name="one_chunk_per_position")]
+
+    def __str__(self) -> str:
+        return f"{self.document_id}#{self.position}"
