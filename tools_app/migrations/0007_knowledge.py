@@ -46,7 +46,7 @@ drop_search_index = _run({"sqlite": SQLITE_BACKWARD, "postgresql": POSTGRES_BACK
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tools_app', '0003_memory_tasks'),
+        ('tools_app', '0004_toolbinding_approval'),
     ]
 
     operations = [
