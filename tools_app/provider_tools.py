@@ -14,6 +14,7 @@ from jsonschema import SchemaError
 from brainsite.hostconfig import HostConfig, ToolBindingConfig
 
 from .providers.base import ProviderConfigError, ProviderError, ToolProvider
+from .providers.options import UnknownOperation
 from .registry import compile_schema
 
 __all__ = ["bind_provider_tool", "resolve_provider_tools"]
@@ -36,6 +37,8 @@ async def bind_provider_tool(binding: ToolBindingConfig, providers: Mapping[str,
             descriptors = await provider.bind(
                 tenant=tenant, operations=[binding.operation], parameters=binding.parameters
             )
+        except UnknownOperation as exc:
+            raise ValueError(f"operation: tool provider {binding.provider!r} refused it: {exc}") from exc
         except ValueError as exc:
             raise ValueError(f"parameters: tool provider {binding.provider!r} refused them: {exc}") from exc
         except ProviderError as exc:
@@ -64,13 +67,14 @@ async def bind_provider_tool(binding: ToolBindingConfig, providers: Mapping[str,
 
 
 async def resolve_provider_tools(config: HostConfig, providers: Mapping[str, ToolProvider]) -> HostConfig:
-    """The config with every provider-backed tool bound; ProviderConfigError names the tool."""
+    """The config with every provider-backed tool bound; ProviderConfigError names the tool (its
+    index and name) and the field at fault."""
     tools: list[ToolBindingConfig] = []
     for index, binding in enumerate(config.tools):
         try:
             tools.append(await bind_provider_tool(binding, providers))
         except ValueError as exc:
-            raise ProviderConfigError(f"tools[{index}].{exc}") from exc
+            raise ProviderConfigError(f"tools[{index}].{exc} (tool {binding.name!r})") from exc
     if all(new is old for new, old in zip(tools, config.tools, strict=True)):
         return config
     return config.model_copy(update={"tools": tools})

@@ -27,6 +27,7 @@ __all__ = [
     "Operation",
     "ParameterCheck",
     "StrictOptions",
+    "UnknownOperation",
     "check_url",
     "parse_options",
     "select_operations",
@@ -140,16 +141,22 @@ class ParameterCheck:
             raise ValueError(message[:MAX_DETAIL])
 
 
+class UnknownOperation(ValueError):
+    """A binding names an operation its provider does not serve (the operation is at fault, not
+    the parameters)."""
+
+
 def select_operations(served: Mapping[str, ToolDescriptor], operations: Sequence[str]) -> list[ToolDescriptor]:
     """The descriptors of `operations` in the order asked (all served ones when empty);
-    ValueError for an unknown or repeated operation."""
+    UnknownOperation for one not served, ValueError for a repeated one."""
     if not operations:
         return list(served.values())
     chosen: list[ToolDescriptor] = []
     for operation in operations:
         if operation not in served:
             known = ", ".join(served) or "none"
-            raise ValueError(f"unknown operation {str(operation)[:64]!r} (this provider serves: {known})"[:MAX_DETAIL])
+            message = f"unknown operation {str(operation)[:64]!r} (this provider serves: {known})"
+            raise UnknownOperation(message[:MAX_DETAIL])
         if any(descriptor["name"] == operation for descriptor in chosen):
             raise ValueError(f"operation {operation!r} is listed twice")
         chosen.append(served[operation])
