@@ -272,6 +272,7 @@ def publish(
     body = orjson.dumps(manifest)
     if len(body) > MAX_OBJECT_BYTES:
         raise ArchiveError("checkpoint manifest exceeds the object size limit")
+    store.barrier()  # every block and tail is durable before the manifest that names them
     store.put(checkpoint_key(session_id, checkpoint), body, immutable=True)
     return Published(manifest=manifest, uploaded=states, bytes_sent=sent + len(body))
 

@@ -52,6 +52,12 @@ class ObjectStore(Protocol):
         """The object's bytes; ObjectMissing when absent, StoreError otherwise."""
         ...
 
+    def barrier(self) -> None:
+        """Make every object put so far durable. Remote stores' puts are durable when they
+        return; a store that defers durability of immutable puts (the filesystem) settles it
+        here. The archive calls it before writing a manifest, and a mutable put implies it."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -8,6 +8,7 @@ Imports no Django.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import secrets
@@ -54,19 +55,42 @@ class FilesystemStore:
         # itself may be a symlink, components below it may not.
         self._root = Path(directory).resolve()
         self._prefix = normalize_prefix(prefix)
+        self._unsynced = False  # immutable objects written since the last barrier
 
     def put(self, key: str, data: bytes, *, immutable: bool) -> None:
+        """Immutable objects are linked into place without fsync: a checkpoint's blocks are
+        made durable together by barrier() (one syncfs instead of two fsyncs per 64 KiB
+        block, which a busy server's own log fsyncs would queue behind). A mutable object
+        (`latest`) is written after a barrier, with its file and directory fsynced."""
         *parents, leaf = join_key(self._prefix, key).split("/")
         check_size(key, data)
         try:
-            directory = self._open_directory(parents, create=True)
+            if not immutable:
+                self.barrier()
+            directory = self._open_directory(parents, create=True, durable=not immutable)
             try:
                 self._write(directory, leaf, data, immutable=immutable)
-                os.fsync(directory)  # the new directory entry is durable before we report success
+                if immutable:
+                    self._unsynced = True
+                else:
+                    os.fsync(directory)  # the new directory entry is durable before we report success
             finally:
                 os.close(directory)
         except OSError as exc:
             raise _store_error("put", key, exc) from exc
+
+    def barrier(self) -> None:
+        if not self._unsynced:
+            return
+        try:
+            descriptor = os.open(self._root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                _syncfs(descriptor)
+            finally:
+                os.close(descriptor)
+        except OSError as exc:
+            raise _store_error("sync", "", exc) from exc
+        self._unsynced = False
 
     def get(self, key: str) -> bytes:
         *parents, leaf = join_key(self._prefix, key).split("/")
@@ -89,7 +113,7 @@ class FilesystemStore:
     def close(self) -> None:
         pass
 
-    def _open_directory(self, parents: list[str], *, create: bool) -> int:
+    def _open_directory(self, parents: list[str], *, create: bool, durable: bool = True) -> int:
         """A descriptor of the directory holding the object, walked one O_NOFOLLOW step at a
         time from the root; `create` makes missing directories (0700) and syncs their parents."""
         if create:
@@ -105,7 +129,7 @@ class FilesystemStore:
                     except FileExistsError:
                         pass
                 child = _open_child_directory(name, descriptor)
-                if created:
+                if created and durable:
                     os.fsync(descriptor)
                 os.close(descriptor)
                 descriptor = child
@@ -122,7 +146,8 @@ class FilesystemStore:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(descriptor, view) :]
-                os.fsync(descriptor)
+                if not immutable:
+                    os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             if immutable:
@@ -179,3 +204,17 @@ def _store_error(operation: str, key: str, exc: OSError) -> StoreError:
     else:
         reason = exc.strerror or type(exc).__name__
     return StoreError(f"filesystem {operation} {key!r}: {reason}", retryable=exc.errno in _RETRYABLE_ERRNOS)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_SYNCFS = getattr(_LIBC, "syncfs", None)
+
+
+def _syncfs(descriptor: int) -> None:
+    """Flush the filesystem holding `descriptor` (Linux syncfs); sync() where there is none."""
+    if _SYNCFS is None:
+        os.sync()
+        return
+    if _SYNCFS(descriptor) != 0:
+        number = ctypes.get_errno()
+        raise OSError(number, os.strerror(number))

@@ -95,6 +95,9 @@ class GCSStore:
             raise _store_error("get", key, exc) from exc
         return b"".join(sink.chunks)
 
+    def barrier(self) -> None:
+        """Puts are durable when they return."""
+
     def close(self) -> None:
         self._client.close()
 

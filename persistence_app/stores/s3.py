@@ -100,6 +100,9 @@ class S3Store:
         except BotoCoreError as exc:
             raise _transport_error("get", key, exc) from exc
 
+    def barrier(self) -> None:
+        """Puts are durable when they return."""
+
     def close(self) -> None:
         self._client.close()
 
