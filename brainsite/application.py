@@ -25,12 +25,14 @@ from persistence_app.service import ArchiveService
 from sessions_app import db as sessions_db
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine
+from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.credentials import BindingCredentials
 from tools_app.executors import ExecutorHub
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
+from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
 from tools_app.vault import CredentialVault
 
@@ -87,6 +89,10 @@ class BrainApp:
                 CredentialVault.configured(config.credential_keys, secrets), required=self._credential_bindings
             ),
         )
+        children = EngineChildSessions(self.engine)
+        for provider in self.providers.values():
+            if isinstance(provider, SubagentProvider):
+                provider.use_child_sessions(children)
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
             self.archive = ArchiveService(

@@ -228,6 +228,7 @@ def _indexed_record(tenant: str, row: dict[str, Any]) -> SessionRecord | None:
         return None
 
 
+MAX_SUBAGENT_DEPTH = 32767  # the column's range; a manifest's depth outside it is not trusted
 MAX_RECOVERY_RECORDS = 64  # one per binding; a session has far fewer bindings
 
 
@@ -264,7 +265,14 @@ def _restored_record(manifest: archive.Manifest, credentials: Mapping[str, Seale
         updated_at=now,
         checkpoint={"id": str(native.get("id", "")), "offset": int(native.get("offset", 0)), "time": checkpoint_time},
         credential_bindings=sorted(credentials),  # every credential binding has a record, live or revoked
+        parent_session=str(session.get("parent_session") or ""),  # archives from before sub-agents lack them
+        parent_call=str(session.get("parent_call") or ""),
+        depth=_depth(session.get("depth")),
     )
+
+
+def _depth(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SUBAGENT_DEPTH else 0
 
 
 def _remove(path: Path) -> None:

@@ -237,6 +237,9 @@ def _session_fields(record: SessionRecord) -> dict[str, Any]:
         "descriptors": record.descriptors,
         "created_at": record.created_at,
         "credential_bindings": record.credential_bindings,
+        "parent_session": record.parent_session,
+        "parent_call": record.parent_call,
+        "depth": record.depth,
     }
 
 

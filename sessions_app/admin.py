@@ -22,7 +22,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from brainsite.application import SCOPE_KEY, BrainApp, brain_of
@@ -42,6 +42,7 @@ T = TypeVar("T")
 ISSUED_TOKEN_TEMPLATE = "admin/sessions_app/apitoken/issued_token.html"
 CONTROL_TEMPLATE = "admin/sessions_app/session/control_confirmation.html"
 RAW_PAGE_EVENTS = 100  # events per raw JSON page (the API's default page)
+MAX_LISTED_CHILDREN = 50  # sub-agent sessions linked on a session's page
 RAW_PAGE_BYTES = 8 << 20  # a raw page stops at the first event past this many log bytes (records reach 4 MiB)
 # The request that created a token carries its value to the response, and nowhere else.
 ISSUED_TOKEN_ATTRIBUTE = "brain_issued_token"
@@ -120,9 +121,10 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         (None, {"fields": ("id", "tenant", "status", "harness", "model", "created_at", "updated_at")}),
         ("Tools", {"fields": ("tool_names", "configured_tools")}),
         ("Checkpoint", {"fields": ("checkpoint_id", "checkpoint_offset", "checkpoint_time")}),
+        ("Sub-agents", {"fields": ("parent_link", "parent_call", "depth", "children")}),
         ("Configuration", {"classes": ("collapse",), "fields": ("instructions", "config_json")}),
     )
-    readonly_fields = ("tool_names", "configured_tools", "instructions", "config_json")
+    readonly_fields = ("tool_names", "configured_tools", "parent_link", "children", "instructions", "config_json")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # sessions are created through the API, which owns their files
@@ -147,6 +149,25 @@ class SessionAdmin(admin.ModelAdmin[Session]):
     @admin.display(description="config.tools")
     def configured_tools(self, obj: Session) -> str:
         return ", ".join(str(name) for name in obj.config.get("tools", ())) or "-"
+
+    @admin.display(description="parent session")
+    def parent_link(self, obj: Session) -> SafeString | str:
+        if not obj.parent_session:
+            return "-"
+        url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_change", args=[obj.parent_session])
+        return format_html('<a href="{}">{}</a>', url, obj.parent_session)
+
+    @admin.display(description="sub-agent sessions")
+    def children(self, obj: Session) -> SafeString | str:
+        ids = list(
+            Session.objects.filter(parent_session=obj.id)
+            .order_by("created_at")
+            .values_list("id", flat=True)[:MAX_LISTED_CHILDREN]
+        )
+        if not ids:
+            return "-"
+        name = f"admin:{self.opts.app_label}_{self.opts.model_name}_change"
+        return format_html_join(", ", '<a href="{}">{}</a>', ((reverse(name, args=[child]), child) for child in ids))
 
     @admin.display(description="instructions")
     def instructions(self, obj: Session) -> str:

@@ -64,6 +64,9 @@ def _record(row: Session) -> SessionRecord:
             "time": _format_time(row.checkpoint_time),
         },
         credential_bindings=list(row.credential_bindings),
+        parent_session=row.parent_session,
+        parent_call=row.parent_call,
+        depth=row.depth,
     )
 
 
@@ -122,6 +125,9 @@ def create_session(record: SessionRecord) -> None:
         checkpoint_offset=record.checkpoint["offset"],
         checkpoint_time=parse_time(record.checkpoint["time"]),
         credential_bindings=record.credential_bindings,
+        parent_session=record.parent_session,
+        parent_call=record.parent_call,
+        depth=record.depth,
     )
 
 
@@ -159,6 +165,9 @@ def import_session(record: SessionRecord) -> bool:
                 "checkpoint_offset": record.checkpoint["offset"],
                 "checkpoint_time": parse_time(record.checkpoint["time"]),
                 "credential_bindings": record.credential_bindings,
+                "parent_session": record.parent_session,
+                "parent_call": record.parent_call,
+                "depth": record.depth,
             },
         )
     return True

@@ -56,6 +56,11 @@ class Session(models.Model):
     # aliases of the bindings created with a private credential (Session.credential_bindings);
     # the sealed values live in tools_app's SessionCredential
     credential_bindings = models.JSONField(default=list)
+    # a sub-agent's session: the session and tool call that spawned it, and how many such links
+    # lie above it (0 for a session a client created); the parent's tool.result names the child
+    parent_session = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    parent_call = models.CharField(max_length=64, blank=True, default="")
+    depth = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "id"]), models.Index(fields=["status"])]

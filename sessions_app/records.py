@@ -34,6 +34,11 @@ class SessionRecord:
     # aliases of the bindings created with a private credential: fixed at create, so a loaded
     # session answers GET without a query; a revoked one stays listed (its calls stop)
     credential_bindings: list[str] = field(default_factory=list)
+    # a sub-agent's parent session and call, and its depth (0 without a parent): kept in the
+    # row, the admin and the archive, not on the wire (the Session schema is closed)
+    parent_session: str = ""
+    parent_call: str = ""
+    depth: int = 0
 
     def as_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {

@@ -60,8 +60,16 @@ def check_session_id(principal: Principal, session_id: str) -> str:
 
 
 async def create_session(
-    engine: Engine, principal: Principal, *, harness: str, config: dict[str, Any], credentials: list[Any] | None
+    engine: Engine,
+    principal: Principal,
+    *,
+    harness: str,
+    config: dict[str, Any],
+    credentials: list[Any] | None,
+    parent: SessionRecord | None = None,
+    parent_call: str = "",
 ) -> SessionRecord:
+    """`parent`, `parent_call`: the session and tool call a sub-agent's session is created by."""
     if not principal.manage or principal.session:
         raise Forbidden("creating sessions needs a manage token without a session limit")
     if harness not in engine.config.harnesses:
@@ -101,6 +109,8 @@ async def create_session(
     record = new_session_record(
         tenant=principal.tenant, harness=harness, config=config, descriptors=[*descriptors, *bindings.descriptors]
     )
+    if parent is not None:
+        record.parent_session, record.parent_call, record.depth = parent.id, parent_call, parent.depth + 1
     if values:
         await _store_credentials(engine, record, values)
     else:

@@ -419,7 +419,7 @@ class SessionBindings:
             session=self._session if provider.reads_session else None,
         )
         return await invoke_provider(
-            provider, call, name=name, output=bound.outputs[route.operation], timeout=provider.timeout_seconds
+            provider, call, name=name, output=bound.outputs[route.operation], timeout=provider.deadline(route.operation)
         )
 
 

@@ -15,6 +15,7 @@ from brainsite.hostconfig import HostConfig, ToolBindingConfig
 
 from .providers.base import ProviderConfigError, ProviderError, ToolProvider
 from .providers.options import UnknownOperation
+from .providers.registry import SETTING
 from .registry import compile_schema
 
 __all__ = ["bind_provider_tool", "resolve_provider_tools"]
@@ -69,6 +70,11 @@ async def bind_provider_tool(binding: ToolBindingConfig, providers: Mapping[str,
 async def resolve_provider_tools(config: HostConfig, providers: Mapping[str, ToolProvider]) -> HostConfig:
     """The config with every provider-backed tool bound; ProviderConfigError names the tool (its
     index and name) and the field at fault."""
+    for name, provider in providers.items():  # first, each provider's options against this config
+        try:
+            provider.check_host_config(config)
+        except ValueError as exc:
+            raise ProviderConfigError(f"{SETTING}.{name}.options.{exc}") from exc
     tools: list[ToolBindingConfig] = []
     for index, binding in enumerate(config.tools):
         try:

@@ -329,7 +329,7 @@ class ToolRegistry:
             credential=None,
             progress=context.progress,
         )
-        timeout = min(float(binding.timeout_seconds), provider.timeout_seconds)
+        timeout = min(float(binding.timeout_seconds), provider.deadline(binding.operation))
         return await invoke_provider(provider, call, name=binding.name, output=entry.output, timeout=timeout)
 
     async def aclose(self) -> None:

@@ -17,9 +17,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from runners.protocol import ToolDescriptor
+
+if TYPE_CHECKING:
+    from brainsite.hostconfig import HostConfig
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",
@@ -161,6 +164,14 @@ class ToolProvider(ABC):
         `tenants`, or all when the options name none)."""
         tenants = self.options.get("tenants")
         return tenants is None or tenant in tenants
+
+    def check_host_config(self, config: HostConfig) -> None:  # noqa: B027  # optional: most providers need no check
+        """Check the options against the host config at startup (harnesses, model providers,
+        tools they name); raise ValueError naming the option at fault. Default: nothing to check."""
+
+    def deadline(self, operation: str) -> float:
+        """The deadline of one call of `operation` (default: `timeout_seconds`)."""
+        return self.timeout_seconds
 
     @abstractmethod
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
