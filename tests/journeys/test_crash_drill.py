@@ -235,19 +235,19 @@ def test_sigkill_under_load_loses_and_duplicates_no_acknowledged_input(
             # now and then right after a restart, while recovery may still be settling sessions
             delay = rng.uniform(0.0, 0.15) if rng.random() < 0.2 else rng.uniform(0.3, 1.2)
             time.sleep(delay)
-            acked = load.acked()
+            acked_so_far = load.acked()
             server.kill()
             started = time.monotonic()
             server.start()
             load.generation += 1
-            rounds.append((number, round(delay, 3), acked, round(time.monotonic() - started, 2)))
+            rounds.append((number, round(delay, 3), acked_so_far, round(time.monotonic() - started, 2)))
         time.sleep(rng.uniform(0.3, 0.8))  # load on the last server too
     finally:
         load.stop.set()
         for thread in threads:
             thread.join(DELIVERY_SECONDS + 5)
-    for number, delay, acked, restart in rounds:
-        print(f"round {number}: killed after {delay} s with {acked} inputs acked so far; back in {restart} s")
+    for number, delay, acked_so_far, restart in rounds:
+        print(f"round {number}: killed after {delay} s with {acked_so_far} inputs acked so far; back in {restart} s")
 
     # then: the clients saw only the answers a crash may cause
     assert load.unexpected == [], f"seed {seed}"

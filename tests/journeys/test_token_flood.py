@@ -120,9 +120,8 @@ class Flood:
                 if len(seen) < 50:
                     seen.append(token)
                 method, path, body, headers = self.request(rng)
-                connection.request(
-                    method, path, body=body, headers={"Authorization": _authorization(rng, token)} | headers
-                )
+                all_headers: dict[str, Any] = {"Authorization": _authorization(rng, token), **headers}
+                connection.request(method, path, body=body, headers=all_headers)
                 response = connection.getresponse()
                 answer = Answer(response.status, dict(response.getheaders()), response.read())
                 problem = _not_an_unauthorized_envelope(answer)
@@ -293,7 +292,7 @@ def test_ten_thousand_random_tokens_are_all_401_while_turns_run(brain_factory: C
 
 def test_a_token_holding_obs_text_byte_0x85_is_401_with_the_envelope(module_brain: BrainServer) -> None:
     # given
-    headers = {"Authorization": b"Bearer abc" + bytes([NEL]) + b"def"}
+    headers = {b"Authorization": b"Bearer abc" + bytes([NEL]) + b"def"}
     # when
     response = httpx.get(module_brain.url + "/sessions", headers=headers)
     # then

@@ -87,7 +87,7 @@ class HostileRunner(Runner):
             call_id = f"c{self.next_call}"
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             self.calls[call_id] = future
-            arguments = {"n": HUGE} if kind == "call-int" else {"s": "\udc00"}
+            arguments: dict[str, Any] = {"n": HUGE} if kind == "call-int" else {"s": "\udc00"}
             params = {"id": f"tc{self.next_call}", "name": "echo", "arguments": arguments}
             self.write({**base, "id": call_id, "method": "tool.call", "params": params})
             await future
