@@ -48,9 +48,14 @@ _FORM_FIELDS = (
 )
 
 
+APPROVAL_TIMEOUT_DEFAULT = ToolBindingConfig.model_fields["approval_timeout_seconds"].default
+
+
 class ToolBindingForm(forms.ModelForm[ToolBinding]):
     # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
     url = forms.URLField(max_length=2048, assume_scheme="https", required=False)  # provider tools have none
+    # only tools that require approval use it; left out, it is the host config's default
+    approval_timeout_seconds = forms.IntegerField(min_value=1, required=False, initial=APPROVAL_TIMEOUT_DEFAULT)
     brain: Any = None  # the application object of the server answering (ToolBindingAdmin.get_form)
 
     class Meta:
@@ -59,6 +64,8 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
+        if data.get("approval_timeout_seconds") is None:
+            data["approval_timeout_seconds"] = APPROVAL_TIMEOUT_DEFAULT
         if self.errors:
             return data
         candidate: dict[str, Any] = {key: data[key] for key in _FORM_FIELDS if data.get(key) not in (None, "")}
