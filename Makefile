@@ -50,6 +50,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/tool_turns_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/load_bench.py
+	$(BIN)/python bench/persistence_bench.py
+	$(BIN)/python bench/executor_bench.py
+	$(BIN)/python bench/spawn_bench.py
 
 clean:
 	rm -rf $(VENV) .brain .brain-archive staticfiles
