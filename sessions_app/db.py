@@ -20,6 +20,7 @@ __all__ = [
     "aclaim_running_sessions",
     "acreate_approval",
     "afinish_approval",
+    "awithdraw_decision",
     "aget_approval",
     "acreate_session",
     "afind_grant",
@@ -285,6 +286,14 @@ def finish_approval(
     return _approval(row) if row is not None else None
 
 
+def withdraw_decision(approval_id: str, *, decided: ApprovalStatus, reason: str) -> None:
+    """A decision that landed as its call was cancelled: the call never ran, so the row says
+    cancelled, not `decided` (conditional on the row still holding that decision)."""
+    Approval.objects.filter(id=approval_id, status=decided).update(
+        status=ApprovalStatus.CANCELLED, decided_by="brain", decided_at=datetime.now(UTC), reason=reason
+    )
+
+
 def cancel_pending_approvals(session_id: str, *, reason: str) -> list[ApprovalRecord]:
     """A session being loaded has no call waiting: whatever is still pending (its server
     stopped meanwhile) can never be dispatched. Returns the approvals cancelled."""
@@ -300,4 +309,5 @@ def cancel_pending_approvals(session_id: str, *, reason: str) -> list[ApprovalRe
 acreate_approval = database_sync_to_async(create_approval)
 aget_approval = database_sync_to_async(get_approval)
 afinish_approval = database_sync_to_async(finish_approval)
+awithdraw_decision = database_sync_to_async(withdraw_decision)
 acancel_pending_approvals = database_sync_to_async(cancel_pending_approvals)

@@ -176,8 +176,10 @@ class Approvals:
         if final is None or final.status != status:
             state = final.status if final is not None else ApprovalStatus.CANCELLED
             raise Conflict("approval expired" if state == ApprovalStatus.PENDING else f"approval is already {state}")
-        if not waiting.done():
-            waiting.set_result(final)
+        if waiting.done():  # its call was cancelled (an interrupt) while the decision was stored
+            await db.awithdraw_decision(approval_id, decided=status, reason=CANCELLED_REASON)
+            raise Conflict("approval is already cancelled")
+        waiting.set_result(final)
         return final
 
 
