@@ -13,7 +13,7 @@ from pydantic import Field, field_validator, model_validator
 from runners.protocol import ToolDescriptor
 
 from ..registry import HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_SECONDS
-from ..transports.base import BindingScope, OutboundCall, TransportError
+from ..transports.base import BindingScope, OutboundCall, Transport, TransportError
 from ..transports.http_sse import HttpSseTransport
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
 from .options import (
@@ -64,6 +64,30 @@ class HttpOptions(CommonOptions):
         return self
 
 
+async def send_provider_call(
+    transport: Transport, call: ProviderCall, *, url: str, token: str, max_output_bytes: int, timeout_seconds: float
+) -> Any:
+    """One provider call through a tool transport: the trusted identity and the binding's scope
+    beside the arguments; a transport failure is a ProviderError that says whether it was sent."""
+    outbound = OutboundCall(
+        url=url,
+        remote_name=call.operation,
+        token=token,
+        tenant=call.tenant,
+        session_id=call.session_id,
+        call_id=call.call_id,
+        arguments=call.arguments,
+        progress=call.progress,
+        max_output_bytes=max_output_bytes,
+        header_timeout=header_timeout(timeout_seconds),
+        binding=BindingScope(alias=call.alias, operation=call.operation, parameters=call.parameters),
+    )
+    try:
+        return await transport.call(outbound)
+    except TransportError as exc:
+        raise ProviderError(str(exc), reached=exc.reached) from exc
+
+
 class HttpProvider(ToolProvider):
     def __init__(
         self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
@@ -82,23 +106,14 @@ class HttpProvider(ToolProvider):
 
     async def handle(self, call: ProviderCall) -> Any:
         operation = self._operations[call.operation]
-        outbound = OutboundCall(
+        return await send_provider_call(
+            self._transport,
+            call,
             url=operation.url or self.settings.url,
-            remote_name=call.operation,
             token=self._token,
-            tenant=call.tenant,
-            session_id=call.session_id,
-            call_id=call.call_id,
-            arguments=call.arguments,
-            progress=call.progress,
             max_output_bytes=self.settings.max_output_bytes,
-            header_timeout=header_timeout(self.timeout_seconds),
-            binding=BindingScope(alias=call.alias, operation=call.operation, parameters=call.parameters),
+            timeout_seconds=self.timeout_seconds,
         )
-        try:
-            return await self._transport.call(outbound)
-        except TransportError as exc:
-            raise ProviderError(str(exc), reached=exc.reached) from exc
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -19,11 +19,11 @@ from pydantic import Field, field_validator, model_validator
 
 from runners.protocol import ToolDescriptor
 
-from ..transports.base import BindingScope, OutboundCall, TransportError
+from ..transports.base import OutboundCall, TransportError
 from ..transports.mcp import McpTransport
 from ..transports.mcp_stdio import McpStdioTransport, stdio_environment
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
-from .http import header_timeout
+from .http import send_provider_call
 from .options import (
     MAX_OPERATIONS,
     OPERATION_NAME,
@@ -158,21 +158,14 @@ class McpProvider(ToolProvider):
         return select_operations(await self._operations(), operations)
 
     async def handle(self, call: ProviderCall) -> Any:
-        outbound = self._outbound(
-            remote_name=call.operation,
-            tenant=call.tenant,
-            session_id=call.session_id,
-            call_id=call.call_id,
-            arguments=call.arguments,
-            progress=call.progress,
+        return await send_provider_call(
+            self._transport,
+            call,
+            url=self._url,
+            token=self._token,
             max_output_bytes=self.settings.max_output_bytes,
-            header_timeout=header_timeout(self.timeout_seconds),
-            binding=BindingScope(alias=call.alias, operation=call.operation, parameters=call.parameters),
+            timeout_seconds=self.timeout_seconds,
         )
-        try:
-            return await self._transport.call(outbound)
-        except TransportError as exc:
-            raise ProviderError(str(exc), reached=exc.reached) from exc
 
     async def aclose(self) -> None:
         await self._transport.aclose()

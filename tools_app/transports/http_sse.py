@@ -70,9 +70,9 @@ class _Budget:
             raise TransportError(f"tool output exceeds max_output_bytes ({self.limit})", reached=True)
 
 
-class HttpSseTransport(Transport):
-    """Owns one pooled client, made on first use unless one is injected (a fault test passes a
-    client built by make_client(httpx.MockTransport(...)))."""
+class PooledHttpTransport(Transport):
+    """Owns one pooled client with the HTTP tools' egress policy, made on first use unless one
+    is injected (a fault test passes a client built by make_client(httpx.MockTransport(...)))."""
 
     def __init__(self, client: httpx.AsyncClient | None = None) -> None:
         self._client = client
@@ -86,6 +86,10 @@ class HttpSseTransport(Transport):
         if self._client is not None:
             await self._client.aclose()
             self._client = None
+
+
+class HttpSseTransport(PooledHttpTransport):
+    """Brain's tool envelope over HTTP: a JSON answer, or progress and a result over SSE."""
 
     async def call(self, call: OutboundCall) -> Any:
         client = self._pooled_client()

@@ -17,8 +17,8 @@ import orjson
 from brainsite.rest_templates import TemplateError, fill_request
 from runners.protocol import FrameError, decode_json
 
-from .base import OutboundCall, Transport, TransportError
-from .http_sse import make_client
+from .base import OutboundCall, TransportError
+from .http_sse import PooledHttpTransport
 
 __all__ = ["RestTransport"]
 
@@ -29,21 +29,8 @@ TEXT_TYPES = frozenset({"application/xml", "application/javascript", "applicatio
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.ProxyError)
 
 
-class RestTransport(Transport):
-    """Owns one pooled client, made on first use unless one is injected."""
-
-    def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client
-
-    def _pooled_client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = make_client()
-        return self._client
-
-    async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+class RestTransport(PooledHttpTransport):
+    """Plain REST calls filled from the binding's templates."""
 
     async def call(self, call: OutboundCall) -> Any:
         if call.rest is None:
