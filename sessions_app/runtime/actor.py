@@ -11,7 +11,7 @@ import asyncio
 import os
 import time
 from collections import deque
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +44,7 @@ from .checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
 from .pubsub import Subscriber
 from .recovery import Recovered
 from .toolcalls import ToolCalls
+from .turnslots import TurnSlot
 
 __all__ = [
     "RESTART_MESSAGE",
@@ -72,7 +73,7 @@ class SessionHost(Protocol):
     @property
     def limits(self) -> Limits: ...
 
-    def turn_slot(self) -> AbstractAsyncContextManager[None]: ...
+    def turn_slot(self) -> AbstractAsyncContextManager[TurnSlot]: ...
 
     async def attach(self, actor: SessionActor) -> Attachment: ...
 
@@ -139,6 +140,8 @@ class SessionActor:
         self._reported_log_size = log.size  # event log bytes already counted in brain.transcript.bytes
         self._native_sizes: dict[str, int] | None = None  # native file sizes of the last checkpoint
         self._marked_running = False  # whether the running marker is on disk
+        self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
+        self._children_spawned = 0  # sub-agent sessions the running turn started
 
     # -- state -------------------------------------------------------------------------------
 
@@ -384,13 +387,31 @@ class SessionActor:
 
     # -- the turn ----------------------------------------------------------------------------
 
+    def lend_turn_slot(self) -> AbstractAsyncContextManager[None]:
+        """For the block's duration the running turn gives its slot back (it waits on a sub-agent
+        that needs one); see TurnSlot."""
+        return self._slot.lent() if self._slot is not None else nullcontext()
+
+    def claim_child_spawn(self, *, limit: int) -> bool:
+        """Count one more sub-agent session started by the running turn; False (and nothing
+        counted) when it has started `limit` already or no turn runs."""
+        if self.task is None or self._children_spawned >= limit:
+            return False
+        self._children_spawned += 1
+        return True
+
+    def unclaim_child_spawn(self) -> None:
+        """A counted spawn that did not start a session."""
+        self._children_spawned = max(0, self._children_spawned - 1)
+
     async def _run_turn(self, pending: PendingInput) -> None:
         failure: TurnFailure | None = None
+        self._children_spawned = 0
         trace = self._trace = self._telemetry.start_turn(
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
         )
         try:
-            async with self._host.turn_slot():
+            async with self._host.turn_slot() as self._slot:
                 if trace is not None:
                     trace.started()
                 attachment = await self._host.attach(self)
@@ -422,6 +443,7 @@ class SessionActor:
         finally:
             self.task = None
             self.current = None
+            self._slot = None
             if trace is not None:
                 self._trace = None
                 trace.end(failure.code if failure is not None else "")

@@ -37,6 +37,7 @@ from .recovery import recover
 from .residency import Residency
 from .session_reads import OwnSession
 from .toolcalls import ToolCalls
+from .turnslots import TurnSlot, TurnSlots
 
 __all__ = ["ColdLoader", "Engine", "RemoteLister", "SessionDamaged", "Stats", "SyncHook", "new_session_record"]
 
@@ -109,7 +110,7 @@ class Engine:
             telemetry=telemetry,
             track=self.track,
         )
-        self._turn_slots = asyncio.Semaphore(config.limits.active)
+        self._turn_slots = TurnSlots(config.limits.active)
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
         self._dirty: dict[str, SessionRecord] = {}
         self._flusher: asyncio.Task[None] | None = None
@@ -378,11 +379,9 @@ class Engine:
 
     # -- SessionHost: turns and attachments --------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def turn_slot(self) -> AsyncIterator[None]:
-        """limits.active: turns beyond it wait for a slot."""
-        async with self._turn_slots:
-            yield
+    def turn_slot(self) -> contextlib.AbstractAsyncContextManager[TurnSlot]:
+        """limits.active: turns beyond it wait for a slot (lent back while waiting on sub-agents)."""
+        return self._turn_slots.hold()
 
     def _open_params(self, actor: SessionActor) -> OpenParams:
         config = actor.record.config

@@ -23,7 +23,15 @@ from runners.protocol import ToolDescriptor
 from .base import MAX_TIMEOUT_SECONDS, ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
 from .options import CommonOptions, StrictOptions, parse_options, select_operations
 
-__all__ = ["ChildOutcome", "ChildSessions", "ChildSpec", "SubagentOptions", "SubagentProvider", "SubagentProfile"]
+__all__ = [
+    "ChildOutcome",
+    "ChildRefused",
+    "ChildSessions",
+    "ChildSpec",
+    "SubagentOptions",
+    "SubagentProfile",
+    "SubagentProvider",
+]
 
 OPERATION_PREFIX = "spawn_"
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_-]{1,58}$")  # spawn_<name> stays within 64 characters
@@ -33,6 +41,14 @@ MAX_DEPTH = 5
 MAX_TASK_CHARS = 32 * 1024  # what a model hands over in one call; input_bytes still applies
 MAX_TOOLS = 128  # spec: up to 128 tools per session
 MAX_DETAIL = 300  # characters of a child's error shown to the model
+# A model that loops on spawn_* would otherwise create sessions (directories, harness attachments,
+# turns) without end; eight is more fan-out than one step of a plan needs.
+DEFAULT_CHILDREN_PER_TURN = 8
+MAX_CHILDREN_PER_TURN = 128  # as tools per session: a turn cannot usefully call more
+# Sub-agents at work at once for one tenant: half the default `limits.active`, so one tenant's
+# fan-out leaves turn slots (and harness hosts) to the others.
+DEFAULT_LIVE_PER_TENANT = 8
+MAX_LIVE_PER_TENANT = 4096
 
 
 class SubagentProfile(StrictOptions):
@@ -62,6 +78,8 @@ class SubagentProfile(StrictOptions):
 class SubagentOptions(CommonOptions):
     profiles: dict[str, SubagentProfile] = Field(min_length=1, max_length=MAX_PROFILES)
     max_depth: int = Field(default=DEFAULT_MAX_DEPTH, ge=1, le=MAX_DEPTH)
+    max_children_per_turn: int = Field(default=DEFAULT_CHILDREN_PER_TURN, ge=1, le=MAX_CHILDREN_PER_TURN)
+    max_live_per_tenant: int = Field(default=DEFAULT_LIVE_PER_TENANT, ge=1, le=MAX_LIVE_PER_TENANT)
 
     @model_validator(mode="after")
     def _profile_names(self) -> SubagentOptions:
@@ -84,6 +102,8 @@ class ChildSpec:
     instructions: str | None
     tools: tuple[str, ...]
     text: str  # the first user.message
+    max_per_turn: int  # sub-agents the parent's running turn may start (max_children_per_turn)
+    max_live: int  # sub-agents of the tenant at work at once (max_live_per_tenant)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +116,10 @@ class ChildOutcome:
     error: str = ""
 
 
+class ChildRefused(Exception):
+    """A cap refused the child before anything was created; the message names the cap."""
+
+
 class ChildSessions(Protocol):
     """Child sessions as this provider runs them (implemented by sessions_app.subagents)."""
 
@@ -103,7 +127,9 @@ class ChildSessions(Protocol):
         """How many sub-agent links lie above a session (0 for one a client created)."""
 
     async def start(self, spec: ChildSpec) -> str:
-        """Create the child and send its message; its id. ProviderError when it cannot start."""
+        """Create the child and send its message; its id. ChildRefused at a cap (nothing
+        created), ProviderError when it cannot start. The child counts towards its tenant's live
+        sub-agents until its wait ends."""
 
     async def wait(self, tenant: str, session_id: str) -> ChildOutcome:
         """Wait until the child's turn has settled; cancelling the wait leaves the child running."""
@@ -182,7 +208,8 @@ class SubagentProvider(ToolProvider):
         return select_operations(self._served, operations)
 
     async def handle(self, call: ProviderCall) -> Any:
-        """1. refuse beyond max_depth; 2. create and start the child; 3. wait for it to settle
+        """1. refuse beyond max_depth; 2. create and start the child (refused at
+        max_children_per_turn or max_live_per_tenant); 3. wait for it to settle
         (on cancellation, a deadline or the parent's interrupt, interrupt the child and re-raise);
         4. its last answer is the result, a child that did not end idle an error result."""
         children = self._children
@@ -199,19 +226,24 @@ class SubagentProvider(ToolProvider):
         text = call.arguments["task"]
         if call.arguments.get("context"):
             text = f"{text}\n\nContext:\n{call.arguments['context']}"
-        child = await children.start(
-            ChildSpec(
-                tenant=call.tenant,
-                parent_session=call.session_id,
-                parent_call=call.call_id,
-                profile=name,
-                harness=profile.harness,
-                model=profile.model,
-                instructions=profile.instructions,
-                tools=tuple(profile.tools),
-                text=text,
-            )
+        spec = ChildSpec(
+            tenant=call.tenant,
+            parent_session=call.session_id,
+            parent_call=call.call_id,
+            profile=name,
+            harness=profile.harness,
+            model=profile.model,
+            instructions=profile.instructions,
+            tools=tuple(profile.tools),
+            text=text,
+            max_per_turn=self.settings.max_children_per_turn,
+            max_live=self.settings.max_live_per_tenant,
         )
+        try:
+            child = await children.start(spec)
+        except ChildRefused as exc:
+            refused = {"session_id": None, "status": "refused", "answer": None}
+            return _error(f"sub-agent {name!r} refused: {exc}", refused)
         try:
             outcome = await children.wait(call.tenant, child)
         except asyncio.CancelledError:
