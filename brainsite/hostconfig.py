@@ -41,6 +41,7 @@ MAX_KEY_ID_CHARS = 128  # each sealed credential stores its key id in an indexed
 TOOL_NAME = re.compile(r"^[a-zA-Z][a-zA-Z0-9_]{0,63}$")  # used with fullmatch: `$` alone admits a trailing "\n"
 SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 MAX_APPROVAL_SECONDS = 7 * 86400  # a call waits at most a week for a person's decision
+MAX_SCHEMA_PROBLEM = 200  # characters of a schema refusal quoted in a config error
 
 
 class ConfigError(ValueError):
@@ -204,12 +205,13 @@ class ToolBindingConfig(_Strict):
             raise _FieldProblem("mcp_tool", "is required by transport mcp")
         for key in ("input_schema", "output_schema"):
             schema = getattr(self, key)
-            if schema is not None and _has_external_ref(schema):
-                raise _FieldProblem(key, "must not use an external $ref")
-            if schema is not None:
-                problem = _schema_problem(schema)
-                if problem:
-                    raise _FieldProblem(key, f"is not a valid JSON Schema: {problem}")
+            if schema is None:
+                continue
+            from .tool_schemas import schema_problem  # jsonschema loads only when a config has tools
+
+            problem = schema_problem(schema)
+            if problem:
+                raise _FieldProblem(key, f"tool {self.name!r}: {problem[:MAX_SCHEMA_PROBLEM]}")
         self._check_rest(transport)
         return self
 
@@ -272,29 +274,6 @@ class ToolBindingConfig(_Strict):
         return value
 
 
-def _schema_problem(schema: dict[str, Any]) -> str:
-    """Why `schema` does not compile under its own metaschema, or "" when it does."""
-    from jsonschema.exceptions import SchemaError
-    from jsonschema.validators import validator_for
-
-    try:
-        validator_for(schema).check_schema(schema)
-    except SchemaError as exc:
-        return str(exc.message)[:200]
-    return ""
-
-
-def _has_external_ref(schema: Any) -> bool:
-    if isinstance(schema, dict):
-        ref = schema.get("$ref")
-        if isinstance(ref, str) and not ref.startswith("#"):
-            return True
-        return any(_has_external_ref(value) for value in schema.values())
-    if isinstance(schema, list):
-        return any(_has_external_ref(value) for value in schema)
-    return False
-
-
 class Limits(_Strict):
     active: int = Field(default=16, ge=1)
     loaded: int = Field(default=1024, ge=1)
@@ -324,6 +303,12 @@ class Persistence(_Strict):
     postgres_env: str = ""
     interval_seconds: int = Field(default=5, ge=1, le=3600)
     queue: int = Field(default=128, ge=1, le=10000)
+    # first delay before a permanently failed publish is tried again; it doubles up to 30 times this
+    retry_seconds: int = Field(default=60, ge=1, le=3600)
+    # a publish gives up after this long plus one second per MiB it sends (a hung archive)
+    publish_timeout_seconds: int = Field(default=60, ge=1, le=3600)
+    # `<id>-replaced-<ID>` directories a restore keeps per session, newest first
+    keep_replaced: int = Field(default=3, ge=1, le=100)
 
     @model_validator(mode="after")
     def _provider_fields(self) -> Persistence:

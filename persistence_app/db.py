@@ -16,11 +16,13 @@ __all__ = [
     "Publication",
     "SyncRow",
     "abump_epoch",
+    "apermanently_failed",
     "aget_state",
     "astates",
     "bump_epoch",
     "current_epoch",
     "get_state",
+    "permanently_failed",
     "record_failure",
     "record_publication",
     "states",
@@ -76,6 +78,12 @@ def states(session_ids: Iterable[str]) -> dict[str, SyncRow]:
     return {state.session_id: _row(state) for state in SyncState.objects.filter(session_id__in=list(session_ids))}
 
 
+def permanently_failed() -> list[str]:
+    """Sessions whose last publish failed in a way retrying within the job could not fix."""
+    rows = SyncState.objects.filter(error_permanent=True).order_by("session_id")
+    return list(rows.values_list("session_id", flat=True))
+
+
 def _locked_row(session_id: str, tenant: str) -> SyncState:
     state, _ = SyncState.objects.select_for_update().get_or_create(session_id=session_id, defaults={"tenant": tenant})
     return state
@@ -124,3 +132,4 @@ def record_failure(session_id: str, tenant: str, seq: int, error: str, *, perman
 aget_state = database_sync_to_async(get_state)
 astates = database_sync_to_async(states)
 abump_epoch = database_sync_to_async(bump_epoch)
+apermanently_failed = database_sync_to_async(permanently_failed)

@@ -15,7 +15,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from persistence_app.stores.base import StoreError
+from persistence_app.stores.base import REASON_INDEX, StoreError
 
 __all__ = ["MAX_CONNECTIONS", "DiscoveryIndex", "TenantMismatch"]
 
@@ -83,7 +83,7 @@ class DiscoveryIndex:
                     _UPSERT, (session["id"], session["tenant"], Jsonb(session), checkpoint)
                 ).fetchone()
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreError(f"discovery index write failed: {exc}", retryable=True) from exc
+            raise StoreError(f"discovery index write failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
         if row is None:
             raise TenantMismatch(session["id"])
 
@@ -93,7 +93,7 @@ class DiscoveryIndex:
             with self._connection() as connection:
                 row = connection.execute("SELECT tenant FROM brain_sessions WHERE id = %s", (session_id,)).fetchone()
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
         return str(row[0]) if row else None
 
     def get(self, tenant: str, session_id: str) -> tuple[dict[str, Any], str] | None:
@@ -103,7 +103,7 @@ class DiscoveryIndex:
                     "SELECT data, checkpoint FROM brain_sessions WHERE tenant = %s AND id = %s", (tenant, session_id)
                 ).fetchone()
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
         return (dict(row[0]), str(row[1])) if row else None
 
     def list(self, tenant: str, *, after: str, limit: int) -> list[dict[str, Any]]:
@@ -114,7 +114,7 @@ class DiscoveryIndex:
                     (tenant, after, limit),
                 ).fetchall()
         except (psycopg.Error, TimeoutError) as exc:
-            raise StoreError(f"discovery index read failed: {exc}", retryable=True) from exc
+            raise StoreError(f"discovery index read failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
         return [dict(row[0]) for row in rows]
 
     def close(self) -> None:

@@ -6,12 +6,19 @@ broker is configured (`manage.py syncworker`), otherwise threads of this process
 the publisher's result lands in the session's sync-state row, which the scheduler polls; a
 session leaves the dirty set once a publish covered its newest mark. While the set holds
 `queue` sessions or more, writes get 429 and readiness is 503. Turns never wait for any of it.
+
+The sessions the startup scan finds are dispatched at once, whatever the interval. A session
+whose publish failed permanently (credentials, a missing bucket) leaves the dirty set and is
+parked: it is tried again after `retry_seconds`, doubling up to RETRY_CEILING times that, at
+the next startup, or at its next change, whichever comes first. Retries of parked sessions do
+not count against `queue`: a misconfigured archive must not turn into 429s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +36,7 @@ POLL_SECONDS = 0.25  # how soon a worker's result reaches readiness and the 429
 # a dispatched publish with no result after this long is dispatched again (a worker died)
 REDISPATCH_SECONDS = 30.0
 IN_PROCESS_THREADS = 4
+RETRY_CEILING = 30  # a parked session's delay doubles from retry_seconds up to 30 times it (1 min → 30 min)
 
 Dispatch = Callable[[str, int], None]  # hands (session_id, seq) to a Celery worker
 
@@ -38,6 +46,14 @@ class _Dirty:
     seq: int  # time.time_ns() of the newest mark
     dispatched_seq: int = 0
     dispatched_at: float = 0.0
+
+
+@dataclass(slots=True)
+class _Parked:
+    """A session whose last publish failed permanently, waiting for its next try."""
+
+    delay: float  # the wait before this try; doubles after each failed one
+    due: float  # time.monotonic() of the next try
 
 
 def unsynced_sessions(sessions_dir: Path) -> list[str]:
@@ -78,17 +94,21 @@ class SyncScheduler:
         *,
         interval_seconds: float,
         queue: int,
+        retry_seconds: float = 60.0,
         dispatch: Dispatch | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.publisher = publisher
         self.interval = interval_seconds
         self.queue = queue
+        self.retry_seconds = retry_seconds
         self._dispatch = dispatch
         self._telemetry = telemetry
         if telemetry is not None:
             telemetry.observe_sync_pending(lambda: len(self._dirty))
         self._dirty: dict[str, _Dirty] = {}
+        self._parked: dict[str, _Parked] = {}
+        self._retrying: set[str] = set()  # dirty only to retry a parked failure: not counted in `full`
         self._threads = None if dispatch else ThreadPoolExecutor(IN_PROCESS_THREADS, thread_name_prefix="brain-sync")
         self._locks: dict[str, asyncio.Lock] = {}
         self._scanned = False
@@ -104,7 +124,7 @@ class SyncScheduler:
 
     @property
     def full(self) -> bool:
-        return len(self._dirty) >= self.queue
+        return len(self._dirty) - len(self._retrying) >= self.queue
 
     @property
     def ready(self) -> bool:
@@ -114,7 +134,12 @@ class SyncScheduler:
     def is_pending(self, session_id: str) -> bool:
         return session_id in self._dirty
 
+    def is_parked(self, session_id: str) -> bool:
+        return session_id in self._parked
+
     def mark_dirty(self, session_id: str) -> None:
+        self._parked.pop(session_id, None)  # a change is tried at once, with a fresh backoff
+        self._retrying.discard(session_id)
         entry = self._dirty.get(session_id)
         seq = time.time_ns()
         if entry is None:
@@ -124,7 +149,29 @@ class SyncScheduler:
 
     def forget(self, session_id: str) -> None:
         """A restore replaced the session: whatever was dirty belonged to the old copy."""
+        self._drop(session_id)
+        self._parked.pop(session_id, None)
+
+    def _drop(self, session_id: str) -> None:
         self._dirty.pop(session_id, None)
+        self._retrying.discard(session_id)
+
+    def _park(self, session_id: str) -> None:
+        """Out of the dirty set after a permanent failure; due again after a doubling delay."""
+        retried = session_id in self._retrying
+        self._drop(session_id)
+        parked = self._parked.get(session_id)
+        ceiling = self.retry_seconds * RETRY_CEILING
+        delay = min(parked.delay * 2, ceiling) if parked is not None and retried else self.retry_seconds
+        self._parked[session_id] = _Parked(delay=delay, due=time.monotonic() + delay)
+
+    def _unpark_due(self, now: float) -> None:
+        for session_id, parked in list(self._parked.items()):
+            if parked.due > now or session_id in self._dirty:
+                continue
+            logger.info("sync retry of a failed session", extra={"session_id": session_id, "after": parked.delay})
+            self._dirty[session_id] = _Dirty(time.time_ns())
+            self._retrying.add(session_id)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -146,14 +193,22 @@ class SyncScheduler:
         except Exception:  # supervision boundary: a failed scan must not keep readiness down
             logger.exception("sync startup scan failed")
             found = []
-        for session_id in found:
+        try:  # permanent failures a previous run recorded are tried again now
+            failed = await db.apermanently_failed()
+        except Exception:  # supervision boundary: as above
+            logger.exception("sync startup scan failed")
+            failed = []
+        local = set(found) | {session_id for session_id in failed if (sessions_dir / session_id).is_dir()}
+        for session_id in sorted(local):
             self.mark_dirty(session_id)
         self._scanned = True
-        logger.info("sync startup scan done", extra={"unsynced": len(found)})
-        last_dispatch = 0.0
+        logger.info("sync startup scan done", extra={"unsynced": len(found), "failed": len(local) - len(found)})
+        last_dispatch = -math.inf  # what the scan found is dispatched now, not one interval later
         while True:
             now = time.monotonic()
-            if now - last_dispatch >= self.interval:
+            if self._parked:
+                self._unpark_due(now)
+            if now - last_dispatch >= self.interval or self._retrying_undispatched():
                 last_dispatch = now
                 due = self._dispatch_due(now)
                 if due:
@@ -163,6 +218,9 @@ class SyncScheduler:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
             self._wake.clear()
+
+    def _retrying_undispatched(self) -> bool:
+        return any(self._dirty[session_id].dispatched_seq == 0 for session_id in self._retrying)
 
     def _dispatch_due(self, now: float) -> list[tuple[str, int]]:
         """Start in-process publishes of the due sessions; return those due for Celery."""
@@ -214,10 +272,10 @@ class SyncScheduler:
             return
         if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED, Outcome.FENCED):
             if entry.seq <= seq:
-                del self._dirty[session_id]
+                self._drop(session_id)
         elif result.outcome == Outcome.FAILED and result.permanent:
             if entry.seq <= seq:
-                del self._dirty[session_id]  # shown in SyncStatus.error; the next mark tries again
+                self._park(session_id)  # shown in SyncStatus.error; tried again later
         else:
             self._retry_later(session_id, seq)
 
@@ -239,10 +297,10 @@ class SyncScheduler:
             if entry is None or row is None:
                 continue
             if row.synced_seq >= entry.seq:
-                del self._dirty[session_id]
+                self._drop(session_id)
             elif row.failed_seq >= entry.dispatched_seq > 0:
                 if row.error_permanent and row.failed_seq >= entry.seq:
-                    del self._dirty[session_id]
+                    self._park(session_id)
                 else:
                     entry.dispatched_seq = 0
 
@@ -257,8 +315,10 @@ class SyncScheduler:
                 seq = time.time_ns()
                 result = await asyncio.to_thread(self.publisher.run, session_id, seq, wait=True)
                 entry = self._dirty.get(session_id)
-                if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED) and entry is not None and entry.seq <= seq:
-                    del self._dirty[session_id]
+                if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED):
+                    self._parked.pop(session_id, None)
+                    if entry is not None and entry.seq <= seq:
+                        self._drop(session_id)
                 return result
         finally:
             if not lock.locked():

@@ -5,13 +5,14 @@ application object."""
 from __future__ import annotations
 
 import asyncio
+import os
 import secrets
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from brainsite.errors import BrainError, Forbidden, NotFound
+from brainsite.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
 from brainsite.hostconfig import Persistence
 from brainsite.logs import logger
 from brainsite.telemetry import Telemetry
@@ -46,11 +47,14 @@ class ArchiveService:
         self.sessions_dir = data_dir / "sessions"
         self.store: ObjectStore = open_store(settings, environ)
         self.index = DiscoveryIndex(environ[settings.postgres_env]) if settings.postgres_env else None
-        self.publisher = Publisher(self.store, data_dir, index=self.index)
+        self.publisher = Publisher(
+            self.store, data_dir, index=self.index, timeout_seconds=settings.publish_timeout_seconds
+        )
         self.scheduler = SyncScheduler(
             self.publisher,
             interval_seconds=settings.interval_seconds,
             queue=settings.queue,
+            retry_seconds=settings.retry_seconds,
             dispatch=dispatch,
             telemetry=telemetry,
         )
@@ -58,6 +62,7 @@ class ArchiveService:
 
     async def start(self, engine: Engine) -> None:
         self._engine = engine
+        await asyncio.to_thread(self.remove_stale_staging)
         engine.sync = self.scheduler
         engine.cold_loader = self.cold_load
         if self.index is not None:
@@ -100,39 +105,85 @@ class ArchiveService:
         if result.outcome == Outcome.FAILED:
             if result.forbidden:  # spec: a cross-tenant collision in the index is 403 forbidden
                 raise Forbidden(f"flush failed: {result.error}")
-            raise BrainError(f"flush failed: {result.error}")
+            raise BrainError(f"flush failed: {result.error}")  # a generic reason; the detail is logged
         if result.outcome == Outcome.FENCED:
             raise BrainError("flush failed: the session was restored while it was being uploaded")
         return await self.status(session_id)
 
     # -- restore and cold load -----------------------------------------------------------------
 
-    async def _manifest(self, session_id: str, checkpoint: str) -> archive.Manifest:
+    def _budget(self, engine: Engine) -> tuple[int, int]:
+        """What one manifest may describe: its event log up to limits.session_bytes (the most a
+        local log may hold), and as much again for the harness's native files."""
+        session_bytes = engine.limits.session_bytes
+        return session_bytes, 2 * session_bytes
+
+    async def _manifest(self, engine: Engine, session_id: str, checkpoint: str) -> archive.Manifest:
+        """The checked manifest. NotFound when missing; archive.InvalidManifest when malformed
+        or over budget (the caller picks its 4xx); BrainError with a generic reason when the
+        archive cannot be read."""
+        max_history, max_total = self._budget(engine)
         try:
-            return await asyncio.to_thread(archive.read_manifest, self.store, session_id, checkpoint)
+            return await asyncio.to_thread(
+                archive.read_manifest,
+                self.store,
+                session_id,
+                checkpoint,
+                max_history_bytes=max_history,
+                max_total_bytes=max_total,
+            )
         except ObjectMissing as exc:
             raise NotFound(f"checkpoint {checkpoint} of session {session_id} not found") from exc
+        except archive.InvalidManifest as exc:
+            logger.error("archived manifest refused", extra={"session_id": session_id, "error": str(exc)})
+            raise
         except StoreError as exc:
-            logger.error("archive read failed", extra={"session_id": session_id, "error": str(exc)})
-            raise BrainError(f"the archive cannot be read: {exc}") from exc
+            raise _unreadable(session_id, exc) from exc
 
     async def restore(self, engine: Engine, tenant: str, session_id: str, checkpoint: str) -> SessionRecord:
-        """Replace the local session with `checkpoint` from the archive; it lands interrupted."""
-        manifest = await self._manifest(session_id, checkpoint)
+        """Replace the local session with `checkpoint` from the archive; it lands interrupted
+        (closed when the checkpoint was taken after a close). A closed session is never
+        reopened: a checkpoint from before its close is 409."""
+        try:
+            manifest = await self._manifest(engine, session_id, checkpoint)
+        except archive.InvalidManifest as exc:
+            raise InvalidRequest(exc.reason) from exc
         if manifest["session"]["tenant"] != tenant:
             raise Forbidden("the checkpoint belongs to another tenant")
         local = await sessions_db.aget_session_by_id(session_id)
         if local is not None and local.tenant != tenant:
             raise Forbidden("the session belongs to another tenant")
+        if not _closed(manifest) and await self._closed_since(engine, local, session_id, checkpoint):
+            raise Conflict(REOPEN_REFUSED)
         async with engine.offline(tenant, session_id):
-            await self._install(manifest, replace=True)
+            await self._install(engine, manifest, replace=True)
         return await engine.land_restored(tenant, session_id)
+
+    async def _closed_since(
+        self, engine: Engine, local: SessionRecord | None, session_id: str, checkpoint: str
+    ) -> bool:
+        """Whether the session was closed after `checkpoint`: its local row says so, or the
+        archive's `latest` is a checkpoint of the closed session (another server closed it)."""
+        if local is not None and local.status == SessionStatus.CLOSED.value:
+            return True
+        try:
+            latest = await asyncio.to_thread(archive.read_latest, self.store, session_id)
+            if latest == checkpoint:
+                return False
+            return _closed(await self._manifest(engine, session_id, latest))
+        except (NotFound, ObjectMissing, archive.InvalidManifest):
+            return False  # no usable `latest`: nothing says the session was closed
+        except StoreError as exc:
+            raise _unreadable(session_id, exc) from exc
 
     async def cold_load(self, tenant: str, session_id: str) -> bool:
         """Load a session this server does not have from the archive's `latest` (the engine asks
-        when the local database has no row). Another tenant's session is simply not found."""
+        when the local database has no row). Another tenant's session is simply not found; a
+        `latest` that is not a valid checkpoint is 409 conflict."""
         if (self.sessions_dir / session_id).exists():
             return False
+        engine = self._engine
+        assert engine is not None, "cold loads start with the engine"
         try:
             if self.index is not None:
                 owner = await asyncio.to_thread(self.index.owner, session_id)
@@ -141,60 +192,126 @@ class ArchiveService:
             checkpoint = await asyncio.to_thread(archive.read_latest, self.store, session_id)
         except ObjectMissing:
             return False
+        except archive.ArchiveError as exc:
+            logger.error("archived latest refused", extra={"session_id": session_id, "error": str(exc)})
+            raise Conflict(f"the archived state of session {session_id} cannot be loaded: {exc.reason}") from exc
         except StoreError as exc:
-            logger.error("archive read failed", extra={"session_id": session_id, "error": str(exc)})
-            raise BrainError(f"the archive cannot be read: {exc}") from exc
-        manifest = await self._manifest(session_id, checkpoint)
+            raise _unreadable(session_id, exc) from exc
+        try:
+            manifest = await self._manifest(engine, session_id, checkpoint)
+        except archive.InvalidManifest as exc:
+            raise Conflict(f"the archived state of session {session_id} cannot be loaded: {exc.reason}") from exc
         if manifest["session"]["tenant"] != tenant:
             return False
         if await sessions_db.aget_session_by_id(session_id) is not None:
             return False  # another tenant's local session, or one created meanwhile
-        await self._install(manifest, replace=False)
+        await self._install(engine, manifest, replace=False)
         logger.info("session loaded from the archive", extra={"session_id": session_id, "checkpoint": checkpoint})
         return True
 
-    async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:
+    async def _install(self, engine: Engine, manifest: archive.Manifest, *, replace: bool) -> None:
+        """Write the checkpoint beside the session, swap it in, then import its row. Everything
+        that can be refused is checked before the first byte is written; a failure after the
+        swap puts the old directory back, so directory and row never disagree."""
         session = manifest["session"]
         session_id = session["id"]
-        credentials = _recovery_records(manifest)
-        staging = self.sessions_dir / f".{session_id}.restoring-{secrets.token_hex(8)}"
         try:
-            await asyncio.to_thread(localstate.materialize, self.store, manifest, staging)
-        except ObjectMissing as exc:
-            raise BrainError(f"checkpoint {manifest['checkpoint']} is incomplete in the archive: {exc}") from exc
-        except StoreError as exc:
-            raise BrainError(f"the archive cannot be read: {exc}") from exc
-        await asyncio.to_thread(self._swap_in, session_id, session["tenant"], staging, replace=replace)
-        self.scheduler.forget(session_id)
+            credentials = parse_recovery_records(manifest.get("credentials") or [], max_records=MAX_RECOVERY_RECORDS)
+        except ValueError as exc:
+            problem = f"checkpoint {manifest['checkpoint']} holds invalid credential records: {exc}"
+            raise InvalidRequest(problem) from None
         record = _restored_record(manifest, credentials)
-        if not await sessions_db.aimport_session(record):
-            raise Forbidden("the session belongs to another tenant")
-        # still sealed: usable where the same credential_keys are configured; records this
-        # database already holds for the session (newer ones, tombstones) win
-        await tools_db.aimport_credentials(record.tenant, session_id, credentials)
         publication = db.Publication(
             checkpoint=manifest["checkpoint"],
             history_bytes=manifest["history_bytes"],
             resume_offset=manifest["resume_offset"],
-            native_checkpoint=str(manifest["native_checkpoint"].get("id", "")),
+            native_checkpoint=str(manifest["native_checkpoint"]["id"]),
             time=manifest["time"],
         )
+        staging = self.sessions_dir / f"{STAGING_PREFIX}{session_id}.restoring-{secrets.token_hex(8)}"
+        try:
+            await asyncio.to_thread(localstate.materialize, self.store, manifest, staging)
+        except ObjectMissing as exc:
+            logger.error("archived checkpoint incomplete", extra={"session_id": session_id, "error": str(exc)})
+            raise BrainError(f"checkpoint {manifest['checkpoint']} is incomplete in the archive") from exc
+        except archive.ArchiveError as exc:  # an object that does not match its manifest
+            logger.error("archived checkpoint refused", extra={"session_id": session_id, "error": str(exc)})
+            raise Conflict(f"checkpoint {manifest['checkpoint']} cannot be restored: {exc.reason}") from exc
+        except StoreError as exc:
+            raise _unreadable(session_id, exc) from exc
+        aside = await asyncio.to_thread(self._swap_in, session_id, session["tenant"], staging, replace=replace)
+        self.scheduler.forget(session_id)
+        try:
+            if not await sessions_db.aimport_session(record):
+                raise Forbidden("the session belongs to another tenant")
+        except BaseException:
+            await asyncio.to_thread(self._swap_back, session_id, aside)
+            raise
+        # still sealed: usable where the same credential_keys are configured; records this
+        # database already holds for the session (newer ones, tombstones) win
+        await tools_db.aimport_credentials(record.tenant, session_id, credentials)
         await asyncio.to_thread(db.record_publication, session_id, session["tenant"], time.time_ns(), publication)
+        if aside is not None:
+            await asyncio.to_thread(self._prune_replaced, session_id, engine)
 
-    def _swap_in(self, session_id: str, tenant: str, staging: Path, *, replace: bool) -> None:
+    def _swap_in(self, session_id: str, tenant: str, staging: Path, *, replace: bool) -> Path | None:
         """Under the commit lock: fence in-flight publishes, keep the old directory aside as
-        `<id>-replaced-<ID>`, move the restored one in."""
+        `<id>-replaced-<ID>`, move the restored one in. Returns the directory kept aside."""
         target = self.sessions_dir / session_id
+        aside = None
         with commit_lock(self.data_dir, session_id):
             db.bump_epoch(session_id, tenant)
             if target.exists():
                 if not replace:
                     _remove(staging)
-                    raise BrainError("the session appeared on local disk while it was being loaded")
-                aside = self.sessions_dir / f"{session_id}-replaced-{secrets.token_hex(8)}"
+                    raise Conflict("the session appeared on local disk while it was being loaded")
+                aside = self.sessions_dir / f"{session_id}{REPLACED_INFIX}{secrets.token_hex(8)}"
                 target.rename(aside)
+                os.utime(aside)  # its mtime orders the kept directories, newest first
                 logger.info("session directory replaced", extra={"session_id": session_id, "kept_as": aside.name})
             staging.rename(target)
+        return aside
+
+    def _swap_back(self, session_id: str, aside: Path | None) -> None:
+        """Undo _swap_in after the row could not be imported: the old directory (or none) again."""
+        target = self.sessions_dir / session_id
+        with commit_lock(self.data_dir, session_id):
+            failed = self.sessions_dir / f"{STAGING_PREFIX}{session_id}.failed-{secrets.token_hex(8)}"
+            target.rename(failed)
+            if aside is not None:
+                aside.rename(target)
+        _remove(failed)
+        logger.warning("restore rolled back", extra={"session_id": session_id})
+
+    def _prune_replaced(self, session_id: str, engine: Engine) -> None:
+        """Keep the newest `keep_replaced` directories a restore set aside for this session, and
+        fewer when together they hold more than a session's budget (the newest always stays):
+        they count in the session's size on this server."""
+        _, budget = self._budget(engine)
+        prefix = f"{session_id}{REPLACED_INFIX}"
+        kept: list[tuple[float, Path]] = []
+        with os.scandir(self.sessions_dir) as entries:
+            for entry in entries:
+                if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                    kept.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+        kept.sort(reverse=True)
+        total = 0
+        for index, (_, path) in enumerate(kept):
+            total += _tree_bytes(path)
+            if index == 0 or (index < self.settings.keep_replaced and total <= budget):
+                continue
+            _remove(path)
+            logger.info("replaced session directory removed", extra={"session_id": session_id, "removed": path.name})
+
+    def remove_stale_staging(self) -> None:
+        """Directories a restore was writing when the server stopped: never a session's."""
+        try:
+            entries = [path for path in self.sessions_dir.iterdir() if path.name.startswith(STAGING_PREFIX)]
+        except FileNotFoundError:
+            return
+        for path in entries:
+            if ".restoring-" in path.name or ".failed-" in path.name:
+                _remove(path)
 
     # -- discovery -----------------------------------------------------------------------------
 
@@ -230,14 +347,39 @@ def _indexed_record(tenant: str, row: dict[str, Any]) -> SessionRecord | None:
 
 MAX_SUBAGENT_DEPTH = 32767  # the column's range; a manifest's depth outside it is not trusted
 MAX_RECOVERY_RECORDS = 64  # one per binding; a session has far fewer bindings
+STAGING_PREFIX = "."  # restores write beside the sessions under a hidden name
+REPLACED_INFIX = "-replaced-"  # spec: the replaced directory is kept as <id>-replaced-<ID>
+MAX_TREE_ENTRIES = 4096  # a replaced directory's walk: a session holds a few hundred files at most
+REOPEN_REFUSED = (
+    "the session is closed, and this checkpoint was taken before its close: restoring it would reopen the session"
+)
 
 
-def _recovery_records(manifest: archive.Manifest) -> dict[str, SealedCredential]:
-    """The manifest's sealed credential records by alias, checked before anything is installed."""
-    try:
-        return parse_recovery_records(manifest.get("credentials") or [], max_records=MAX_RECOVERY_RECORDS)
-    except ValueError as exc:
-        raise BrainError(f"checkpoint {manifest['checkpoint']} holds invalid credential records: {exc}") from None
+def _closed(manifest: archive.Manifest) -> bool:
+    return bool(manifest["session"].get("status") == SessionStatus.CLOSED.value)
+
+
+def _unreadable(session_id: str, exc: StoreError) -> BrainError:
+    """A store failure as clients see it: the generic reason; the SDK's text goes to the log."""
+    logger.error("archive read failed", extra={"session_id": session_id, "error": str(exc)})
+    return BrainError(f"the archive cannot be read: {exc.reason}")
+
+
+def _tree_bytes(path: Path) -> int:
+    total = entries = 0
+    pending = [path]
+    while pending and entries < MAX_TREE_ENTRIES:
+        try:
+            scanned = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for item in scanned:
+            entries += 1
+            if item.is_dir(follow_symlinks=False):
+                pending.append(Path(item.path))
+            elif item.is_file(follow_symlinks=False):
+                total += item.stat(follow_symlinks=False).st_size
+    return total
 
 
 def _restored_record(manifest: archive.Manifest, credentials: Mapping[str, SealedCredential]) -> SessionRecord:
@@ -260,7 +402,7 @@ def _restored_record(manifest: archive.Manifest, credentials: Mapping[str, Seale
         harness=str(session.get("harness", "")),
         config=dict(session.get("config") or {}),
         descriptors=list(session.get("descriptors") or []),
-        status=SessionStatus.INTERRUPTED.value,
+        status=(SessionStatus.CLOSED if _closed(manifest) else SessionStatus.INTERRUPTED).value,
         created_at=created_at,
         updated_at=now,
         checkpoint={"id": str(native.get("id", "")), "offset": int(native.get("offset", 0)), "time": checkpoint_time},

@@ -44,6 +44,10 @@ __all__ = ["ATTEMPTS", "Outcome", "Publisher", "commit_lock", "lock_dir"]
 
 ATTEMPTS = 5  # spec: transient failures retry up to 5 times with exponential backoff
 FIRST_BACKOFF_SECONDS = 0.5
+PUBLISH_TIMEOUT_SECONDS = 60.0  # persistence.publish_timeout_seconds' default
+# a publish's deadline grows by one second per MiB it has to send: a slow link still finishes
+# a large session, a hung archive holds a publisher thread for about PUBLISH_TIMEOUT_SECONDS
+DEADLINE_BYTES_PER_SECOND = 1 << 20
 
 
 class Outcome(StrEnum):
@@ -97,12 +101,14 @@ class Publisher:
         data_dir: Path,
         *,
         index: DiscoveryIndex | None = None,
+        timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = clock.sleep,
     ) -> None:
         self.store = store
         self.data_dir = data_dir
         self.sessions_dir = data_dir / "sessions"
         self.index = index
+        self.timeout = timeout_seconds
         self._sleep = sleep
 
     def run(self, session_id: str, seq: int, *, wait: bool = False) -> Result:
@@ -113,24 +119,35 @@ class Publisher:
         return dataclasses.replace(result, seconds=clock.monotonic() - started)
 
     def _run(self, session_id: str, seq: int, started: float, *, wait: bool) -> Result:
-        error = ""
+        error = detail = ""
         for attempt in range(ATTEMPTS):
             try:
-                result = self._publish_once(session_id, seq, wait=wait)
+                result = self._publish_once(session_id, seq, wait=wait, started=started)
+            except archive.PublishDeadline as exc:
+                # a hung archive: give the thread back; the scheduler tries again after a while
+                return self._failed(session_id, seq, exc.reason, detail=str(exc), permanent=False)
             except StoreError as exc:
-                error = str(exc)
+                # the message (endpoints, buckets, hosts) is logged; the row and API get the reason
+                error, detail = exc.reason, str(exc)
                 if not exc.retryable:
                     return self._failed(
-                        session_id, seq, error, permanent=True, forbidden=isinstance(exc, TenantMismatch)
+                        session_id, seq, error, detail=detail, permanent=True, forbidden=isinstance(exc, TenantMismatch)
                     )
                 logger.warning(
-                    "sync attempt failed", extra={"session_id": session_id, "attempt": attempt + 1, "error": error}
+                    "sync attempt failed", extra={"session_id": session_id, "attempt": attempt + 1, "error": detail}
                 )
+                pause = FIRST_BACKOFF_SECONDS * 2**attempt
                 if attempt + 1 < ATTEMPTS:
-                    self._sleep(FIRST_BACKOFF_SECONDS * 2**attempt)
+                    if clock.monotonic() + pause > started + self.timeout:
+                        break  # out of time for this job: the scheduler tries again later
+                    self._sleep(pause)
                 continue
             except (CheckpointError, OSError) as exc:
-                return self._failed(session_id, seq, f"local session state cannot be read: {exc}", permanent=True)
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+                if isinstance(exc, CheckpointError):
+                    reason = str(exc)  # names native files by their relative path only
+                error = f"local session state cannot be read: {reason}"
+                return self._failed(session_id, seq, error, detail=f"{error} ({exc!r})", permanent=True)
             if result.outcome == Outcome.PUBLISHED:
                 logger.info(
                     "session published",
@@ -142,15 +159,20 @@ class Publisher:
                     },
                 )
             return result
-        return self._failed(session_id, seq, error, permanent=False)
+        return self._failed(session_id, seq, error, detail=detail, permanent=False)
 
-    def _failed(self, session_id: str, seq: int, error: str, *, permanent: bool, forbidden: bool = False) -> Result:
-        logger.error("sync failed", extra={"session_id": session_id, "error": error, "permanent": permanent})
+    def _failed(
+        self, session_id: str, seq: int, error: str, *, detail: str, permanent: bool, forbidden: bool = False
+    ) -> Result:
+        """Record a failure: `error` (a client-visible reason) in the row, `detail` in the log."""
+        logger.error(
+            "sync failed", extra={"session_id": session_id, "error": detail, "reason": error, "permanent": permanent}
+        )
         record = get_session_by_id(session_id)
         record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
         return Result(Outcome.FAILED, error=error, permanent=permanent, forbidden=forbidden)
 
-    def _publish_once(self, session_id: str, seq: int, *, wait: bool) -> Result:
+    def _publish_once(self, session_id: str, seq: int, *, wait: bool, started: float) -> Result:
         record = get_session_by_id(session_id)
         if record is None:
             raise StoreError(f"session {session_id} is not in the local database", retryable=False)
@@ -185,6 +207,7 @@ class Publisher:
                 return Result(Outcome.UNCHANGED, publication)
             checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
             session = _session_fields(record)
+            deadline = started + self.timeout + _unsent_bytes(snapshot.files, uploaded) / DEADLINE_BYTES_PER_SECOND
             published = archive.publish(
                 self.store,
                 checkpoint=checkpoint,
@@ -195,6 +218,7 @@ class Publisher:
                 files=snapshot.files,
                 uploaded=uploaded["files"] if uploaded else {},
                 credentials=credentials,
+                deadline=deadline,
             )
             publication = Publication(
                 checkpoint=checkpoint,
@@ -203,6 +227,10 @@ class Publisher:
                 native_checkpoint=entry["id"],
                 time=published_at,
             )
+            if clock.monotonic() >= deadline:
+                # `latest` is written under the commit lock and waited for (never abandoned, or
+                # it could land after a restore): only within the deadline
+                raise archive.PublishDeadline("the publish passed its deadline before writing latest")
             with commit_lock(self.data_dir, session_id):
                 if current_epoch(session_id) != epoch:
                     return Result(Outcome.FENCED)
@@ -236,11 +264,20 @@ def _session_fields(record: SessionRecord) -> dict[str, Any]:
         "config": record.config,
         "descriptors": record.descriptors,
         "created_at": record.created_at,
+        "status": record.status,  # a restore never reopens a closed session from an older checkpoint
         "credential_bindings": record.credential_bindings,
         "parent_session": record.parent_session,
         "parent_call": record.parent_call,
         "depth": record.depth,
     }
+
+
+def _unsent_bytes(files: list[archive.LocalFile], uploaded: localstate.Uploaded | None) -> int:
+    """About what this publish sends: the files' bytes past what uploaded.json says is stored."""
+    stored = 0
+    for state in (uploaded["files"] if uploaded else {}).values():
+        stored += state["blocks"] * archive.BLOCK_BYTES + sum(size for _, size in state["tail"])
+    return max(0, sum(local.size for local in files) - stored)
 
 
 def _index_entry(record: SessionRecord) -> dict[str, Any]:

@@ -37,7 +37,12 @@ class PublishTask(Task):  # type: ignore[misc]  # celery ships no type hints
             if settings is None:
                 raise RuntimeError("the host config has no persistence block")
             index = DiscoveryIndex(os.environ[settings.postgres_env]) if settings.postgres_env else None
-            self._publisher = Publisher(open_store(settings, os.environ), Path(config.data_dir).resolve(), index=index)
+            self._publisher = Publisher(
+                open_store(settings, os.environ),
+                Path(config.data_dir).resolve(),
+                index=index,
+                timeout_seconds=settings.publish_timeout_seconds,
+            )
         return self._publisher
 
 

@@ -3,8 +3,12 @@
 Synchronous (worker threads and Celery workers, never the event loop). Imports no Django.
 Exception tree::
 
-    StoreError (.retryable)
+    StoreError (.retryable, .reason)
      └── ObjectMissing (get of an absent key; never retryable)
+
+An error's message is for the log: it may name endpoints, buckets, hosts, users and paths. Its
+`reason` is what clients see (GET /sync, API errors): one of the stable REASON_* sentences,
+which name no part of the infrastructure.
 """
 
 from __future__ import annotations
@@ -13,32 +17,61 @@ from typing import Literal, Protocol
 
 __all__ = [
     "MAX_OBJECT_BYTES",
+    "REASON_CORRUPTED",
+    "REASON_CREDENTIALS",
+    "REASON_DENIED",
+    "REASON_FAILED",
+    "REASON_INDEX",
+    "REASON_NO_BUCKET",
+    "REASON_TIMEOUT",
+    "REASON_TOO_LARGE",
+    "REASON_UNREACHABLE",
     "ObjectMissing",
     "ObjectStore",
     "StoreError",
     "check_size",
     "join_key",
     "normalize_prefix",
+    "reason_status",
     "validate_key",
 ]
 
 MAX_OBJECT_BYTES = 2 << 20  # spec: MaxObjectBytes, the largest block, tail or manifest the archive writes
 
 
+# What clients are told of a store failure (never the SDK's text: it names endpoints and buckets)
+REASON_UNREACHABLE = "the archive cannot be reached"
+REASON_TIMEOUT = "the archive did not answer in time"
+REASON_CREDENTIALS = "the archive refused the server's credentials"
+REASON_DENIED = "the archive denied access"
+REASON_NO_BUCKET = "the archive's bucket does not exist"
+REASON_CORRUPTED = "an archive transfer was corrupted"
+REASON_TOO_LARGE = "an archive object is over the size limit"
+REASON_FAILED = "the archive request failed"
+REASON_INDEX = "the discovery index is unavailable"
+
+
+def reason_status(status: int) -> str:
+    return f"the archive answered HTTP {status}" if status else REASON_FAILED
+
+
 class StoreError(Exception):
     """A store operation failed; `retryable` says whether the same call may succeed later
-    (network, 5xx, throttling) or never will (credentials, permissions, bucket, key, size)."""
+    (network, 5xx, throttling) or never will (credentials, permissions, bucket, key, size).
+    `reason` is the client-visible sentence; it defaults to the message, so errors built from
+    a foreign library's text must pass one."""
 
-    def __init__(self, message: str, *, retryable: bool) -> None:
+    def __init__(self, message: str, *, retryable: bool, reason: str = "") -> None:
         super().__init__(message)
         self.retryable = retryable
+        self.reason = reason or message
 
 
 class ObjectMissing(StoreError):
     """`get` of a key that does not exist: a missing checkpoint, never a transient failure."""
 
-    def __init__(self, message: str, *, retryable: Literal[False] = False) -> None:
-        super().__init__(message, retryable=retryable)
+    def __init__(self, message: str, *, retryable: Literal[False] = False, reason: str = "") -> None:
+        super().__init__(message, retryable=retryable, reason=reason)
 
 
 class ObjectStore(Protocol):
@@ -93,4 +126,4 @@ def check_size(key: str, data: bytes) -> None:
     """Refuse an object over MAX_OBJECT_BYTES before any I/O."""
     if len(data) > MAX_OBJECT_BYTES:
         message = f"object {key!r} is {len(data)} bytes, over the {MAX_OBJECT_BYTES} byte limit"
-        raise StoreError(message, retryable=False)
+        raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)

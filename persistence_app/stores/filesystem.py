@@ -203,7 +203,11 @@ def _store_error(operation: str, key: str, exc: OSError) -> StoreError:
         reason = "refuses to follow a symbolic link"
     else:
         reason = exc.strerror or type(exc).__name__
-    return StoreError(f"filesystem {operation} {key!r}: {reason}", retryable=exc.errno in _RETRYABLE_ERRNOS)
+    return StoreError(
+        f"filesystem {operation} {key!r}: {reason}",
+        retryable=exc.errno in _RETRYABLE_ERRNOS,
+        reason=f"the archive failed ({reason})",
+    )
 
 
 _LIBC = ctypes.CDLL(None, use_errno=True)

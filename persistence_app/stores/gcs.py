@@ -22,7 +22,23 @@ from google.cloud.storage.retry import DEFAULT_RETRY
 
 from brainsite.hostconfig import Persistence
 
-from .base import MAX_OBJECT_BYTES, ObjectMissing, StoreError, check_size, join_key, normalize_prefix
+from .base import (
+    MAX_OBJECT_BYTES,
+    REASON_CORRUPTED,
+    REASON_CREDENTIALS,
+    REASON_DENIED,
+    REASON_FAILED,
+    REASON_NO_BUCKET,
+    REASON_TIMEOUT,
+    REASON_TOO_LARGE,
+    REASON_UNREACHABLE,
+    ObjectMissing,
+    StoreError,
+    check_size,
+    join_key,
+    normalize_prefix,
+    reason_status,
+)
 
 __all__ = ["GCSStore", "open_gcs_store"]
 
@@ -76,9 +92,9 @@ class GCSStore:
         except GoogleAPICallError as exc:
             if immutable and exc.code == http.client.PRECONDITION_FAILED:
                 return  # an earlier attempt of the same upload stored it
-            raise _store_error("put", key, exc) from exc
+            raise _store_error("put", self._bucket.name, key, exc) from exc
         except _STORE_ERRORS as exc:
-            raise _store_error("put", key, exc) from exc
+            raise _store_error("put", self._bucket.name, key, exc) from exc
 
     def get(self, key: str) -> bytes:
         name = join_key(self._prefix, key)
@@ -90,9 +106,9 @@ class GCSStore:
         except GoogleAPICallError as exc:
             if exc.code == http.client.NOT_FOUND and MISSING_BUCKET not in str(exc):
                 raise ObjectMissing(f"object {key!r} does not exist") from exc
-            raise _store_error("get", key, exc) from exc
+            raise _store_error("get", self._bucket.name, key, exc) from exc
         except _STORE_ERRORS as exc:
-            raise _store_error("get", key, exc) from exc
+            raise _store_error("get", self._bucket.name, key, exc) from exc
         return b"".join(sink.chunks)
 
     def barrier(self) -> None:
@@ -119,7 +135,7 @@ def open_gcs_store(settings: Persistence, environ: Mapping[str, str]) -> GCSStor
             client = storage.Client(**({"project": project} if project else {}))
     except (GoogleAuthError, ValueError) as exc:
         # no Application Default Credentials, or unusable ones: a configuration problem
-        raise StoreError(f"gcs client: {exc}", retryable=False) from exc
+        raise StoreError(f"gcs client: {exc}", retryable=False, reason=REASON_CREDENTIALS) from exc
     return GCSStore(client, bucket=settings.bucket, prefix=settings.prefix)
 
 
@@ -134,22 +150,47 @@ class _BoundedSink:
     def write(self, data: bytes) -> int:
         self.total += len(data)
         if self.total > MAX_OBJECT_BYTES:
-            raise StoreError(f"gcs get {self.key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+            message = f"gcs get {self.key!r}: over the {MAX_OBJECT_BYTES} byte limit"
+            raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
         self.chunks.append(bytes(data))
         return len(data)
 
 
-def _store_error(operation: str, key: str, exc: BaseException) -> StoreError:
+def _store_error(operation: str, bucket: str, key: str, exc: BaseException) -> StoreError:
+    message = f"gcs {operation} {bucket}/{key}: {type(exc).__name__}: {exc}"
     if isinstance(exc, GoogleAPICallError):
         # Forbidden, Unauthorized, NotFound (bucket), BadRequest never clear by themselves
         status = int(exc.code or 0)
         retryable = status >= 500 or status in RETRYABLE_STATUSES
-        return StoreError(f"gcs {operation} {key!r}: {type(exc).__name__} (HTTP {status})", retryable=retryable)
+        return StoreError(message, retryable=retryable, reason=_status_reason(status, str(exc)))
     if isinstance(exc, InvalidResponse):
         status = int(getattr(exc.response, "status_code", 0) or 0)
         retryable = status >= 500 or status in RETRYABLE_STATUSES
-        return StoreError(f"gcs {operation} {key!r}: HTTP {status}", retryable=retryable)
+        return StoreError(message, retryable=retryable, reason=_status_reason(status, ""))
     if isinstance(exc, GoogleAuthError) and not isinstance(exc, AuthTransportError):
-        return StoreError(f"gcs {operation} {key!r}: credentials: {exc}", retryable=bool(exc.retryable))
+        return StoreError(message, retryable=bool(exc.retryable), reason=REASON_CREDENTIALS)
     retryable = isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
-    return StoreError(f"gcs {operation} {key!r}: {type(exc).__name__}: {exc}", retryable=retryable)
+    return StoreError(message, retryable=retryable, reason=_transport_reason(exc))
+
+
+def _status_reason(status: int, text: str) -> str:
+    if status == http.client.NOT_FOUND and MISSING_BUCKET in text:
+        return REASON_NO_BUCKET
+    if status == http.client.UNAUTHORIZED:
+        return REASON_CREDENTIALS
+    if status == http.client.FORBIDDEN:
+        return REASON_DENIED
+    return reason_status(status)
+
+
+def _transport_reason(exc: BaseException) -> str:
+    cause = exc.cause if isinstance(exc, RetryError) and exc.cause is not None else exc  # the last attempt's
+    if isinstance(cause, GoogleAPICallError):
+        return _status_reason(int(cause.code or 0), str(cause))
+    if isinstance(cause, (requests.Timeout, TimeoutError, urllib3.exceptions.TimeoutError, RetryError)):
+        return REASON_TIMEOUT  # a RetryError without a cause: the retry budget ran out
+    if isinstance(cause, (requests.ConnectionError, ConnectionError, AuthTransportError, urllib3.exceptions.HTTPError)):
+        return REASON_UNREACHABLE
+    if isinstance(cause, DataCorruption):
+        return REASON_CORRUPTED
+    return REASON_FAILED

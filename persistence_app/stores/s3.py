@@ -16,15 +16,36 @@ from botocore.exceptions import (
     BotoCoreError,
     ChecksumError,
     ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
     FlexibleChecksumError,
     HTTPClientError,
     IncompleteReadError,
+    NoCredentialsError,
+    PartialCredentialsError,
+    ReadTimeoutError,
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from brainsite.hostconfig import Persistence
 
-from .base import MAX_OBJECT_BYTES, ObjectMissing, StoreError, check_size, join_key, normalize_prefix
+from .base import (
+    MAX_OBJECT_BYTES,
+    REASON_CORRUPTED,
+    REASON_CREDENTIALS,
+    REASON_DENIED,
+    REASON_FAILED,
+    REASON_NO_BUCKET,
+    REASON_TIMEOUT,
+    REASON_TOO_LARGE,
+    REASON_UNREACHABLE,
+    ObjectMissing,
+    StoreError,
+    check_size,
+    join_key,
+    normalize_prefix,
+    reason_status,
+)
 
 __all__ = ["S3Store", "open_s3_store"]
 
@@ -54,6 +75,11 @@ RETRYABLE_CODES = frozenset(
     }
 )
 RETRYABLE_STATUSES = frozenset({408, 429})
+# Error codes by what clients are told (the code itself, with the bucket and key, is logged)
+CREDENTIAL_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
+)
+DENIED_CODES = frozenset({"AccessDenied", "AllAccessDisabled", "AccountProblem", "InvalidObjectState"})
 _RETRYABLE_TRANSPORT_ERRORS = (
     BotoConnectionError,  # refused, connect timeout, TLS, proxy
     HTTPClientError,  # read timeout, connection closed, body stream broken
@@ -78,9 +104,9 @@ class S3Store:
         except ClientError as exc:
             if immutable and _status(exc) == PRECONDITION_FAILED:
                 return  # an earlier attempt of the same upload stored it
-            raise _client_error("put", key, exc) from exc
+            raise _client_error("put", self._bucket, key, exc) from exc
         except BotoCoreError as exc:
-            raise _transport_error("put", key, exc) from exc
+            raise _transport_error("put", self._bucket, key, exc) from exc
 
     def get(self, key: str) -> bytes:
         name = join_key(self._prefix, key)
@@ -89,16 +115,17 @@ class S3Store:
             body = response["Body"]
             try:
                 if int(response.get("ContentLength") or 0) > MAX_OBJECT_BYTES:
-                    raise StoreError(f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+                    message = f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit"
+                    raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
                 return _read_bounded(body, key)
             finally:
                 body.close()
         except ClientError as exc:
             if _code(exc) in MISSING_OBJECT_CODES:
                 raise ObjectMissing(f"object {key!r} does not exist") from exc
-            raise _client_error("get", key, exc) from exc
+            raise _client_error("get", self._bucket, key, exc) from exc
         except BotoCoreError as exc:
-            raise _transport_error("get", key, exc) from exc
+            raise _transport_error("get", self._bucket, key, exc) from exc
 
     def barrier(self) -> None:
         """Puts are durable when they return."""
@@ -135,7 +162,7 @@ def open_s3_store(settings: Persistence, environ: Mapping[str, str]) -> S3Store:
         session = boto3.session.Session(region_name=region, **credentials)
         client = session.client("s3", endpoint_url=settings.endpoint or None, config=config)
     except (BotoCoreError, ValueError) as exc:
-        raise StoreError(f"s3 client: {exc}", retryable=False) from exc
+        raise StoreError(f"s3 client: {exc}", retryable=False, reason=REASON_FAILED) from exc
     return S3Store(client, bucket=settings.bucket, prefix=settings.prefix)
 
 
@@ -153,7 +180,8 @@ def _read_bounded(body: Any, key: str) -> bytes:
     while chunk := body.read(READ_CHUNK_BYTES):
         total += len(chunk)
         if total > MAX_OBJECT_BYTES:
-            raise StoreError(f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit", retryable=False)
+            message = f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit"
+            raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -170,15 +198,32 @@ def _status(exc: Any) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
-def _client_error(operation: str, key: str, exc: Any) -> StoreError:
+def _client_error(operation: str, bucket: str, key: str, exc: Any) -> StoreError:
     code, status = _code(exc), _status(exc)
     retryable = code in RETRYABLE_CODES or status >= 500 or status in RETRYABLE_STATUSES
-    # Code and status only: AccessDenied, InvalidAccessKeyId, NoSuchBucket, ... say enough
-    return StoreError(f"s3 {operation} {key!r}: {code or 'error'} (HTTP {status})", retryable=retryable)
+    if code == "NoSuchBucket":
+        reason = REASON_NO_BUCKET
+    elif code in CREDENTIAL_CODES or status == 401:
+        reason = REASON_CREDENTIALS
+    elif code in DENIED_CODES or status == 403:
+        reason = REASON_DENIED
+    else:
+        reason = reason_status(status)
+    return StoreError(f"s3 {operation} {bucket}/{key}: {exc}", retryable=retryable, reason=reason)
 
 
-def _transport_error(operation: str, key: str, exc: BotoCoreError) -> StoreError:
+def _transport_error(operation: str, bucket: str, key: str, exc: BotoCoreError) -> StoreError:
     # Connection refused/reset, timeouts, truncated or corrupted bodies retry; missing
     # credentials, bad parameters or configuration do not.
     retryable = isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
-    return StoreError(f"s3 {operation} {key!r}: {exc}", retryable=retryable)
+    if isinstance(exc, (ReadTimeoutError, ConnectTimeoutError)):
+        reason = REASON_TIMEOUT
+    elif isinstance(exc, (EndpointConnectionError, BotoConnectionError)):
+        reason = REASON_UNREACHABLE
+    elif isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        reason = REASON_CREDENTIALS
+    elif isinstance(exc, (ChecksumError, FlexibleChecksumError, IncompleteReadError)):
+        reason = REASON_CORRUPTED
+    else:
+        reason = REASON_FAILED
+    return StoreError(f"s3 {operation} {bucket}/{key}: {exc}", retryable=retryable, reason=reason)
