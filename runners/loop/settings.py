@@ -44,22 +44,24 @@ def parse_open_params(params: Any) -> SessionSettings:
         model=config["model"],
         instructions=str(config.get("instructions") or DEFAULT_INSTRUCTIONS),
         reasoning_effort=str(config.get("reasoning_effort") or "off"),
-        tools=_tool_specs(params.get("tools") or [], enabled=config.get("tools")),
+        tools=_tool_specs(params.get("tools") or []),
         provider=dict(provider),
     )
 
 
-def _tool_specs(descriptors: Any, *, enabled: Any) -> tuple[ToolSpec, ...]:
-    """The descriptors Brain sent, in its order; only the names config.tools enables, if given."""
+def _tool_specs(descriptors: Any) -> tuple[ToolSpec, ...]:
+    """Every descriptor Brain sent, in its order: the session's config tools and bound tools
+    (`<alias>_<name>`), which are exactly the tools the model is offered."""
     if not isinstance(descriptors, list):
         raise BrainFailure("open params tools must be a list")
-    names = set(enabled) if isinstance(enabled, list) else None
     specs = []
+    seen: set[str] = set()
     for descriptor in descriptors:
         if not isinstance(descriptor, dict) or not isinstance(descriptor.get("name"), str):
             raise BrainFailure("each tool needs a name")
-        if names is not None and descriptor["name"] not in names:
-            continue
+        if descriptor["name"] in seen:
+            raise BrainFailure(f"tool {descriptor['name']!r} is described twice")
+        seen.add(descriptor["name"])
         schema = descriptor.get("input_schema")
         specs.append(
             ToolSpec(

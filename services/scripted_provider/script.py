@@ -177,6 +177,11 @@ class Script:
         return f"Summary of the earlier conversation ({len(text)} characters): {text[:QUOTE_LIMIT]}"
 
     def _finish(self, view: RequestView, text: str, calls: tuple[ScriptedToolCall, ...]) -> Plan:
+        unoffered = [call.name for call in calls if call.name not in view.tool_names]
+        if unoffered:
+            # A real model only calls tools the request offered: say so instead of calling.
+            text = _unoffered_reply(unoffered, view.tool_names)
+            calls = ()
         chunks = _split_words(text, self.chunk_words)
         arguments_size = sum(len(json.dumps(call.arguments)) for call in calls)
         subject = view.user_texts[-1] if view.user_texts else "the tool results"
@@ -188,6 +193,11 @@ class Script:
             input_tokens=max(1, math.ceil(view.body_size / CHARS_PER_TOKEN)),
             output_tokens=max(1, math.ceil((len(text) + arguments_size) / CHARS_PER_TOKEN)),
         )
+
+
+def _unoffered_reply(unoffered: list[str], offered: tuple[str, ...]) -> str:
+    listed = ", ".join(offered) if offered else "none"
+    return f"I cannot call {', '.join(unoffered)}: it was not offered to me (offered tools: {listed})."
 
 
 def _fill_placeholders(reply: str, view: RequestView) -> str:

@@ -108,12 +108,15 @@ class ScriptedProvider:
         except ValueError as exc:
             return await _send_json(writer, 400, error_body(wire, 400, f"invalid JSON body: {exc}"))
         headers = {name: request.headers[name] for name in _LOGGED_HEADERS if name in request.headers}
-        self.requests.append({"path": path, "wire": wire, "headers": headers, "body": body})
+        entry: dict[str, Any] = {"path": path, "wire": wire, "headers": headers, "body": body, "tools": []}
+        self.requests.append(entry)
         problem = find_request_error(wire, body)
         if problem is not None:
             return await _send_json(writer, 400, error_body(wire, 400, problem), error_headers(wire, 400))
         model = request_model(wire, path, body)
-        plan = self.script.plan(view_request(wire, body, body_size=len(request.body), model=model))
+        view = view_request(wire, body, body_size=len(request.body), model=model)
+        entry["tools"] = list(view.tool_names)
+        plan = self.script.plan(view)
         if plan.fail_status:
             extra = {"retry-after-ms": str(RETRY_AFTER_MS), **error_headers(wire, plan.fail_status)}
             return await _send_json(
