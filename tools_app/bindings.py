@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 
 from brainsite.errors import BrainError, Forbidden, InvalidRequest, Unsupported
+from brainsite.tool_schemas import first_error_off_loop
 from runners.protocol import ToolDescriptor
 
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable, normalized_tools
@@ -323,7 +323,7 @@ class SessionBindings:
         if name in self._provider_routes:
             return await self._invoke_provider(context, name, arguments)
         route = self._routes[name]
-        problem = _argument_problem(route.arguments, name, arguments)
+        problem = await _argument_problem(route.arguments, name, arguments)
         if problem is not None:
             return Invocation.failed(problem)
         executor = self._hub.executor_for(context.session_id, route.alias)
@@ -354,7 +354,7 @@ class SessionBindings:
             if dispatched:
                 raise CallCancelled(name) from None
             raise
-        return checked_invocation(raw, route.output, name)
+        return await checked_invocation(raw, route.output, name)
 
     async def _bind(self, route: _ProviderRoute, tenant: str) -> _Bound:
         """The provider binding of `route`, bound again with its saved parameters on first use.
@@ -397,7 +397,7 @@ class SessionBindings:
             current = bound.descriptors[route.operation]
             if route.saved is not None and {**current, "name": name} != route.saved:
                 raise _Refused("its descriptor changed since the session was created")
-            problem = _argument_problem(bound.arguments[route.operation], name, arguments)
+            problem = await _argument_problem(bound.arguments[route.operation], name, arguments)
             if problem is not None:
                 return Invocation.failed(problem)
             credential = await self._credentials(context.tenant, context.session_id, route.alias)
@@ -435,10 +435,10 @@ def _normalized(descriptor: ToolDescriptor) -> ToolDescriptor:
     return value
 
 
-def _argument_problem(validator: Validator, name: str, arguments: Any) -> str | None:
+async def _argument_problem(validator: Validator, name: str, arguments: Any) -> str | None:
     if not isinstance(arguments, dict):
         return f"invalid arguments for {name}: arguments must be a JSON object"
-    problem = best_match(validator.iter_errors(arguments))
+    problem = await first_error_off_loop(validator, arguments)
     if problem is None:
         return None
     where = "/".join(str(part) for part in problem.absolute_path)

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from jsonschema import SchemaError
 
 from brainsite.hostconfig import HostConfig, ToolBindingConfig
+from brainsite.tool_schemas import compile_schema
 
 from .providers.base import ProviderConfigError, ProviderError, ToolProvider
 from .providers.options import UnknownOperation
 from .providers.registry import SETTING
-from .registry import compile_schema
 
 __all__ = ["bind_provider_tool", "resolve_provider_tools"]
 
@@ -63,7 +63,9 @@ async def bind_provider_tool(binding: ToolBindingConfig, providers: Mapping[str,
             try:
                 compile_schema(schema)
             except SchemaError as exc:
-                raise ValueError(f"{key}: tool provider {binding.provider!r} returned an invalid schema") from exc
+                raise ValueError(
+                    f"{key}: tool provider {binding.provider!r} returned a schema that is refused: {exc.message}"
+                ) from exc
     return binding.model_copy(update=update) if update else binding
 
 

@@ -19,12 +19,11 @@ from enum import StrEnum
 from typing import Any, Protocol, TypedDict
 
 import orjson
-from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
-from jsonschema.validators import validator_for
 from opentelemetry.propagate import inject as _inject
 
 from brainsite.hostconfig import ToolBindingConfig
+from brainsite.tool_schemas import compile_schema, first_error, first_error_off_loop
 from runners.protocol import ToolDescriptor
 
 from .providers.base import ProviderCall, ProviderError, ToolProvider, TurnEffects
@@ -111,15 +110,6 @@ class InspectionGrants:
 
     grant: Callable[[str, str], str]  # (session_id, tenant) -> token
     revoke: Callable[[str], None]
-
-
-def compile_schema(schema: Mapping[str, Any]) -> Validator:
-    """A validator for `schema` that checks `format`; raises jsonschema.SchemaError if invalid."""
-    cls = validator_for(schema)
-    cls.check_schema(schema)
-    # the dialect's own checker: draft 3's `time` and 2020-12's `time` are different formats
-    validator: Validator = cls(schema, format_checker=cls.FORMAT_CHECKER)
-    return validator
 
 
 def _entry(binding: ToolBindingConfig, token: str | None) -> _Entry:
@@ -249,7 +239,7 @@ class ToolRegistry:
         binding = entry.binding
         if not isinstance(arguments, dict):
             return Invocation.failed(f"invalid arguments for {name}: arguments must be a JSON object")
-        problem = best_match(entry.arguments.iter_errors(arguments))
+        problem = await first_error_off_loop(entry.arguments, arguments)
         if problem is not None:
             where = "/".join(str(part) for part in problem.absolute_path)
             return Invocation.failed(
@@ -306,7 +296,7 @@ class ToolRegistry:
         finally:
             if inspection_token and self._inspections is not None:
                 self._inspections.revoke(inspection_token)
-        return checked_invocation(raw, entry.output, name)
+        return await checked_invocation(raw, entry.output, name)
 
     async def _invoke_provider_tool(self, context: CallContext, entry: _Entry, arguments: dict[str, Any]) -> Invocation:
         """A provider-backed tool: its provider's operation with the binding's parameters."""
@@ -365,7 +355,7 @@ async def invoke_provider(
         return Invocation.failed(
             _detail(f"tool {name!r} failed: {exc}{suffix}"), outcome=Outcome.UNKNOWN if exc.reached else Outcome.ERROR
         )
-    invocation = checked_invocation(raw, output, name)
+    invocation = await checked_invocation(raw, output, name)
     if effects is None or invocation.outcome is not Outcome.OK:
         return invocation
     return dataclasses.replace(invocation, events=tuple(effects.events), end_turn=effects.end_turn)
@@ -402,10 +392,15 @@ class Invocation:
         return cls(error_result(message, unknown_outcome=unknown), outcome)
 
 
-def checked_invocation(raw: Any, output: Validator | None, name: str) -> Invocation:
-    """A tool's raw result object, strictly checked (an invalid one is an unknown outcome)."""
+async def checked_invocation(raw: Any, output: Validator | None, name: str) -> Invocation:
+    """A tool's raw result object, strictly checked (an invalid one is an unknown outcome).
+    Checked against an output schema in a worker thread: the tenant's schema and the tool's
+    value (up to max_output_bytes) decide the cost, never the event loop's."""
     try:
-        result = check_result(raw, output)
+        if output is None:
+            result = check_result(raw, output)
+        else:
+            result = await asyncio.to_thread(check_result, raw, output)
     except InvalidResult as exc:
         return Invocation.failed(_detail(f"tool {name!r} returned an invalid result: {exc}"), outcome=Outcome.UNKNOWN)
     if not result.get("is_error"):
@@ -459,7 +454,7 @@ def check_result(value: Any, output: Validator | None) -> ToolResult:
         raise InvalidResult("the result has neither content nor structured_content")
     is_error = value.get("is_error") is True
     if structured is not None and not is_error and output is not None:
-        problem = best_match(output.iter_errors(structured))
+        problem = first_error(output, structured)
         if problem is not None:
             raise InvalidResult(f"structured_content does not match output_schema: {problem.message}")
     result: ToolResult = {"content": content or [{"type": "text", "text": orjson.dumps(structured).decode()}]}

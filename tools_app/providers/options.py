@@ -9,13 +9,12 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
 from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from brainsite.tool_schemas import compile_schema, first_error
 from runners.protocol import ToolDescriptor
 
-from ..registry import compile_schema
 from .base import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS
 
 __all__ = [
@@ -134,7 +133,7 @@ class ParameterCheck:
         self._validator: Validator = compile_schema(schema if schema is not None else {"type": "object"})
 
     def check(self, parameters: Any) -> None:
-        problem = best_match(self._validator.iter_errors({} if parameters is None else parameters))
+        problem = first_error(self._validator, {} if parameters is None else parameters)
         if problem is not None:
             where = "/".join(str(part) for part in problem.absolute_path)
             message = f"parameters{' at ' + where if where else ''}: {problem.message}"

@@ -9,11 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from jsonschema.exceptions import best_match
-
+from brainsite.tool_schemas import compile_schema, first_error
 from runners.protocol import ToolDescriptor
 
-from ..registry import compile_schema
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
 from .options import CommonOptions, parse_options, select_operations
 
@@ -137,7 +135,7 @@ def payload_problem(payload: dict[str, Any]) -> str | None:
     validator = _VALIDATORS.get(payload.get("output_type", ""))
     if validator is None:
         return f"output_type must be one of {', '.join(PAYLOAD_SCHEMAS)}"
-    problem = best_match(validator.iter_errors(payload))
+    problem = first_error(validator, payload)
     if problem is None:
         rows = payload.get("rows") or ()
         columns = payload.get("columns")

@@ -610,22 +610,26 @@ TOOL_INVALID = [
     ),
     pytest.param(
         {"input_schema": {"$ref": "https://example.com/schema.json"}},
-        "tools[0].input_schema: must not use an external $ref",
+        "tools[0].input_schema: tool 'echo': $ref 'https://example.com/schema.json' at the root: only references "
+        "inside the schema (#...) are allowed",
         id="external_ref_case",
     ),
     pytest.param(
         {"input_schema": {"type": "object", "properties": {"a": {"$ref": "other.json#/x"}}}},
-        "tools[0].input_schema: must not use an external $ref",
+        "tools[0].input_schema: tool 'echo': $ref 'other.json#/x' at /properties/a: only references inside the "
+        "schema (#...) are allowed",
         id="nested_relative_ref_case",
     ),
     pytest.param(
         {"input_schema": {"anyOf": [{"$ref": "http://e/x"}]}},
-        "tools[0].input_schema: must not use an external $ref",
+        "tools[0].input_schema: tool 'echo': $ref 'http://e/x' at /anyOf/0: only references inside the schema "
+        "(#...) are allowed",
         id="ref_in_list_case",
     ),
     pytest.param(
         {"output_schema": {"$ref": "http://e/x"}},
-        "tools[0].output_schema: must not use an external $ref",
+        "tools[0].output_schema: tool 'echo': $ref 'http://e/x' at the root: only references inside the schema "
+        "(#...) are allowed",
         id="output_schema_ref_case",
     ),
     pytest.param(
