@@ -1,12 +1,15 @@
 """HTTP JSON and SSE tools: POST the identity envelope, read one JSON result or an SSE stream.
 
 Owns the egress policy for tool services: no redirects, proxies from the environment, the
-header deadline and the output limit. Imports nothing from Django.
+header deadline and the output limit, counted on the decoded body (bodies.py). Imports nothing
+from Django.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -15,8 +18,9 @@ import orjson
 from runners.protocol import FrameError, decode_json
 
 from .base import OutboundCall, Transport, TransportError
+from .bodies import ACCEPT_ENCODING, BodyDecodingError, BodyTooLarge, decoded_response
 
-__all__ = ["HttpSseTransport", "make_client"]
+__all__ = ["HttpSseTransport", "body_chunks", "make_client"]
 
 # A pool big enough that 32 parallel calls per service never wait for a connection.
 MAX_CONNECTIONS = 512
@@ -27,8 +31,10 @@ ACCEPT = "application/json, text/event-stream"
 def make_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
     """The one client for tool calls. Deadlines come from the registry (header deadline and
     timeout_seconds), so httpx's own per-operation timeouts are off; redirects are never
-    followed and HTTP(S)_PROXY / NO_PROXY are honoured (trust_env)."""
+    followed and HTTP(S)_PROXY / NO_PROXY are honoured (trust_env). Bodies are read raw and
+    decoded by body_chunks, so only the encodings it decodes are asked for."""
     return httpx.AsyncClient(
+        headers={"Accept-Encoding": ACCEPT_ENCODING},
         timeout=httpx.Timeout(None),
         follow_redirects=False,
         trust_env=True,
@@ -57,8 +63,12 @@ def _media_type(response: httpx.Response) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
+def too_large(limit: int) -> TransportError:
+    return TransportError(f"tool output exceeds max_output_bytes ({limit})", reached=True)
+
+
 class _Budget:
-    """Counts response bytes against max_output_bytes."""
+    """Counts decoded response bytes against max_output_bytes."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit
@@ -67,7 +77,21 @@ class _Budget:
     def take(self, chunk: bytes) -> None:
         self.left -= len(chunk)
         if self.left < 0:
-            raise TransportError(f"tool output exceeds max_output_bytes ({self.limit})", reached=True)
+            raise too_large(self.limit)
+
+
+async def body_chunks(response: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+    """The response body decoded from its Content-Encoding in bounded pieces (bodies.py), for
+    a reader that stops once `limit` decoded bytes are passed. Every failure is a TransportError
+    with the request reached."""
+    try:
+        async with contextlib.aclosing(decoded_response(response, limit=limit)) as pieces:
+            async for piece in pieces:
+                yield piece
+    except BodyTooLarge:
+        raise too_large(limit) from None
+    except BodyDecodingError as exc:
+        raise TransportError(f"tool response cannot be decoded: {exc}", reached=True) from None
 
 
 class PooledHttpTransport(Transport):
@@ -122,7 +146,7 @@ class HttpSseTransport(PooledHttpTransport):
         media_type = _media_type(response)
         if media_type == "application/json":
             body = bytearray()
-            async for chunk in response.aiter_bytes():
+            async for chunk in body_chunks(response, budget.limit):
                 budget.take(chunk)
                 body += chunk
             return _parse_json(bytes(body), "result")
@@ -145,7 +169,7 @@ async def _read_stream(response: httpx.Response, call: OutboundCall, budget: _Bu
     pending = b""
     event = ""
     data: list[str] = []
-    async for chunk in response.aiter_bytes():
+    async for chunk in body_chunks(response, budget.limit):
         budget.take(chunk)
         pending += chunk
         *lines, pending = pending.split(b"\n")

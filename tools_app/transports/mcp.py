@@ -1,7 +1,8 @@
 """MCP tools over Streamable HTTP (mcp SDK 2.x): a fresh MCP session per call on pooled connections.
 
 Identity goes in `_meta["brain.dev/scope"]`, the call id is the progress token. Every response
-byte of a call, progress included, counts against max_output_bytes as it arrives. Results become
+byte of a call, progress included, counts against max_output_bytes as it arrives, after its
+Content-Encoding is decoded in bounded pieces (bodies.py). Results become
 Brain results; anything else is a TransportError saying whether the tool may have run.
 """
 
@@ -22,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from runners.protocol import FrameError, encode_json
 
 from .base import OutboundCall, Transport, TransportError
+from .bodies import ACCEPT_ENCODING, BodyTooLarge, decoded_response
 
 __all__ = [
     "DISCOVERY_PAGES",
@@ -44,8 +46,11 @@ MAX_CONNECTIONS = 256
 
 
 def make_client(token: str, transport: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
-    """One pooled client per server credential. Deadlines come from the registry."""
-    headers = {"Authorization": f"Bearer {token}"} if token else None
+    """One pooled client per server credential. Deadlines come from the registry. Bodies are
+    read raw and decoded by _MeteredStream, so only the encodings it decodes are asked for."""
+    headers = {"Accept-Encoding": ACCEPT_ENCODING}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     return httpx2.AsyncClient(
         headers=headers,
         timeout=httpx2.Timeout(None),
@@ -77,22 +82,33 @@ class OutputMeter:
     def take(self, chunk: bytes) -> None:
         self.received += len(chunk)
         if self.received > self.limit or self.exceeded:
-            self.exceeded = True
-            self._scope.cancel()
-            raise OutputTooLarge(f"received more than {self.limit} bytes")
+            self.overflow()
+
+    def overflow(self) -> None:
+        self.exceeded = True
+        self._scope.cancel()
+        raise OutputTooLarge(f"received more than {self.limit} bytes")
 
 
 class _MeteredStream(httpx2.AsyncByteStream):
-    """The decoded body of a pooled response, each chunk taken by the meter before the SDK sees it."""
+    """The body of a pooled response, read raw and decoded in bounded pieces by the decoder the
+    HTTP transports use (httpx2 also decodes in bounded pieces, but would pass a stream of wire
+    bytes that decode to nothing), each piece taken by the meter before the SDK sees it."""
 
     def __init__(self, response: httpx2.Response, meter: OutputMeter) -> None:
         self._response = response
         self._meter = meter
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._response.aiter_bytes():
-            self._meter.take(chunk)
-            yield chunk
+        pieces = decoded_response(self._response, limit=self._meter.limit)
+        try:
+            async for piece in pieces:
+                self._meter.take(piece)
+                yield piece
+        except BodyTooLarge:
+            self._meter.overflow()
+        finally:
+            await pieces.aclose()
 
     async def aclose(self) -> None:
         await self._response.aclose()
@@ -108,7 +124,7 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         response = await self._client.send(request, stream=True, follow_redirects=False)
-        # The stream is decoded already: the meter counts what the SDK would buffer.
+        # The SDK gets the decoded body: the meter counts what the SDK would buffer.
         headers = [(name, value) for name, value in response.headers.multi_items() if name != "content-encoding"]
         stream = _MeteredStream(response, self._meter)
         return httpx2.Response(response.status_code, headers=headers, stream=stream, extensions=response.extensions)

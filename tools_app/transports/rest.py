@@ -2,13 +2,15 @@
 plain REST call and turn the answer into a tool result.
 
 The egress policy is the HTTP tools' (http_sse.make_client: no redirects, proxies from the
-environment, the header deadline, max_output_bytes while reading). Imports nothing from Django.
+environment, the header deadline, max_output_bytes counted on the decoded body while reading).
+Imports nothing from Django.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from typing import Any
 
 import httpx
@@ -18,7 +20,7 @@ from brainsite.rest_templates import TemplateError, fill_request
 from runners.protocol import FrameError, decode_json
 
 from .base import OutboundCall, TransportError
-from .http_sse import PooledHttpTransport
+from .http_sse import PooledHttpTransport, body_chunks, too_large
 
 __all__ = ["RestTransport"]
 
@@ -70,19 +72,21 @@ class RestTransport(PooledHttpTransport):
 
 async def _read(response: httpx.Response, limit: int) -> bytes:
     body = bytearray()
-    async for chunk in response.aiter_bytes():
+    async for chunk in body_chunks(response, limit):
         body += chunk
         if len(body) > limit:
-            raise TransportError(f"tool output exceeds max_output_bytes ({limit})", reached=True)
+            raise too_large(limit)
     return bytes(body)
 
 
 async def _excerpt(response: httpx.Response) -> str:
+    """The start of an error body; one that cannot be decoded has none."""
     body = bytearray()
-    async for chunk in response.aiter_bytes():
-        body += chunk
-        if len(body) >= EXCERPT_BYTES:
-            break
+    with contextlib.suppress(TransportError):
+        async for chunk in body_chunks(response, EXCERPT_BYTES):
+            body += chunk
+            if len(body) >= EXCERPT_BYTES:
+                break
     text = bytes(body[:EXCERPT_BYTES]).decode("utf-8", errors="replace").strip()
     return f": {text}" if text else ""
 
