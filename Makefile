@@ -53,6 +53,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/persistence_bench.py
 	$(BIN)/python bench/executor_bench.py
 	$(BIN)/python bench/spawn_bench.py
+	$(BIN)/python bench/schema_bench.py
 
 clean:
 	rm -rf $(VENV) .brain .brain-archive staticfiles
