@@ -84,7 +84,9 @@ def _database(data_dir: Path) -> dict[str, object]:
 
 
 DATA_DIR = Path(os.environ.get("BRAIN_DATA_DIR", ".brain")).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Private from its first moment: this runs before runbrain sets its umask, and session ids are names
+# in here. 0o700 is never widened by a umask.
+DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def _host_config() -> HostConfig:
@@ -218,7 +220,7 @@ STATIC_URL = "/static/"
 STATIC_ROOT = Path(os.environ.get("BRAIN_STATIC_ROOT") or BASE_DIR / "staticfiles").resolve()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    "staticfiles": {"BACKEND": "servestatic.storage.CompressedManifestStaticFilesStorage"},
+    "staticfiles": {"BACKEND": "brainsite.staticfiles.AdminStaticStorage"},
 }
 # gzip variants only: brotli needs a package of its own and zstd Python 3.14; every browser takes gzip
 SERVESTATIC_USE_BROTLI = False

@@ -94,15 +94,18 @@ def test_nothing_else_is_served_under_static(admin_brain: BrainServer, path: str
     assert response.json()["error"]["code"] == "not_found"
 
 
-def test_an_uncollected_static_root_is_logged_at_startup(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_uncollected_static_root_is_logged_and_the_apps_files_are_served_unhashed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     # when
     with override_settings(STATIC_ROOT=tmp_path / "nothing-here"), caplog.at_level(logging.ERROR, logger="brain"):
         server = static_files(None)
 
     # then
-    assert server.files == {}
+    assert "/static/admin/css/base.css" in server.files
+    assert not any(re.search(r"\.[0-9a-f]{12}\.", url) for url in server.files)
     assert [record.getMessage() for record in caplog.records] == [
-        "static files are not collected: run `python manage.py collectstatic --noinput`"
+        "static files are not collected: serving the apps' files unhashed; run `python manage.py collectstatic`"
     ]
 
 

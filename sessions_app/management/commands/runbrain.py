@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
@@ -12,6 +14,7 @@ from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
 SHUTDOWN_SECONDS = 18.0
 SWITCH_INTERVAL_SECONDS = 0.001
 PRIVATE_UMASK = 0o077  # spec: exit within about 20 s of SIGTERM/SIGINT
+PRIVATE_DIRECTORY_MODE = 0o700  # session ids are names in the data dir: nobody else may list them
 
 
 class Command(BaseCommand):
@@ -39,10 +42,14 @@ class Command(BaseCommand):
         # Sessions are private: the data dir, logs, checkpoints, native files (the harness children
         # inherit the mask) and the SQLite database are readable by Brain's user only.
         os.umask(PRIVATE_UMASK)
+        _make_private(Path(settings.DATA_DIR), Path(config.data_dir))
         if not options["skip_migrate"]:
             from django.core.management import call_command
 
             call_command("migrate", verbosity=0, interactive=False)
+        from brainsite.staticfiles import collect_static_files
+
+        collect_static_files()  # a fresh install has none; the admin never fails for want of them
 
         import asyncio
         import sys
@@ -98,8 +105,17 @@ class Command(BaseCommand):
             server_name="brain",
             body_limit=config.limits.input_bytes + BODY_OVERHEAD_BYTES,
             body_deadline_seconds=body_deadline_seconds,
+            receiving_per_address=config.limits.receiving_per_address,
         )
         # the reactor's loop is the current one, so ensure_future schedules on the loop that runs
         asyncio.set_event_loop(twisted_loop)
         reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)  # type: ignore[arg-type]  # stubs mistype the phase
         server.run()
+
+
+def _make_private(*directories: Path) -> None:
+    """The data dirs exist and are Brain's user's alone, even when an older release or another
+    tool created them readable by others."""
+    for directory in directories:
+        directory.mkdir(mode=PRIVATE_DIRECTORY_MODE, parents=True, exist_ok=True)
+        directory.chmod(PRIVATE_DIRECTORY_MODE)
