@@ -24,11 +24,10 @@ from brainsite.telemetry import Telemetry
 from persistence_app.service import ArchiveService
 from sessions_app import db as sessions_db
 from sessions_app.auth import TokenCache
-from sessions_app.runtime.engine import Engine
+from sessions_app.runtime.engine import Engine, executor_hub
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.credentials import BindingCredentials
-from tools_app.executors import ExecutorHub
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
@@ -77,7 +76,7 @@ class BrainApp:
             inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
             providers=self.providers,
         )
-        self.executors = ExecutorHub()
+        self.executors = executor_hub(config.limits)
         self.engine = Engine(
             config,
             secrets,

@@ -22,12 +22,13 @@ from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from brainsite.errors import BrainError, InvalidRequest, PayloadTooLarge, Unauthorized, error_envelope
+from brainsite.errors import BrainError, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized, error_envelope
 from brainsite.logs import logger
 
 __all__ = [
     "BODY_DEADLINE_ENV",
     "BODY_DEADLINE_SECONDS",
+    "RECEIVING_PER_ADDRESS",
     "BoundedBodyServer",
     "body_deadline_from_environment",
 ]
@@ -40,6 +41,10 @@ BODY_DEADLINE_ENV = "BRAIN_BODY_DEADLINE_SECONDS"
 # kernel's bounded socket buffer. It gets this long to read the answer before the reset.
 REFUSAL_LINGER_SECONDS = 2.0
 TOO_LARGE_MESSAGE = "request body exceeds the size limit"  # the ASGI layer's words for the same 413
+# Requests from one client address still arriving (headers or body) at once: each holds a socket
+# and up to a body in memory for as long as the deadline, so one address dripping bytes on many
+# connections is refused (429) past this many; limits.receiving_per_address sets it per server.
+RECEIVING_PER_ADDRESS = 32
 
 
 def body_deadline_from_environment(environ: Mapping[str, str]) -> float:
@@ -114,6 +119,9 @@ class BoundedHTTPChannel(http.HTTPChannel):
 
     body_limit: int
     body_deadline_seconds: float
+    receiving: dict[str, int]  # the factory's: requests still arriving, per client address
+    receiving_per_address: int
+    _receiving_from: str | None = None  # the address this connection's arriving request counts for
     refusing = False  # an answer went out early: the rest of the connection's bytes are dropped
     _responding = False  # a whole request is with the application (no deadline runs)
     _deadline: DelayedCall | None = None
@@ -125,6 +133,8 @@ class BoundedHTTPChannel(http.HTTPChannel):
             return
         if self._deadline is None and not self._responding:
             self._request_started = time.monotonic()
+            if not self._start_receiving():
+                return
             self._deadline = self._call_later(self.body_deadline_seconds, self._refuse_overdue)
         super().dataReceived(data)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
 
@@ -145,6 +155,32 @@ class BoundedHTTPChannel(http.HTTPChannel):
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
         super().connectionLost(reason)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def _start_receiving(self) -> bool:
+        """Count the request now arriving against its address; at the cap refuse it (429)."""
+        address = self._peer().rpartition(":")[0]
+        arriving = self.receiving.get(address, 0)
+        if arriving >= self.receiving_per_address:
+            logger.warning(
+                "too many requests arriving from one address",
+                extra={"client": self._peer(), "limit": self.receiving_per_address},
+            )
+            message = f"too many requests from this address are still arriving (at most {self.receiving_per_address})"
+            self._refuse(Overloaded(message), status=429, reason=b"Too Many Requests")
+            return False
+        self.receiving[address] = arriving + 1
+        self._receiving_from = address
+        return True
+
+    def _stop_receiving(self) -> None:
+        address, self._receiving_from = self._receiving_from, None
+        if address is None:
+            return
+        arriving = self.receiving.get(address, 0) - 1
+        if arriving > 0:
+            self.receiving[address] = arriving
+        else:
+            self.receiving.pop(address, None)
 
     def refuse_oversized(self, **sizes: int) -> None:
         logger.warning(
@@ -181,6 +217,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
             b"Connection: close\r\n",
             b"X-Request-Id: %s\r\n" % request_id.encode(),
             b"X-Content-Type-Options: nosniff\r\n",
+            *(b"%s: %s\r\n" % (name.encode(), value.encode()) for name, value in error.headers().items()),
             b"Server: %s\r\n" % self.factory.server.server_name.encode(),
             b"\r\n",
         )
@@ -192,6 +229,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
         self._linger = self._call_later(REFUSAL_LINGER_SECONDS, transport.abortConnection)
 
     def _cancel_deadline(self) -> None:
+        self._stop_receiving()  # the deadline runs exactly while a request is arriving
         if self._deadline is not None:
             if self._deadline.active():
                 self._deadline.cancel()
@@ -218,16 +256,27 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
 
     protocol = BoundedHTTPChannel
 
-    def __init__(self, server: Any, *, body_limit: int, body_deadline_seconds: float) -> None:
+    def __init__(
+        self,
+        server: Any,
+        *,
+        body_limit: int,
+        body_deadline_seconds: float,
+        receiving_per_address: int = RECEIVING_PER_ADDRESS,
+    ) -> None:
         super().__init__(server)
         self.body_limit = body_limit
         self.body_deadline_seconds = body_deadline_seconds
+        self.receiving_per_address = receiving_per_address
+        self.receiving: dict[str, int] = {}
 
     def buildProtocol(self, addr: Any) -> BoundedHTTPChannel:
         channel: BoundedHTTPChannel = super().buildProtocol(addr)
         channel.requestFactory = BoundedWebRequest  # type: ignore[assignment]  # a Request; daphne's is untyped
         channel.body_limit = self.body_limit
         channel.body_deadline_seconds = self.body_deadline_seconds
+        channel.receiving = self.receiving
+        channel.receiving_per_address = self.receiving_per_address
         return channel
 
     def acceptableProtocols(self) -> list[bytes]:
@@ -237,9 +286,17 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
 class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type hints
     """Daphne's Server listening through BoundedHTTPFactory."""
 
-    def __init__(self, *args: Any, body_limit: int, body_deadline_seconds: float, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        body_limit: int,
+        body_deadline_seconds: float,
+        receiving_per_address: int = RECEIVING_PER_ADDRESS,
+        **kwargs: Any,
+    ) -> None:
         self.body_limit = body_limit
         self.body_deadline_seconds = body_deadline_seconds
+        self.receiving_per_address = receiving_per_address
         super().__init__(*args, **kwargs)
 
     @property
@@ -251,7 +308,10 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
         # Server.run() builds daphne's HTTPFactory(self) and listens with it in the same breath:
         # this assignment is the one seam where the bounded factory takes its place
         self._bounded_factory = BoundedHTTPFactory(
-            self, body_limit=self.body_limit, body_deadline_seconds=self.body_deadline_seconds
+            self,
+            body_limit=self.body_limit,
+            body_deadline_seconds=self.body_deadline_seconds,
+            receiving_per_address=self.receiving_per_address,
         )
 
     def kill_all_applications(self) -> defer.Deferred[Any]:

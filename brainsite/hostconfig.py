@@ -283,6 +283,14 @@ class Limits(_Strict):
     subscribers: int = Field(default=128, ge=1)
     subscriber_events: int = Field(default=128, ge=1)
     subscriber_bytes: int = Field(default=2 << 20, ge=4096)
+    # Beyond the spec's limits, per-tenant shares of pools all tenants draw on:
+    # runtime executors one tenant may hold (of the server's 4,096, tools_app.executors)
+    tenant_executors: int = Field(default=1024, ge=1, le=4096)
+    # an executor no session has bound is closed this long after its registration
+    unbound_executor_seconds: int = Field(default=600, ge=1, le=86400)
+    # requests from one client address whose bodies are still arriving (slow uploads); behind a
+    # proxy every client shares its address, so raise it there
+    receiving_per_address: int = Field(default=32, ge=1, le=65536)
 
     @model_validator(mode="after")
     def _loaded_at_least_active(self) -> Limits:

@@ -36,7 +36,11 @@ __all__ = [
 ]
 
 MAX_EXECUTORS = 4096  # per process; registrations past it are 429
+# One tenant's share of MAX_EXECUTORS (limits.tenant_executors): a quarter, so a tenant that
+# registers without end leaves room for at least three others.
+DEFAULT_TENANT_EXECUTORS = MAX_EXECUTORS // 4
 MAX_UNBOUND_SECONDS = 600.0  # an executor no session bound is dropped after this long
+SWEEP_SECONDS = 1.0  # how often unbound executors are checked for expiry (an expiry is this late at most)
 MAX_CALLS_PER_EXECUTOR = 32  # the published clients refuse more concurrent calls
 MAX_QUEUED_COMMANDS = 256
 PING_SECONDS = 15.0
@@ -125,9 +129,19 @@ def normalized_tools(tools: list[ToolDescriptor]) -> list[dict[str, Any]]:
 
 
 class ExecutorHub:
-    def __init__(self) -> None:
+    """The process's executors: at most MAX_EXECUTORS, `tenant_share` of them per tenant; one no
+    session has bound closes `unbound_seconds` after its registration (`expire_unbound`, run by
+    the engine, sweeps them on time, whether or not anyone registers again)."""
+
+    def __init__(
+        self, *, tenant_share: int = DEFAULT_TENANT_EXECUTORS, unbound_seconds: float = MAX_UNBOUND_SECONDS
+    ) -> None:
         self._executors: dict[str, Executor] = {}
         self._routes: dict[tuple[str, str], str] = {}  # (session, alias) -> executor id
+        self._tenant_share = tenant_share
+        self._unbound_seconds = unbound_seconds
+        self._per_tenant: dict[str, int] = {}
+        self._unbound: dict[str, Executor] = {}  # in registration order, so the oldest come first
 
     # -- registration and credentials ------------------------------------------------------
 
@@ -135,8 +149,15 @@ class ExecutorHub:
         """A new executor and its credential. With `session` (a rebind) it replaces the
         executor that served the session's alias."""
         self._expire_unbound()
-        if len(self._executors) >= MAX_EXECUTORS:
+        previous_id = self._routes.get((session, binding)) if session else None
+        replacing = 1 if previous_id is not None and previous_id in self._executors else 0  # a rebind
+        if len(self._executors) - replacing >= MAX_EXECUTORS:
             raise Overloaded("too many runtime executors")
+        if self._per_tenant.get(tenant, 0) - replacing >= self._tenant_share:
+            raise Overloaded(
+                f"the tenant's share of runtime executors ({self._tenant_share}, limits.tenant_executors) "
+                "is in use; close executors it no longer needs or try again later"
+            )
         executor_id, token = secrets.token_hex(16), secrets.token_urlsafe(32)
         executor = Executor(
             id=executor_id,
@@ -147,11 +168,12 @@ class ExecutorHub:
             created=time.monotonic(),
         )
         self._executors[executor_id] = executor
+        self._per_tenant[tenant] = self._per_tenant.get(tenant, 0) + 1
+        self._unbound[executor_id] = executor
         if session:
-            previous = self._routes.get((session, binding))
             self.bind(executor, session)
-            if previous is not None and previous in self._executors:
-                self.close(self._executors[previous], reason="replaced by a rebind")
+            if previous_id is not None and previous_id in self._executors:
+                self.close(self._executors[previous_id], reason="replaced by a rebind")
         return executor_id, token
 
     def authenticate(self, executor_id: str, authorization: str | None) -> Executor:
@@ -174,6 +196,7 @@ class ExecutorHub:
 
     def bind(self, executor: Executor, session: str) -> None:
         executor.session = session
+        self._unbound.pop(executor.id, None)
         self._routes[(session, executor.binding)] = executor.id
 
     def executor_for(self, session: str, alias: str) -> Executor | None:
@@ -181,10 +204,20 @@ class ExecutorHub:
         return self.get(executor_id) if executor_id is not None else None
 
     def _expire_unbound(self) -> None:
-        now = time.monotonic()
-        for executor in list(self._executors.values()):
-            if not executor.session and now - executor.created > MAX_UNBOUND_SECONDS:
-                self.close(executor, reason="never bound to a session")
+        """Close the executors registered more than `unbound_seconds` ago that no session bound:
+        only the expired ones are visited (the oldest first)."""
+        expiry = time.monotonic() - self._unbound_seconds
+        while self._unbound:
+            executor = next(iter(self._unbound.values()))
+            if executor.created > expiry:
+                return
+            self.close(executor, reason="never bound to a session")
+
+    async def expire_unbound(self) -> None:
+        """Sweep unbound executors every SWEEP_SECONDS until cancelled (the engine owns the task)."""
+        while True:
+            await asyncio.sleep(SWEEP_SECONDS)
+            self._expire_unbound()
 
     # -- connections -----------------------------------------------------------------------
 
@@ -215,6 +248,12 @@ class ExecutorHub:
             return
         executor.closed = True
         self._executors.pop(executor.id, None)
+        self._unbound.pop(executor.id, None)
+        count = self._per_tenant.get(executor.tenant, 0) - 1
+        if count > 0:
+            self._per_tenant[executor.tenant] = count
+        else:
+            self._per_tenant.pop(executor.tenant, None)
         if self._routes.get((executor.session, executor.binding)) == executor.id:
             del self._routes[(executor.session, executor.binding)]
         if executor.connection is not None:

@@ -39,7 +39,16 @@ from .session_reads import OwnSession
 from .toolcalls import ToolCalls
 from .turnslots import TurnSlot, TurnSlots
 
-__all__ = ["ColdLoader", "Engine", "RemoteLister", "SessionDamaged", "Stats", "SyncHook", "new_session_record"]
+__all__ = [
+    "ColdLoader",
+    "Engine",
+    "RemoteLister",
+    "SessionDamaged",
+    "Stats",
+    "SyncHook",
+    "executor_hub",
+    "new_session_record",
+]
 
 # Status rows reach the database at most this long after a change. Crash recovery does not
 # depend on it (the event log and the running marker do); the admin and lists see it.
@@ -91,7 +100,7 @@ class Engine:
         binding_credentials: CredentialSource = no_credentials,
     ) -> None:
         self.config = config
-        self.executors = executors if executors is not None else ExecutorHub()
+        self.executors = executors if executors is not None else executor_hub(config.limits)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.binding_credentials = binding_credentials  # provider bindings' private credentials
         self.secrets = secrets
@@ -114,6 +123,7 @@ class Engine:
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
         self._dirty: dict[str, SessionRecord] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._executor_expiry: asyncio.Task[None] | None = None
         self._streams_closed = asyncio.Event()
         self.sync: SyncHook | None = None
         self.cold_loader: ColdLoader | None = None
@@ -140,6 +150,9 @@ class Engine:
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
         self._flusher = asyncio.get_running_loop().create_task(self._write_behind(), name="brain-write-behind")
+        self._executor_expiry = asyncio.get_running_loop().create_task(
+            self.executors.expire_unbound(), name="brain-executor-expiry"
+        )
 
     def track(self, task: asyncio.Task[Any]) -> None:
         self._tasks.add(task)
@@ -158,10 +171,11 @@ class Engine:
                 subscriber.close()
         self._streams_closed.set()
         await self.residency.close()
-        if self._flusher is not None:
-            self._flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._flusher
+        for task in (self._executor_expiry, self._flusher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.flush()
         await asyncio.to_thread(self._sync_and_close_logs)
 
@@ -427,6 +441,11 @@ class Engine:
 
     async def wait_streams_closed(self) -> None:
         await self._streams_closed.wait()
+
+
+def executor_hub(limits: Limits) -> ExecutorHub:
+    """The process's runtime executors, with the tenant share and expiry of `limits`."""
+    return ExecutorHub(tenant_share=limits.tenant_executors, unbound_seconds=limits.unbound_executor_seconds)
 
 
 def new_session_record(

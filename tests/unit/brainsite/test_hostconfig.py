@@ -95,6 +95,9 @@ def test_limits_default_to_the_documented_values() -> None:
         "subscribers": 128,
         "subscriber_events": 128,
         "subscriber_bytes": 2097152,
+        "tenant_executors": 1024,
+        "unbound_executor_seconds": 600,
+        "receiving_per_address": 32,
     }
 
 
@@ -204,6 +207,9 @@ LIMIT_BOUNDS = [
     pytest.param("subscribers", 1, id="subscribers_minimum_case"),
     pytest.param("subscriber_events", 1, id="subscriber_events_minimum_case"),
     pytest.param("subscriber_bytes", 4096, id="subscriber_bytes_minimum_case"),
+    pytest.param("tenant_executors", 4096, id="tenant_executors_maximum_case"),
+    pytest.param("unbound_executor_seconds", 1, id="unbound_executor_seconds_minimum_case"),
+    pytest.param("receiving_per_address", 1, id="receiving_per_address_minimum_case"),
 ]
 
 
@@ -250,6 +256,24 @@ LIMIT_OUT_OF_RANGE = [
         4095,
         "limits.subscriber_bytes: Input should be greater than or equal to 4096",
         id="subscriber_bytes_under_case",
+    ),
+    pytest.param(
+        "tenant_executors",
+        4097,
+        "limits.tenant_executors: Input should be less than or equal to 4096",
+        id="tenant_executors_over_case",
+    ),
+    pytest.param(
+        "unbound_executor_seconds",
+        0,
+        "limits.unbound_executor_seconds: Input should be greater than or equal to 1",
+        id="unbound_executor_seconds_zero_case",
+    ),
+    pytest.param(
+        "receiving_per_address",
+        0,
+        "limits.receiving_per_address: Input should be greater than or equal to 1",
+        id="receiving_per_address_zero_case",
     ),
     pytest.param("queue", "16", "limits.queue: Input should be a valid integer", id="queue_string_case"),
     pytest.param("queue", 16.0, "limits.queue: Input should be a valid integer", id="queue_float_case"),
