@@ -28,6 +28,7 @@ from sessions_app.runtime.engine import Engine, executor_hub
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.credentials import BindingCredentials
+from tools_app.knowledge_jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
@@ -92,6 +93,10 @@ class BrainApp:
         for provider in self.providers.values():
             if isinstance(provider, SubagentProvider):
                 provider.use_child_sessions(children)
+        # document ingestion: Celery workers when a broker is configured, else this server's runner
+        self.knowledge_jobs = KnowledgeJobs(
+            JobBudgets.from_environment(os.environ), broker_send=_celery_send(KNOWLEDGE_TASK)
+        )
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
             self.archive = ArchiveService(
@@ -114,6 +119,7 @@ class BrainApp:
         if self.archive is not None:
             await self.archive.start(self.engine)  # before the engine: loading settles sessions
         await self.engine.start()
+        await self.knowledge_jobs.start()
 
     @property
     def ready(self) -> bool:
@@ -123,6 +129,7 @@ class BrainApp:
         return self.archive is None or self.archive.ready
 
     async def stop(self) -> None:
+        await self.knowledge_jobs.stop()
         await self.engine.shutdown()
         if self.archive is not None:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
@@ -144,6 +151,20 @@ def _celery_dispatch() -> Callable[[str, int], None] | None:
         app.send_task(PUBLISH_TASK, args=(session_id, seq))
 
     return dispatch
+
+
+def _celery_send(task: str) -> Callable[[int], None] | None:
+    """Sends a job id to the Celery task `task` when a broker is configured."""
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL:
+        return None
+    from brainsite.celery import app
+
+    def send(job_id: int) -> None:
+        app.send_task(task, args=(job_id,))
+
+    return send
 
 
 def brain_of(scope: Mapping[str, Any]) -> BrainApp:

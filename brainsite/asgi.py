@@ -26,6 +26,7 @@ from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
+from brainsite.upload_limits import request_body_limit  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
 
@@ -71,7 +72,12 @@ class BrainHttpMiddleware:
                 message = {**message, "headers": [*headers, *extra]}
             await send(message)
 
-        limit = brain.config.limits.input_bytes + BODY_OVERHEAD_BYTES
+        limit = request_body_limit(
+            scope.get("method", "").encode(),
+            scope.get("path", "").encode(),
+            (value for name, value in scope.get("headers", ()) if name == b"cookie"),
+            default=brain.config.limits.input_bytes + BODY_OVERHEAD_BYTES,
+        )
         for name, value in scope.get("headers", ()):
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await self._reject_too_large(send_with_headers, request_id)

@@ -24,6 +24,7 @@ from twisted.web import http
 
 from brainsite.errors import BrainError, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized, error_envelope
 from brainsite.logs import logger
+from brainsite.upload_limits import request_body_limit
 
 __all__ = [
     "BODY_DEADLINE_ENV",
@@ -66,6 +67,7 @@ class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no ty
 
     def __init__(self, channel: BoundedHTTPChannel, *args: Any, **kwargs: Any) -> None:
         super().__init__(channel, *args, **kwargs)
+        self.body_limit: int = channel.body_limit  # this request's (upload_limits), once its headers are in
         self.body_room: int = channel.body_limit  # bytes the body may still bring; < 0: refused
 
     def basic_error(self, status: int, status_text: bytes, body: str) -> None:
@@ -91,6 +93,8 @@ class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no ty
         self.handle_reply({"type": "http.response.body", "body": error_envelope(error, request_id)})
 
     def gotLength(self, length: int | None) -> None:
+        # every header is in: a signed-in admin's knowledge upload may bring one document
+        self.body_limit = self.body_room = self.channel.body_limit_for(self)
         if length is not None and length > self.body_room:
             # no temporary file, and no "100 Continue" inviting the body after the answer
             self.requestHeaders.removeHeader(b"Expect")
@@ -106,10 +110,10 @@ class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no ty
             self.content.write(data)
         elif not self.channel.refusing:
             self.content.close()  # frees the temporary file now, not when the connection ends
-            self.channel.refuse_oversized(received=self.channel.body_limit - self.body_room)
+            self.channel.refuse_oversized(received=self.body_limit - self.body_room)
 
     def received_bytes(self) -> int:
-        return int(self.channel.body_limit - self.body_room)
+        return int(self.body_limit - self.body_room)
 
 
 class BoundedHTTPChannel(http.HTTPChannel):
@@ -155,6 +159,14 @@ class BoundedHTTPChannel(http.HTTPChannel):
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
         super().connectionLost(reason)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    def body_limit_for(self, request: BoundedWebRequest) -> int:
+        """The body limit of the request whose headers just arrived (Twisted parsed its request
+        line into this channel)."""
+        cookies = request.requestHeaders.getRawHeaders(b"cookie") or []
+        method: bytes = self._command
+        target: Any = self._path  # bytes: Twisted's annotation names another attribute's type
+        return request_body_limit(method, target, cookies, default=self.body_limit)
 
     def _start_receiving(self) -> bool:
         """Count the request now arriving against its address; at the cap refuse it (429)."""

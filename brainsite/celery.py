@@ -1,4 +1,5 @@
-"""The Celery application of `manage.py syncworker`: Django settings with the CELERY_ prefix."""
+"""The Celery application of `manage.py syncworker` (sync publishes and knowledge jobs): Django
+settings with the CELERY_ prefix."""
 
 from __future__ import annotations
 
@@ -10,4 +11,4 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
 
 app = Celery("brain")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["persistence_app"])
+app.autodiscover_tasks(["persistence_app", "tools_app"])

@@ -8,16 +8,17 @@ from typing import Any
 
 from asgiref.sync import async_to_sync
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import HttpRequest
 from django.utils import timezone
 from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 
-from .db import add_document, declared_token_envs
-from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, ParsedDocument, parse_document
-from .models import Document, KnowledgeBase, Memory, Task, ToolBinding
+from .db import count_active_knowledge_jobs, declared_token_envs
+from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
+from .knowledge_jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
+from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
 from .provider_tools import bind_provider_tool
 from .providers.knowledge import BASE_NAME
 from .registry import registry_of
@@ -185,17 +186,33 @@ def _forget_bindings(request: HttpRequest) -> None:
         registry_of(scope).forget_bindings()
 
 
+def _knowledge_jobs(request: HttpRequest) -> KnowledgeJobs | None:
+    """The answering server's knowledge jobs (None outside runbrain: a runner's poll finds the job)."""
+    scope = getattr(request, "scope", None)
+    if isinstance(scope, dict) and "brain" in scope:
+        jobs: KnowledgeJobs | None = getattr(scope["brain"], "knowledge_jobs", None)
+        return jobs
+    return None
+
+
+def _job_budgets(request: HttpRequest) -> JobBudgets:
+    jobs = _knowledge_jobs(request)
+    return jobs.budgets if jobs is not None else JobBudgets.from_environment(os.environ)
+
+
 class KnowledgeBaseForm(forms.ModelForm[KnowledgeBase]):
-    """A knowledge base, and optionally one file to add to it: read, chunked and indexed on save;
-    a file that cannot be read is an error on the upload field and nothing is saved."""
+    """A knowledge base, and optionally one file to add to it: checked here (size, type, the
+    tenant's share of jobs), then read, chunked and indexed by a background job on save."""
 
     upload = forms.FileField(
-        required=False, help_text="a text, Markdown, HTML or PDF file to add (at most 20 MiB)", label="Add a document"
+        required=False,
+        help_text="a text, Markdown, HTML or PDF file to add (at most 20 MiB); it is indexed in the background",
+        label="Add a document",
     )
     document_title = forms.CharField(
         required=False, max_length=300, help_text="the added document's title (default: its own or the file name)"
     )
-    parsed_document: ParsedDocument | None = None
+    request: HttpRequest | None = None  # set by KnowledgeBaseAdmin.get_form's subclass
 
     class Meta:
         model = KnowledgeBase
@@ -210,17 +227,20 @@ class KnowledgeBaseForm(forms.ModelForm[KnowledgeBase]):
     def clean(self) -> dict[str, Any] | None:
         cleaned = super().clean()
         upload = self.cleaned_data.get("upload")
-        if upload is None:
+        tenant = self.cleaned_data.get("tenant")
+        if upload is None or not tenant:
             return cleaned
         if upload.size is not None and upload.size > MAX_DOCUMENT_BYTES:
             self.add_error("upload", f"file too large: {upload.size} bytes; at most {MAX_DOCUMENT_BYTES} bytes")
             return cleaned
         try:
-            self.parsed_document = parse_document(
-                upload.read(), upload.name or "upload", title=self.cleaned_data.get("document_title", "")
-            )
+            media_type_of(upload.name or "upload")
         except KnowledgeError as exc:
-            self.add_error("upload", f"{upload.name}: {exc}")
+            self.add_error("upload", str(exc))
+            return cleaned
+        budgets = _job_budgets(self.request) if self.request is not None else JobBudgets.from_environment(os.environ)
+        if count_active_knowledge_jobs(tenant) >= budgets.jobs_per_tenant:
+            self.add_error("upload", KnowledgeJobsBusy(tenant, budgets.jobs_per_tenant).message)
         return cleaned
 
 
@@ -235,26 +255,87 @@ class DocumentInline(admin.TabularInline[Document, KnowledgeBase]):
         return False
 
 
+class KnowledgeJobInline(admin.TabularInline[KnowledgeJob, KnowledgeBase]):
+    model = KnowledgeJob
+    fields = ("source", "status", "progress", "stage", "error", "created_at", "finished_at")
+    readonly_fields = fields
+    extra = 0
+    show_change_link = True
+    ordering = ("-created_at",)
+    verbose_name_plural = "knowledge jobs"
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> bool:
+        return False
+
+
 @admin.register(KnowledgeBase)
 class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
-    """Knowledge bases per tenant; documents are added with the upload field (or the
-    add_knowledge command) and deleted from the list below it."""
+    """Knowledge bases per tenant; documents are added with the upload field (a background job,
+    listed below with its progress) or the add_knowledge command, and deleted from the list."""
 
     form = KnowledgeBaseForm
-    inlines = (DocumentInline,)
+    inlines = (KnowledgeJobInline, DocumentInline)
     list_display = ("name", "tenant", "description", "created_at")
     list_filter = ("tenant",)
     search_fields = ("name", "description")
     ordering = ("tenant", "name")
 
+    def get_form(
+        self, request: HttpRequest, obj: KnowledgeBase | None = None, change: bool = False, **kwargs: Any
+    ) -> type[forms.ModelForm[KnowledgeBase]]:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        # the form class is made for this request (a KnowledgeBaseForm subclass): its server's job budgets
+        form.request = request  # type: ignore[attr-defined]  # declared on KnowledgeBaseForm
+        return form
+
     def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
         if obj.created_at is None:
             obj.created_at = timezone.now()
         super().save_model(request, obj, form, change)
-        parsed = form.parsed_document
-        if parsed is not None:
-            stored = add_document(obj.pk, parsed, source=form.cleaned_data["upload"].name)
-            self.message_user(request, f"added {stored.title!r}: {stored.chunk_count} chunks")
+        upload = form.cleaned_data.get("upload")
+        if upload is None:
+            return
+        jobs = _knowledge_jobs(request)
+        try:
+            job = submit_knowledge_job(
+                obj.pk,
+                obj.tenant,
+                upload.chunks(),
+                source=upload.name or "upload",
+                title=form.cleaned_data.get("document_title", ""),
+                budgets=_job_budgets(request),
+                dispatch=jobs.dispatch if jobs is not None else None,
+            )
+        except (KnowledgeJobsBusy, KnowledgeError) as exc:  # lost a race for the tenant's last share
+            self.message_user(request, f"{upload.name}: not added: {exc}", level=messages.ERROR)
+            return
+        self.message_user(request, f"{job.source}: queued as knowledge job {job.id}; it is indexed in the background")
+
+
+@admin.register(KnowledgeJob)
+class KnowledgeJobAdmin(admin.ModelAdmin[KnowledgeJob]):
+    """Uploads being indexed, and those that were: state, progress, and why one failed."""
+
+    list_display = ("source", "base", "tenant", "status", "progress", "stage", "error", "created_at", "finished_at")
+    list_filter = ("status", "tenant")
+    search_fields = ("source", "error")
+    ordering = ("-created_at",)
+    readonly_fields = (
+        "base", "tenant", "source", "title", "size", "status", "progress", "stage", "error", "document",
+        "created_at", "started_at", "finished_at",
+    )  # fmt: skip
+    exclude = ("spool_path",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: KnowledgeJob | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: KnowledgeJob | None = None) -> bool:
+        # a queued or running job's worker still needs its row and spooled file
+        return obj is None or obj.status not in (KnowledgeJobStatus.QUEUED.value, KnowledgeJobStatus.RUNNING.value)
 
 
 @admin.register(Document)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -15,13 +16,36 @@ from pydantic import ValidationError
 from brainsite.hostconfig import ToolBindingConfig
 from brainsite.logs import logger
 
-from .knowledge import ParsedDocument
-from .models import Chunk, Document, KnowledgeBase, Memory, SessionCredential, Task, TaskStatus, ToolBinding
+from .knowledge import KnowledgeJobStatus, ParsedDocument
+from .models import (
+    Chunk,
+    Document,
+    KnowledgeBase,
+    KnowledgeJob,
+    Memory,
+    SessionCredential,
+    Task,
+    TaskStatus,
+    ToolBinding,
+)
 from .vault import RecoveryRecord, SealedCredential, recovery_record
 
 __all__ = [
     "DocumentRow",
     "KnowledgeHit",
+    "KnowledgeJobRow",
+    "aclaim_next_knowledge_job",
+    "afail_stale_knowledge_jobs",
+    "claim_knowledge_job",
+    "claim_next_knowledge_job",
+    "complete_knowledge_job",
+    "create_knowledge_job",
+    "fail_knowledge_job",
+    "fail_stale_knowledge_jobs",
+    "get_document",
+    "get_knowledge_job",
+    "record_knowledge_job_progress",
+    "requeue_knowledge_job",
     "MemoryHit",
     "add_document",
     "asearch_knowledge",
@@ -518,6 +542,13 @@ def add_document(base_id: int, document: ParsedDocument, *, source: str) -> Docu
     return DocumentRow(row.pk, base.name, row.title, row.source, row.media_type, row.size, row.chunk_count)
 
 
+def get_document(document_id: int) -> DocumentRow | None:
+    row = Document.objects.select_related("base").filter(pk=document_id).first()
+    if row is None:
+        return None
+    return DocumentRow(row.pk, row.base.name, row.title, row.source, row.media_type, row.size, row.chunk_count)
+
+
 def search_knowledge(tenant: str, bases: Sequence[str], query: str, *, limit: int) -> list[KnowledgeHit]:
     """The chunks of the tenant's knowledge bases named in `bases` that match any word of
     `query`, best first (BM25 on SQLite's FTS5, ts_rank_cd on PostgreSQL). Another tenant's base
@@ -589,3 +620,164 @@ def _knowledge_hits(ranked: Sequence[tuple[int, float]]) -> list[KnowledgeHit]:
 
 
 asearch_knowledge = database_sync_to_async(search_knowledge)
+
+
+# -- knowledge jobs ------------------------------------------------------------------------------
+
+_ACTIVE_JOB = (KnowledgeJobStatus.QUEUED.value, KnowledgeJobStatus.RUNNING.value)
+MAX_QUEUED_CANDIDATES = 200  # queued jobs looked at to pick the fairest next one
+
+
+@dataclass(frozen=True, slots=True)
+class KnowledgeJobRow:
+    id: int
+    tenant: str
+    base_id: int
+    source: str
+    title: str
+    size: int
+    spool_path: str
+    status: KnowledgeJobStatus
+    progress: int
+    stage: str
+    error: str
+    document_id: int | None
+
+
+def _job_row(row: KnowledgeJob) -> KnowledgeJobRow:
+    return KnowledgeJobRow(
+        row.pk,
+        row.tenant,
+        row.base_id,
+        row.source,
+        row.title,
+        row.size,
+        row.spool_path,
+        KnowledgeJobStatus(row.status),
+        row.progress,
+        row.stage,
+        row.error,
+        row.document_id,
+    )
+
+
+def create_knowledge_job(
+    base_id: int, *, source: str, title: str, size: int, spool_path: str, cap: int | None, running: bool = False
+) -> KnowledgeJobRow | None:
+    """A queued job for a file spooled at `spool_path`; None (and no row) when the base's tenant
+    already has `cap` jobs queued or running. Counted after the insert, among the jobs created
+    before it, so two racing uploads never both pass the cap. `running`: its caller runs it now."""
+    base = KnowledgeBase.objects.get(pk=base_id)
+    row = KnowledgeJob.objects.create(
+        base=base,
+        tenant=base.tenant,
+        source=source[:500],
+        title=title[:300],
+        size=size,
+        spool_path=spool_path,
+        created_at=timezone.now(),
+        status=(KnowledgeJobStatus.RUNNING if running else KnowledgeJobStatus.QUEUED).value,
+        started_at=timezone.now() if running else None,
+    )
+    if cap is not None:
+        ahead = KnowledgeJob.objects.filter(tenant=base.tenant, status__in=_ACTIVE_JOB, pk__lte=row.pk).count()
+        if ahead > cap:
+            row.delete()
+            return None
+    return _job_row(row)
+
+
+def count_active_knowledge_jobs(tenant: str) -> int:
+    return KnowledgeJob.objects.filter(tenant=tenant, status__in=_ACTIVE_JOB).count()
+
+
+def get_knowledge_job(job_id: int) -> KnowledgeJobRow | None:
+    row = KnowledgeJob.objects.filter(pk=job_id).first()
+    return _job_row(row) if row is not None else None
+
+
+def claim_knowledge_job(job_id: int, *, stale_before: datetime) -> KnowledgeJobRow | None:
+    """Mark a queued job running (or one whose worker started it before `stale_before` and was
+    lost: a broker redelivery); None when it is not there to run."""
+    now = timezone.now()
+    claimable = Q(status=KnowledgeJobStatus.QUEUED.value) | Q(
+        status=KnowledgeJobStatus.RUNNING.value, started_at__lt=stale_before
+    )
+    claimed = KnowledgeJob.objects.filter(claimable, pk=job_id).update(
+        status=KnowledgeJobStatus.RUNNING.value, started_at=now, progress=0, stage="starting", error=""
+    )
+    return get_knowledge_job(job_id) if claimed == 1 else None
+
+
+def claim_next_knowledge_job() -> KnowledgeJobRow | None:
+    """The next queued job, claimed: from the tenant with the fewest running jobs, oldest first,
+    so one tenant's queue never holds every worker while another tenant waits."""
+    running: dict[str, int] = {}
+    for tenant in KnowledgeJob.objects.filter(status=KnowledgeJobStatus.RUNNING.value).values_list("tenant", flat=True):
+        running[tenant] = running.get(tenant, 0) + 1
+    queued = list(
+        KnowledgeJob.objects.filter(status=KnowledgeJobStatus.QUEUED.value)
+        .order_by("pk")
+        .values_list("pk", "tenant")[:MAX_QUEUED_CANDIDATES]
+    )
+    for job_id, _tenant in sorted(queued, key=lambda item: (running.get(item[1], 0), item[0])):
+        claimed = claim_knowledge_job(job_id, stale_before=timezone.now())
+        if claimed is not None and claimed.status is KnowledgeJobStatus.RUNNING:
+            return claimed
+    return None
+
+
+def record_knowledge_job_progress(job_id: int, percent: int, stage: str) -> None:
+    KnowledgeJob.objects.filter(pk=job_id, status=KnowledgeJobStatus.RUNNING.value).update(
+        progress=max(0, min(100, percent)), stage=stage[:200]
+    )
+
+
+def complete_knowledge_job(job_id: int, document: ParsedDocument) -> DocumentRow | None:
+    """Store the job's document and mark it done, in one transaction; None (nothing stored) when
+    the job is no longer running (failed meanwhile, e.g. past its deadline)."""
+    with transaction.atomic():
+        job = KnowledgeJob.objects.select_for_update().filter(pk=job_id).first()
+        if job is None or job.status != KnowledgeJobStatus.RUNNING.value:
+            return None
+        stored = add_document(job.base_id, document, source=job.source)
+        job.status = KnowledgeJobStatus.DONE.value
+        job.progress = 100
+        job.stage = f"{stored.chunk_count} chunks indexed"
+        job.document_id = stored.id
+        job.finished_at = timezone.now()
+        job.save(update_fields=["status", "progress", "stage", "document", "finished_at"])
+    return stored
+
+
+def fail_knowledge_job(job_id: int, error: str) -> bool:
+    """Mark a queued or running job failed with why; False when it had already ended."""
+    failed = KnowledgeJob.objects.filter(pk=job_id, status__in=_ACTIVE_JOB).update(
+        status=KnowledgeJobStatus.FAILED.value, error=error[:2000], stage="failed", finished_at=timezone.now()
+    )
+    return failed == 1
+
+
+def fail_stale_knowledge_jobs(started_before: datetime, *, error: str) -> list[KnowledgeJobRow]:
+    """Running jobs started before `started_before` (their worker is gone: no job outlives its
+    deadline), marked failed; returns them so their spooled files can go."""
+    stale = [
+        _job_row(row)
+        for row in KnowledgeJob.objects.filter(status=KnowledgeJobStatus.RUNNING.value, started_at__lt=started_before)
+    ]
+    return [row for row in stale if fail_knowledge_job(row.id, error)]
+
+
+def requeue_knowledge_job(job_id: int) -> bool:
+    """A running job whose worker the server stopped goes back to the queue."""
+    requeued = KnowledgeJob.objects.filter(pk=job_id, status=KnowledgeJobStatus.RUNNING.value).update(
+        status=KnowledgeJobStatus.QUEUED.value, progress=0, stage="", started_at=None
+    )
+    return requeued == 1
+
+
+aclaim_next_knowledge_job = database_sync_to_async(claim_next_knowledge_job)
+afail_stale_knowledge_jobs = database_sync_to_async(fail_stale_knowledge_jobs)
+afail_knowledge_job = database_sync_to_async(fail_knowledge_job)
+aget_knowledge_job = database_sync_to_async(get_knowledge_job)
+arecord_knowledge_job_progress = database_sync_to_async(record_knowledge_job_progress)

@@ -1,16 +1,22 @@
 """Documents into searchable chunks: text, Markdown, HTML and PDF (pypdf) to plain text, then
 chunks of about 1,000 characters cut at headings, paragraphs, lines, sentences or words, with
-overlap. Bounded in size and chunk count; an unreadable file is a KnowledgeError naming why.
-Imports no Django: tools_app.db stores what this returns.
+overlap. Bounded in size, pages, decompressed PDF content and chunk count, and linear in the
+text's length (no backtracking regex over whitespace or headings); an unreadable file is a
+KnowledgeError naming why. Imports no Django: tools_app.db stores what this returns, and
+tools_app.knowledge_worker runs it in a child process with CPU and memory budgets.
 """
 
 from __future__ import annotations
 
+import bisect
 import io
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from html.parser import HTMLParser
 from pathlib import PurePath
+from typing import Any
 
 __all__ = [
     "CHUNK_CHARS",
@@ -20,7 +26,11 @@ __all__ = [
     "OVERLAP_CHARS",
     "ChunkSpan",
     "KnowledgeError",
+    "KnowledgeJobStatus",
+    "MAX_PDF_DECODED_BYTES",
+    "MAX_PDF_PAGES",
     "ParsedDocument",
+    "Progress",
     "chunk_text",
     "extract_text",
     "media_type_of",
@@ -30,7 +40,12 @@ __all__ = [
 MAX_DOCUMENT_BYTES = 20 * 1024 * 1024  # one file: a manual or a book, not a data dump
 MAX_TEXT_CHARS = 10_000_000  # extracted text: a 20 MiB file of plain text, about 12,000 chunks
 MAX_CHUNKS = 12_000  # per document, so one file cannot fill the database
-MAX_PDF_PAGES = 5_000  # pages read from one PDF
+MAX_PDF_PAGES = 5_000  # pages read from one PDF; a longer one is refused before any page is read
+# Decoded (decompressed) page content read from one PDF: a text PDF carries some 5-20 KB of content
+# per page, so 5,000 pages fit; a few KB of Flate can otherwise inflate to gigabytes
+MAX_PDF_DECODED_BYTES = 128 * 1024 * 1024
+# One decoded stream (a page's content, a form, an image): pypdf's own limit, lowered to ours
+MAX_PDF_STREAM_BYTES = 32 * 1024 * 1024
 CHUNK_CHARS = 1_000  # a chunk: a passage a model can cite, ten of them fit a context beside the conversation
 MIN_CHUNK_CHARS = 250  # a chunk cut early (at a heading or paragraph) still holds this much
 OVERLAP_CHARS = 150  # the next chunk repeats up to this much, so a sentence cut at a boundary is found whole
@@ -49,6 +64,22 @@ MEDIA_TYPES = {
 
 class KnowledgeError(ValueError):
     """A document that cannot be added; the message says why, for the operator."""
+
+
+class KnowledgeJobStatus(StrEnum):
+    """Where the ingestion of one uploaded document stands."""
+
+    QUEUED = "queued"  # stored and waiting for a worker
+    RUNNING = "running"  # a worker process is reading it
+    DONE = "done"  # indexed: its document is searchable
+    FAILED = "failed"  # not added; the job's error says why
+
+
+Progress = Callable[[int, str], None]  # (percent done, what is being done), from the parsing process
+
+
+def _no_progress(percent: int, note: str) -> None:
+    """The default Progress: nobody is watching."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +170,7 @@ class _HTMLText(HTMLParser):
         if self._in_title:
             self.title += data
         elif not self._skipping:
-            text = re.sub(r"\s+", " ", data)
+            text = re.sub(r"\s+", " ", data)  # linear: a match consumes its whole run of blanks
             self.parts.append(text)
             if self._heading is not None:
                 self._heading.append(text)
@@ -160,41 +191,96 @@ def _html_text(data: bytes) -> tuple[str, str]:
 
 
 def _markdown_title(text: str) -> str:
-    match = re.search(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", text, re.MULTILINE)
-    return match.group(1).strip() if match else ""
+    """The first ATX heading's text (`# Title ##`). A line scan: the regex it replaces
+    (`^#{1,6}[ \\t]+(.+?)[ \\t#]*$`) backtracked quadratically on a heading line holding a long
+    run of spaces before a last word."""
+    for line in text.split("\n"):
+        hashes = len(line) - len(line.lstrip("#"))
+        if 1 <= hashes <= 6 and line[hashes : hashes + 1] in (" ", "\t"):
+            title = line[hashes:].strip(" \t").rstrip(" \t#").strip()
+            if title:
+                return title
+    return ""
 
 
-def _pdf_text(data: bytes) -> tuple[str, str, list[int]]:
-    """Title, text and the offset where each page's text starts."""
-    from pypdf import PdfReader
+def _pypdf_limits() -> Any:
+    """pypdf's own guards against decompression bombs (its Configuration, set for this context
+    only), lowered to ours: one decoded stream at most MAX_PDF_STREAM_BYTES, and no stream may
+    declare more bytes than a whole document may have."""
+    from pypdf import apply_configuration
+
+    stream = MAX_PDF_STREAM_BYTES
+    return apply_configuration(
+        maximum_declared_stream_length=MAX_DOCUMENT_BYTES,
+        array_based_stream_maximum_output_length=stream,
+        jbig2_maximum_output_length=stream,
+        lzw_maximum_output_length=stream,
+        run_length_maximum_output_length=stream,
+        zlib_maximum_output_length=stream,
+        brotli_maximum_output_length=stream,
+        image_maximum_buffer_size=stream,
+    )
+
+
+def _page_content_bytes(page: Any) -> int:
+    """Decoded bytes of a page's content streams (pypdf caches what it decodes for extraction)."""
+    contents = page.get_contents()
+    return len(contents.get_data()) if contents is not None else 0
+
+
+def _pdf_text(data: bytes, progress: Progress) -> tuple[str, str, list[int]]:
+    """Title, text and the offset where each page's text starts. Refused before any text is
+    read: more than MAX_PDF_PAGES pages; while reading: more than MAX_PDF_DECODED_BYTES of
+    decoded page content or MAX_TEXT_CHARS of text."""
+    from pypdf.errors import LimitReachedError
 
     try:
-        reader = PdfReader(io.BytesIO(data))
-        if reader.is_encrypted and not reader.decrypt(""):
-            raise KnowledgeError("the PDF is encrypted")
-        if len(reader.pages) > MAX_PDF_PAGES:
-            raise KnowledgeError(f"the PDF has {len(reader.pages)} pages; at most {MAX_PDF_PAGES} are read")
-        metadata = reader.metadata
-        title = str(metadata.title or "") if metadata is not None else ""
-        texts, starts, offset = [], [], 0
-        for page in reader.pages:
-            page_text = page.extract_text() or ""
-            starts.append(offset)
-            texts.append(page_text)
-            offset += len(page_text) + 2
-            if offset > MAX_TEXT_CHARS:
-                raise KnowledgeError(f"document too long: more than {MAX_TEXT_CHARS} characters of text")
+        with _pypdf_limits():
+            return _read_pdf(data, progress)
     except KnowledgeError:
+        raise
+    except LimitReachedError as exc:
+        raise KnowledgeError(f"decompressed PDF content exceeds a limit: {str(exc)[:200]}") from None
+    except MemoryError:
         raise
     except Exception as exc:  # pypdf raises many types on a damaged or hostile file
         raise KnowledgeError(f"unreadable PDF: {type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+def _read_pdf(data: bytes, progress: Progress) -> tuple[str, str, list[int]]:
+    from pypdf import PdfReader
+
+    reader = PdfReader(io.BytesIO(data))
+    if reader.is_encrypted and not reader.decrypt(""):
+        raise KnowledgeError("the PDF is encrypted")
+    count = len(reader.pages)
+    if count > MAX_PDF_PAGES:
+        raise KnowledgeError(f"the PDF has {count} pages; at most {MAX_PDF_PAGES} are read")
+    metadata = reader.metadata
+    title = str(metadata.title or "") if metadata is not None else ""
+    texts: list[str] = []
+    starts: list[int] = []
+    offset = decoded = 0
+    for number, page in enumerate(reader.pages, 1):
+        decoded += _page_content_bytes(page)
+        if decoded > MAX_PDF_DECODED_BYTES:
+            raise KnowledgeError(
+                f"decompressed PDF content exceeds {MAX_PDF_DECODED_BYTES} bytes (at page {number} of {count})"
+            )
+        page_text = page.extract_text() or ""
+        starts.append(offset)
+        texts.append(page_text)
+        offset += len(page_text) + 2
+        if offset > MAX_TEXT_CHARS:
+            raise KnowledgeError(f"document too long: more than {MAX_TEXT_CHARS} characters of text")
+        progress(10 + 70 * number // count, f"page {number} of {count}")
     return " ".join(title.split()), "\n\n".join(texts), starts
 
 
-def extract_text(data: bytes, media_type: str) -> tuple[str, str, list[int]]:
+def extract_text(data: bytes, media_type: str, *, progress: Progress = _no_progress) -> tuple[str, str, list[int]]:
     """(title or "", text, page start offsets ([] unless a PDF)) of a file's bytes."""
     if media_type == "application/pdf":
-        return _pdf_text(data)
+        return _pdf_text(data, progress)
     if media_type == "text/html":
         title, text = _html_text(data)
         return title, text, []
@@ -208,6 +294,8 @@ def extract_text(data: bytes, media_type: str) -> tuple[str, str, list[int]]:
 
 # Where a chunk may end, best first: before a heading, at a blank line, at a line end, after a
 # sentence, after a word. The chunker takes the latest cut of the best kind in its window.
+# Linear: each pattern starts only at one fixed character, its one repetition ([ \t]*) cannot
+# cross a newline, and finditer runs over one window of CHUNK_CHARS - MIN_CHUNK_CHARS characters.
 _CUTS = (
     re.compile(r"\n(?=[ \t]*#{1,6}[ \t])"),
     re.compile(r"\n[ \t]*\n"),
@@ -219,8 +307,13 @@ _HEADING_CUT = 0
 
 
 def _normalize(text: str) -> str:
+    """Unix newlines, no NULs, no blanks at line ends, at most one empty line in a row. The
+    blanks go by a line scan: `re.sub(r"[ \\t]+\\n", ...)`, which it replaces, rescanned a run
+    of blanks from each of its characters (quadratic: hours for a few MiB of spaces)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "")
-    text = re.sub(r"[ \t]+\n", "\n", text)
+    lines = text.split("\n")
+    text = "\n".join([line.rstrip(" \t") for line in lines[:-1]] + lines[-1:])
+    # linear: a match starts only at a newline and consumes its whole run
     return re.sub(r"\n{3,}", "\n\n", text)
 
 
@@ -239,19 +332,14 @@ def _cut(text: str, start: int) -> tuple[int, int]:
 def _next_start(text: str, end: int, floor: int) -> int:
     """The start of the chunk after one ending at `end`: up to OVERLAP_CHARS back, at a word."""
     at = max(floor, end - OVERLAP_CHARS)
-    space = re.compile(r"\s").search(text, at, end)
+    space = re.compile(r"\s").search(text, at, end)  # one character: linear
     return space.end() if space is not None else end
 
 
 def _page_of(offset: int, page_starts: list[int]) -> int | None:
     if not page_starts:
         return None
-    page = 1
-    for index, start in enumerate(page_starts):
-        if start > offset:
-            break
-        page = index + 1
-    return page
+    return max(1, bisect.bisect_right(page_starts, offset))  # a binary search: chunks × pages stays small
 
 
 def chunk_text(text: str, *, page_starts: list[int] | None = None) -> list[ChunkSpan]:
@@ -278,20 +366,22 @@ def chunk_text(text: str, *, page_starts: list[int] | None = None) -> list[Chunk
     return chunks
 
 
-def parse_document(data: bytes, filename: str, *, title: str = "") -> ParsedDocument:
+def parse_document(data: bytes, filename: str, *, title: str = "", progress: Progress = _no_progress) -> ParsedDocument:
     """A file's bytes as a document ready to store, or KnowledgeError saying why it cannot be."""
     if len(data) > MAX_DOCUMENT_BYTES:
         raise KnowledgeError(f"file too large: {len(data)} bytes; at most {MAX_DOCUMENT_BYTES} bytes")
     if not data:
         raise KnowledgeError("the file is empty")
     media_type = media_type_of(filename, data)
-    found_title, raw, page_starts = extract_text(data, media_type)
+    progress(5, "reading text")
+    found_title, raw, page_starts = extract_text(data, media_type, progress=progress)
     if media_type == "application/pdf":
         text = raw.replace("\x00", " ")  # page offsets index this text: keep its length
     else:
         text = _normalize(raw)
     if len(text) > MAX_TEXT_CHARS:
         raise KnowledgeError(f"document too long: more than {MAX_TEXT_CHARS} characters of text")
+    progress(80, "cutting chunks")
     chunks = chunk_text(text, page_starts=page_starts)
     if not chunks:
         hint = " (a scanned PDF needs text recognition first)" if media_type == "application/pdf" else ""

@@ -1,10 +1,13 @@
 """Tool bindings (the `tools` entries of the host config, mirrored for the admin), the sealed
 private credentials of session bindings, and what the built-in providers keep: memories (with a
-full-text index the migration maintains per database vendor) and tasks."""
+full-text index the migration maintains per database vendor), tasks, and knowledge bases with
+their documents, chunks and ingestion jobs."""
 
 from __future__ import annotations
 
 from django.db import models
+
+from .knowledge import KnowledgeJobStatus
 
 
 class ToolBinding(models.Model):
@@ -153,3 +156,33 @@ class Chunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document_id}#{self.position}"
+
+
+class KnowledgeJob(models.Model):
+    """The ingestion of one uploaded file into a knowledge base, run by a worker process with CPU
+    and memory budgets (tools_app.knowledge_jobs): its state, progress and why it failed."""
+
+    base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="jobs")
+    tenant = models.CharField(max_length=128, help_text="the base's tenant: jobs are capped per tenant")
+    source = models.CharField(max_length=500, help_text="the file name it was uploaded as")
+    title = models.CharField(max_length=300, blank=True, help_text="the title asked for (default: the document's)")
+    size = models.PositiveBigIntegerField(help_text="bytes of the file")
+    spool_path = models.CharField(max_length=1024, help_text="where the file waits for its worker")
+    status = models.CharField(
+        max_length=16,
+        choices=[(status.value, status.value) for status in KnowledgeJobStatus],
+        default=KnowledgeJobStatus.QUEUED.value,
+    )
+    progress = models.PositiveSmallIntegerField(default=0, help_text="percent done")
+    stage = models.CharField(max_length=200, blank=True, help_text="what the worker is doing")
+    error = models.TextField(blank=True, help_text="why the document was not added")
+    document = models.ForeignKey(Document, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "tenant"]), models.Index(fields=["base", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.source} ({self.status})"

@@ -15,14 +15,13 @@ from typing import Any
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
-from django.core.management import CommandError, call_command
 from django.test import Client
 
 from tests.fixtures.server import ROOT, BrainServer, create_session, make_server
 from tests.tools.test_builtin_tools import call
 from tools_app import db, knowledge
 from tools_app.knowledge import CHUNK_CHARS, OVERLAP_CHARS, KnowledgeError, chunk_text, parse_document
-from tools_app.models import Chunk, Document, KnowledgeBase
+from tools_app.models import Chunk, Document, KnowledgeBase, KnowledgeJob
 from tools_app.providers.knowledge import KnowledgeProvider
 
 PROVIDERS = {"knowledge": {"class": "tools_app.providers.knowledge.KnowledgeProvider"}}
@@ -272,33 +271,39 @@ def config_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.django_db
 def test_the_command_adds_each_file_with_progress_and_reports_the_ones_it_could_not_read(
-    config_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: BrainServer, tmp_path: Path
 ) -> None:
     # given
     (tmp_path / "guide.md").write_text("# Guide\n\nPress the red button to start.")
     (tmp_path / "terms.pdf").write_bytes(make_pdf(["Terms apply to every order."], title="Terms"))
     (tmp_path / "broken.pdf").write_bytes(b"%PDF-1.4 nothing else")
     paths = [str(tmp_path / name) for name in ("guide.md", "terms.pdf", "broken.pdf")]
-    # when
-    with pytest.raises(CommandError, match="1 of 3 files were not added"):
-        call_command("add_knowledge", "--config", str(config_file), "--tenant", "acme", "--base", "manuals", *paths)
+    # when: each file is a job run at once in a budgeted worker process
+    result = subprocess.run(
+        [sys.executable, "manage.py", "add_knowledge", "--config", str(server.config_path),
+         "--tenant", "acme", "--base", "handbook", *paths],
+        cwd=ROOT, env=server.env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
     # then
-    out, err = capsys.readouterr()
-    assert "[1/3]" in out and "added 'Guide' (text/markdown" in out and "to acme/manuals" in out
+    out, err = result.stdout, result.stderr
+    assert result.returncode == 1 and "1 of 3 files were not added" in err
+    assert "[1/3]" in out and "added 'Guide' (text/markdown" in out and "to acme/handbook" in out
     assert "[2/3]" in out and "added 'Terms' (application/pdf" in out
     assert "[3/3]" in err and "not added: unreadable PDF" in err
-    assert [hit.title for hit in db.search_knowledge("acme", ["manuals"], "red button", limit=5)] == ["Guide"]
+    session = create_session(server, "alice", tools=["knowledge_search"])["id"]
+    found = call(server, session, "knowledge_search", {"query": "red button"})
+    assert [hit["document"]["title"] for hit in found["result"]["structured_content"]["results"]] == ["Guide"]
 
 
 @pytest.mark.django_db
-def test_the_admin_creates_a_base_with_an_uploaded_document_and_refuses_an_unreadable_one(
-    admin_client: Client,
+def test_the_admin_queues_an_uploaded_document_as_a_job_and_refuses_a_file_it_cannot_read(
+    admin_client: Client, settings: Any, tmp_path: Path
 ) -> None:
     # given
+    settings.DATA_DIR = tmp_path
     upload = SimpleUploadedFile("onboarding.html", b"<h1>Onboarding</h1><p>Laptops ship on day one.</p>")
-    bad = SimpleUploadedFile("notes.txt", b"\xff\xfe\xfa")
+    bad = SimpleUploadedFile("sheet.xlsx", b"PK\x03\x04")
     # when
     created = admin_client.post(
         "/admin/tools_app/knowledgebase/add/",
@@ -307,20 +312,25 @@ def test_the_admin_creates_a_base_with_an_uploaded_document_and_refuses_an_unrea
     refused = admin_client.post(
         "/admin/tools_app/knowledgebase/add/", {"tenant": "acme", "name": "ops", "upload": bad, **_empty_inline()}
     )
-    # then
+    # then: the job waits for a worker (a server's runner or a Celery worker); nothing is parsed here
     assert created.status_code == 302, created.content.decode()[:2000]
-    hits = db.search_knowledge("acme", ["hr"], "laptops", limit=5)
-    assert [(hit.title, hit.source) for hit in hits] == [("Onboarding", "onboarding.html")]
-    assert refused.status_code == 200 and "not UTF-8 text" in refused.content.decode()
+    job = KnowledgeJob.objects.get()
+    assert (job.tenant, job.source, job.status, job.base.name) == ("acme", "onboarding.html", "queued", "hr")
+    assert Path(job.spool_path).read_bytes() == b"<h1>Onboarding</h1><p>Laptops ship on day one.</p>"
+    assert Path(job.spool_path).parent == tmp_path / "knowledge-uploads"
+    assert refused.status_code == 200 and "sheet.xlsx: unsupported file type" in refused.content.decode()
     assert not KnowledgeBase.objects.filter(name="ops").exists()
-    page = admin_client.get(f"/admin/tools_app/knowledgebase/{KnowledgeBase.objects.get(name='hr').pk}/change/")
-    assert page.status_code == 200 and "onboarding.html" in page.content.decode()
+    page = admin_client.get(f"/admin/tools_app/knowledgebase/{job.base.pk}/change/")
+    assert page.status_code == 200 and "onboarding.html" in page.content.decode() and "queued" in page.content.decode()
     assert 'enctype="multipart/form-data"' in page.content.decode()
 
 
 def _empty_inline() -> dict[str, str]:
-    prefix = "documents"
-    return {f"{prefix}-TOTAL_FORMS": "0", f"{prefix}-INITIAL_FORMS": "0", f"{prefix}-MAX_NUM_FORMS": "1000"}
+    return {
+        f"{prefix}-{field}": value
+        for prefix in ("jobs", "documents")
+        for field, value in (("TOTAL_FORMS", "0"), ("INITIAL_FORMS", "0"), ("MAX_NUM_FORMS", "1000"))
+    }
 
 
 # --- end to end through runbrain -----------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`syncworker --config FILE`: Celery workers that publish this host's dirty sessions.
+"""`syncworker --config FILE`: Celery workers that publish this host's dirty sessions and run
+its knowledge jobs (each in a budgeted child process).
 
 Run on the server's host, from the same working directory, with the same data dir and
 environment; the server dispatches work through the broker in $BRAIN_CELERY_BROKER.
@@ -34,8 +35,8 @@ class Command(BaseCommand):
             resolve_secrets(config)
         except ConfigError as exc:
             raise CommandError(f"invalid config {options['config']}: {exc}") from exc
-        if config.persistence is None:
-            raise CommandError("the host config has no persistence block: there is nothing to sync")
+        if config.persistence is None:  # knowledge jobs still come through the broker
+            self.stderr.write("the host config has no persistence block: this worker runs knowledge jobs only")
         if not settings.CELERY_BROKER_URL:
             raise CommandError("BRAIN_CELERY_BROKER is not set: sync workers need a broker (redis://...)")
         if options["concurrency"] < 1:

@@ -1,6 +1,8 @@
 """`add_knowledge --config FILE --tenant T --base NAME PATH...`: read, chunk and index files into
-a tenant's knowledge base (created when missing), one line of progress per file. A file that
-cannot be read is reported and skipped; the command fails when any was."""
+a tenant's knowledge base (created when missing), one line of progress per file. Each file is a
+knowledge job run at once in a worker process with the jobs' CPU and memory budgets (outside the
+tenant's share of jobs: this is the operator). A file that cannot be read is reported and
+skipped; the command fails when any was."""
 
 from __future__ import annotations
 
@@ -12,7 +14,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from brainsite.hostconfig import ConfigError, load_host_config
 from tools_app import db
-from tools_app.knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, parse_document
+from tools_app.knowledge import KnowledgeError, KnowledgeJobStatus
+from tools_app.knowledge_jobs import JobBudgets, ingest_file_now
 from tools_app.providers.knowledge import BASE_NAME
 
 
@@ -41,29 +44,31 @@ class Command(BaseCommand):
             raise CommandError("--base: 1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
         if options["title"] and len(paths) != 1:
             raise CommandError("--title names one document: give one file with it")
+        try:
+            budgets = JobBudgets.from_environment(os.environ)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         base = db.ensure_knowledge_base(tenant, name, description=options["description"])
         failed = 0
         for index, path in enumerate(paths, 1):
             prefix = f"[{index}/{len(paths)}] {path}"
             try:
-                document = parse_document(_read(Path(path)), Path(path).name, title=options["title"])
+                job = ingest_file_now(
+                    base.pk, Path(path), source=Path(path).name, title=options["title"], budgets=budgets
+                )
             except (KnowledgeError, OSError) as exc:
                 failed += 1
                 self.stderr.write(f"{prefix}: not added: {exc}")
                 continue
-            stored = db.add_document(base.pk, document, source=Path(path).name)
+            stored = db.get_document(job.document_id) if job is not None and job.document_id is not None else None
+            if job is None or job.status is not KnowledgeJobStatus.DONE or stored is None:
+                failed += 1
+                reason = job.error.removeprefix(f"{Path(path).name}: ") if job is not None else ""
+                self.stderr.write(f"{prefix}: not added: {reason or 'the job did not finish'}")
+                continue
             self.stdout.write(
                 f"{prefix}: added {stored.title!r} ({stored.media_type}, {stored.size} bytes, "
                 f"{stored.chunk_count} chunks) to {tenant}/{name}"
             )
         if failed:
             raise CommandError(f"{failed} of {len(paths)} files were not added")
-
-
-def _read(path: Path) -> bytes:
-    """The file's bytes, refusing one over the size bound before reading it all."""
-    with path.open("rb") as stream:
-        data = stream.read(MAX_DOCUMENT_BYTES + 1)
-    if len(data) > MAX_DOCUMENT_BYTES:
-        raise KnowledgeError(f"file too large: more than {MAX_DOCUMENT_BYTES} bytes")
-    return data
