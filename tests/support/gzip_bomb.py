@@ -5,8 +5,9 @@ zeros. The bomb is made piece by piece while it is sent, so neither form is ever
 wraps the MCP test server (/mcp) so that a tools/call is answered with the bomb while the
 session's setup is the real server's (without `?layers=` it is the plain MCP test server).
 `?layers=2` stacks a second gzip (`gzip, gzip`); /json?empty=1 sends 64 MiB of gzip that
-decodes to nothing.
-Every request it receives is recorded (method, path, Mcp-Session-Id).
+decodes to nothing; /mcp?hang_delete=1 never answers a DELETE.
+Every request it receives is recorded (method, path, Mcp-Session-Id, JSON-RPC method), so it
+also shows which MCP sessions a client ended (DELETE).
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ class Seen:
     method: str
     path: str
     mcp_session: str | None
+    rpc_method: str | None = None  # of a JSON-RPC request POSTed to /mcp
 
 
 @dataclass
@@ -102,13 +104,14 @@ class BombService:
             return
         headers = dict(scope["headers"])
         session = headers.get(b"mcp-session-id")
-        self.received.append(Seen(scope["method"], scope["path"], session.decode() if session else None))
         raw = b""
         while True:
             message = await receive()
             raw += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        seen = Seen(scope["method"], scope["path"], session.decode() if session else None, _rpc_method(raw))
+        self.received.append(seen)
         query = parse_qs(scope["query_string"].decode())
         layers = int(query.get("layers", ["1"])[0])
         path = scope["path"]
@@ -118,6 +121,8 @@ class BombService:
             await _send_bomb(send, "text/event-stream", layers)
         elif path == "/mcp" and "layers" in query and scope["method"] == "POST" and _is_tool_call(raw):
             await _send_bomb(send, "application/json", layers)
+        elif path == "/mcp" and scope["method"] == "DELETE" and "hang_delete" in query:
+            await receive()  # never answered: until the client goes away
         elif path == "/mcp":
             await self.mcp(scope, _replay(raw, receive), send)
         else:
@@ -125,12 +130,17 @@ class BombService:
             await send({"type": "http.response.body", "body": b""})
 
 
-def _is_tool_call(raw: bytes) -> bool:
+def _rpc_method(raw: bytes) -> str | None:
     try:
         message = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        return False
-    return isinstance(message, dict) and message.get("method") == "tools/call"
+        return None
+    method = message.get("method") if isinstance(message, dict) else None
+    return method if isinstance(method, str) else None
+
+
+def _is_tool_call(raw: bytes) -> bool:
+    return _rpc_method(raw) == "tools/call"
 
 
 def _replay(raw: bytes, receive: Any) -> Any:

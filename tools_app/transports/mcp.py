@@ -3,12 +3,14 @@
 Identity goes in `_meta["brain.dev/scope"]`, the call id is the progress token. Every response
 byte of a call, progress included, counts against max_output_bytes as it arrives, after its
 Content-Encoding is decoded in bounded pieces (bodies.py). Results become
-Brain results; anything else is a TransportError saying whether the tool may have run.
+Brain results; anything else is a TransportError saying whether the tool may have run. However
+an operation ends (result, error, timeout, interrupt), its MCP session is ended with a DELETE.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -43,6 +45,11 @@ DISCOVERY_PAGES = 100  # tools/list pages read at most (a server that never stop
 McpStreams = AbstractAsyncContextManager[tuple[Any, Any]]
 # Connections per (url, token) pool; an MCP call uses one or two at a time.
 MAX_CONNECTIONS = 256
+# The DELETE that ends an operation's MCP session runs beside the call's result (never delaying
+# it, nor an interrupt), for this long at most.
+END_SESSION_SECONDS = 5.0
+SESSION_HEADER = "mcp-session-id"
+PROTOCOL_VERSION_HEADER = "mcp-protocol-version"
 
 
 def make_client(token: str, transport: httpx2.AsyncBaseTransport | None = None) -> httpx2.AsyncClient:
@@ -74,6 +81,10 @@ class OutputMeter:
         self.received = 0
         self.exceeded = False
         self._scope = scope
+        # the MCP session the server opened for this operation, and the protocol version the
+        # SDK negotiated, as seen on the wire: what the DELETE that ends the session needs
+        self.remote_session: str | None = None
+        self.protocol_version: str | None = None
 
     def restart(self) -> None:
         """The call is sent: what the session's setup received does not count as its output."""
@@ -123,7 +134,9 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         self._meter = meter
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self._meter.protocol_version = request.headers.get(PROTOCOL_VERSION_HEADER, self._meter.protocol_version)
         response = await self._client.send(request, stream=True, follow_redirects=False)
+        self._meter.remote_session = response.headers.get(SESSION_HEADER, self._meter.remote_session)
         # The SDK gets the decoded body: the meter counts what the SDK would buffer.
         headers = [(name, value) for name, value in response.headers.multi_items() if name != "content-encoding"]
         stream = _MeteredStream(response, self._meter)
@@ -192,6 +205,7 @@ class McpTransport(Transport):
     def __init__(self, http_transport: httpx2.AsyncBaseTransport | None = None) -> None:
         self._clients: dict[tuple[str, str], httpx2.AsyncClient] = {}
         self._http_transport = http_transport
+        self._endings: set[asyncio.Task[None]] = set()  # DELETEs under way
 
     def _client(self, call: OutboundCall) -> httpx2.AsyncClient:
         key = (call.url, call.token)
@@ -201,6 +215,10 @@ class McpTransport(Transport):
         return client
 
     async def aclose(self) -> None:
+        endings, self._endings = list(self._endings), set()
+        for task in endings:
+            task.cancel()
+        await asyncio.gather(*endings, return_exceptions=True)
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             await client.aclose()
@@ -211,9 +229,30 @@ class McpTransport(Transport):
         return streamable_http_client(
             call.url,
             http_client=_metered_client(self._client(call), meter),
-            terminate_on_close=True,
+            terminate_on_close=False,  # end_session() does it, also when the call is cancelled
             max_sse_event_size=call.max_output_bytes,  # the meter cuts first; this is a backstop
         )
+
+    def end_session(self, call: OutboundCall, meter: OutputMeter) -> None:
+        """DELETE the operation's MCP session (Streamable HTTP) however the operation ended
+        (result, error, deadline, interrupt), so the server can stop what it still runs for it.
+        Sent from a task of this transport, so neither the result nor a cancellation waits for
+        it; best effort, bounded by END_SESSION_SECONDS, its answer never read."""
+        if meter.remote_session is None:
+            return
+        headers = {SESSION_HEADER: meter.remote_session}
+        if meter.protocol_version:
+            headers[PROTOCOL_VERSION_HEADER] = meter.protocol_version
+        task = asyncio.get_running_loop().create_task(self._delete_session(self._client(call), call.url, headers))
+        self._endings.add(task)
+        task.add_done_callback(self._endings.discard)
+
+    @staticmethod
+    async def _delete_session(client: httpx2.AsyncClient, url: str, headers: dict[str, str]) -> None:
+        with contextlib.suppress(httpx2.HTTPError, TimeoutError):
+            async with asyncio.timeout(END_SESSION_SECONDS):
+                response = await client.send(client.build_request("DELETE", url, headers=headers), stream=True)
+                await response.aclose()
 
     async def list_tools(self, call: OutboundCall) -> list[types.Tool]:
         """Discovery: every tool the server lists, on a connection of its own. Only `url`,
@@ -221,6 +260,12 @@ class McpTransport(Transport):
         used; the caller bounds the whole operation."""
         scope = anyio.CancelScope()
         meter = OutputMeter(call.max_output_bytes, scope)
+        try:
+            return await self._list_tools(call, scope, meter)
+        finally:
+            self.end_session(call, meter)
+
+    async def _list_tools(self, call: OutboundCall, scope: anyio.CancelScope, meter: OutputMeter) -> list[types.Tool]:
         tools: list[types.Tool] = []
         try:
             with scope:
@@ -239,6 +284,7 @@ class McpTransport(Transport):
                         if not cursor:
                             break
         except Exception as exc:  # the SDK's failures arrive as many types and exception groups
+            _propagate_cancellation(exc)
             if meter.exceeded:
                 raise TransportError(f"the MCP tool list exceeds {call.max_output_bytes} bytes", reached=False) from exc
             raise TransportError(f"could not list the MCP server's tools: {_describe(exc)}", reached=False) from exc
@@ -247,8 +293,15 @@ class McpTransport(Transport):
         return tools
 
     async def call(self, call: OutboundCall) -> Any:
-        stage = {"sent": False, "elicited": False}
         scope = anyio.CancelScope()
+        meter = OutputMeter(call.max_output_bytes, scope)
+        try:
+            return await self._call(call, scope, meter)
+        finally:
+            self.end_session(call, meter)
+
+    async def _call(self, call: OutboundCall, scope: anyio.CancelScope, meter: OutputMeter) -> Any:
+        stage = {"sent": False, "elicited": False}
 
         async def elicit(context: Any, params: Any) -> types.ErrorData:
             stage["elicited"] = True
@@ -256,7 +309,6 @@ class McpTransport(Transport):
             return types.ErrorData(code=types.INVALID_REQUEST, message="Brain tools cannot ask for user input")
 
         result: Any = None
-        meter = OutputMeter(call.max_output_bytes, scope)
         try:
             with scope:
                 async with (
@@ -289,6 +341,7 @@ class McpTransport(Transport):
         except TransportError:
             raise
         except Exception as exc:  # the SDK's failures arrive as many types and exception groups
+            _propagate_cancellation(exc)
             if meter.exceeded:
                 raise _too_large(call, reached=stage["sent"]) from exc
             if stage["elicited"]:
@@ -302,6 +355,7 @@ class McpTransport(Transport):
         if stage["elicited"] or isinstance(result, types.InputRequiredResult):
             raise _elicited()
         if not isinstance(result, types.CallToolResult):
+            _propagate_cancellation(None)
             raise TransportError("MCP call was cancelled", reached=stage["sent"])
         try:
             converted = convert_result(result)
@@ -311,6 +365,16 @@ class McpTransport(Transport):
         if size > call.max_output_bytes:
             raise _too_large(call, reached=True)
         return converted
+
+
+def _propagate_cancellation(exc: BaseException | None) -> None:
+    """While the caller cancels this task (its deadline or an interrupt), the SDK may unwind
+    with some other error (BrokenResourceError from its closed streams, an exception group):
+    that is the cancellation, not a tool failure, so it goes on as CancelledError (asyncio's
+    timeout turns it into TimeoutError, the registry into a cancelled call)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError() from exc
 
 
 def _too_large(call: OutboundCall, *, reached: bool) -> TransportError:
