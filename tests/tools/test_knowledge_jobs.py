@@ -22,6 +22,7 @@ import pytest
 
 from tests.admin.support import AdminClient, create_superuser
 from tests.fixtures.server import ROOT, BrainServer, create_session, make_server, send_ok
+from tests.persistence.test_sync_services import SyncWorker
 from tests.tools.test_builtin_tools import call
 from tests.tools.test_knowledge import PROVIDERS, knowledge_tool, make_pdf
 from tools_app.knowledge_jobs import KnowledgeJobsBusy
@@ -143,6 +144,7 @@ class TurnClock:
     def __init__(self, server: BrainServer, session_id: str, name: str) -> None:
         self.server, self.session_id, self.name = server, session_id, name
         self.latencies: list[float] = []
+        self.cursor = ""  # events already read: each poll reads only the newer ones
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -157,7 +159,11 @@ class TurnClock:
         deadline = time.monotonic() + JOB_WAIT_SECONDS
         with self.server.client(self.name) as client:
             while time.monotonic() < deadline:
-                page = client.get(f"/sessions/{self.session_id}/events", params={"limit": 1000}).json()
+                page = client.get(
+                    f"/sessions/{self.session_id}/events", params={"after": self.cursor, "limit": 1000}
+                ).json()
+                if page["events"]:
+                    self.cursor = page["next_cursor"]
                 if any(
                     event["type"] == "session.status"
                     and event.get("input_id") == input_id
@@ -365,3 +371,50 @@ def test_a_document_past_the_memory_budget_is_refused_by_the_worker(tmp_path: Pa
     frames = run_worker(path, "big.txt", memory_mib=90)
     # then
     assert frames[-1] == {"error": "stopped: memory budget of 90 MiB exceeded"}
+
+
+# --- with a broker: Celery workers run the jobs -----------------------------------------------------
+
+
+@pytest.fixture
+def redis_broker(redis_server: Any) -> str:
+    """A Redis database of its own for this test's broker, emptied first."""
+    import redis
+
+    url = redis_server.url.rsplit("/", 1)[0] + "/15"
+    with redis.Redis.from_url(url) as connection:
+        connection.flushdb()
+    return url
+
+
+def test_with_a_broker_a_celery_worker_runs_the_jobs_with_the_same_budgets(
+    servers: Callable[..., BrainServer], redis_broker: str, tmp_path: Path
+) -> None:
+    # given: a server that hands jobs to Redis, and a worker (no persistence block: jobs only)
+    server = servers(BRAIN_CELERY_BROKER=redis_broker, BRAIN_KNOWLEDGE_CPU_SECONDS=str(HOSTILE_CPU_SECONDS))
+    worker = SyncWorker(server, tmp_path / "syncworker.log")
+    worker.start()
+    try:
+        _run_jobs_through(server, worker)
+    finally:
+        worker.stop()
+
+
+def _run_jobs_through(server: BrainServer, worker: SyncWorker) -> None:
+    session = create_session(server, "alice", tools=["knowledge_search"])["id"]
+    # when
+    with AdminClient(server) as admin:
+        admin.login()
+        good = upload(admin, "acme", "handbook", "leave.md", b"# Leave\n\nStaff get 25 days of paid leave.\n")
+        bad = upload(admin, "acme", "hostile", "tags.html", pathological_html(200_000))
+        rows = wait_for_jobs(server, 2)
+    found = call(server, session, "knowledge_search", {"query": "paid leave"})
+    # then
+    assert (good.status_code, bad.status_code) == (302, 302)
+    assert [(row["source"], row["status"], row["error"]) for row in rows] == [
+        ("leave.md", "done", ""),
+        ("tags.html", "failed", f"tags.html: stopped: CPU time budget of {HOSTILE_CPU_SECONDS} s exceeded"),
+    ]
+    assert [hit["document"]["source"] for hit in found["result"]["structured_content"]["results"]] == ["leave.md"]
+    assert worker.log().count("brain.knowledge.ingest[") >= 4  # each job received and succeeded there
+    assert "this worker runs knowledge jobs only" in worker.log()
