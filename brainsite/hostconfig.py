@@ -430,7 +430,7 @@ class Secrets:
         return "Secrets(<redacted>)"
 
 
-def _format_validation_error(error: ValidationError) -> str:
+def _format_validation_error(error: ValidationError, raw: Mapping[str, Any]) -> str:
     first = error.errors()[0]
     location = ""
     for part in first["loc"]:
@@ -442,7 +442,26 @@ def _format_validation_error(error: ValidationError) -> str:
         message = str(problem)
     if first["type"] == "extra_forbidden":
         message = "unknown field"
-    return f"{location or 'config'}: {message}"
+    named = _named(first["loc"], raw)
+    if message.startswith(named):  # the check named it already (tool schema problems do)
+        named = ""
+    return f"{named}{location or 'config'}: {message}"
+
+
+def _named(location: tuple[int | str, ...], raw: Mapping[str, Any]) -> str:
+    """`tool 'echo': ` when the location is inside a named entry of a list (tools), so a refusal
+    names what the operator wrote, not only its position."""
+    if len(location) < 2 or location[0] not in _NAMED_LISTS or not isinstance(location[1], int):
+        return ""
+    kind, key = _NAMED_LISTS[str(location[0])]
+    entries = raw.get(str(location[0]))
+    entry = entries[location[1]] if isinstance(entries, list) and location[1] < len(entries) else None
+    name = entry.get(key) if isinstance(entry, dict) else None
+    return f"{kind} {name!r}: " if isinstance(name, str) and name else ""
+
+
+# Lists of the host config whose entries have a name worth quoting: list -> (what it is, key).
+_NAMED_LISTS = {"tools": ("tool", "name")}
 
 
 def parse_host_config(raw: bytes) -> HostConfig:
@@ -458,7 +477,7 @@ def parse_host_config(raw: bytes) -> HostConfig:
     try:
         return HostConfig.model_validate(value)
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc)) from exc
+        raise ConfigError(_format_validation_error(exc, value)) from exc
 
 
 def load_host_config(path: str | Path) -> HostConfig:
@@ -505,7 +524,8 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
         if binding.token_env:
             value = environ.get(binding.token_env, "")
             if not value:
-                raise ConfigError(f"tools[{index}].token_env: environment variable {binding.token_env} is not set")
+                where = f"tool {binding.name!r}: tools[{index}].token_env"
+                raise ConfigError(f"{where}: environment variable {binding.token_env} is not set")
             tool_tokens[binding.name] = value
     if config.persistence is not None:
         for key in ("access_key_env", "secret_key_env", "postgres_env"):

@@ -618,7 +618,8 @@ def test_tool_names_outside_the_pattern_are_rejected(name: str) -> None:
     error = _error(_with_tool(name=name))
 
     # then
-    assert error == "tools[0].name: name must match ^[a-zA-Z][a-zA-Z0-9_]{0,63}$"
+    named = f"tool {name!r}: " if name else ""
+    assert error == f"{named}tools[0].name: name must match ^[a-zA-Z][a-zA-Z0-9_]{{0,63}}$"
 
 
 TOOL_INVALID = [
@@ -708,8 +709,9 @@ def test_invalid_tool_bindings_are_rejected_naming_the_field(fields: dict[str, A
     # when
     error = _error(_with_tool(**fields))
 
-    # then
-    assert error == message
+    # then: the tool is named, and the field at fault
+    named = "" if ": tool 'echo': " in message else "tool 'echo': "  # schema problems name it already
+    assert error == named + message
 
 
 @pytest.mark.parametrize("field", ["name", "description", "input_schema", "url", "tenants"])
@@ -724,7 +726,7 @@ def test_required_tool_fields_are_named_when_missing(field: str) -> None:
     # then: name and tenants every tool needs; the others an HTTP tool needs (a provider-backed
     # tool takes its description and schema from its provider, and has no url)
     expected = "Field required" if field in ("name", "tenants") else "is required by transport http"
-    assert error == f"tools[0].{field}: {expected}"
+    assert error == f"tool 'echo': tools[0].{field}: {expected}" if field != "name" else f"tools[0].{field}: {expected}"
 
 
 TOOL_VALID = [
@@ -958,7 +960,7 @@ UNKNOWN_FIELDS = [
         "providers.openai.model: unknown field",
         id="provider_case",
     ),
-    pytest.param({"tools": [{**TOOL, "retries": 3}]}, "tools[0].retries: unknown field", id="tool_case"),
+    pytest.param({"tools": [{**TOOL, "retries": 3}]}, "tool 'echo': tools[0].retries: unknown field", id="tool_case"),
     pytest.param({"limits": {"turns": 3}}, "limits.turns: unknown field", id="limits_case"),
     pytest.param(
         {"persistence": {"provider": "s3", "bucket": "b", "acl": "x"}},
@@ -1137,7 +1139,7 @@ SECRET_ERRORS = [
     pytest.param(
         _config(tools=[{**TOOL, "token_env": "ECHO_TOKEN"}]),
         {"BRAIN_API_KEY": TOKEN},
-        "tools[0].token_env: environment variable ECHO_TOKEN is not set",
+        "tool 'echo': tools[0].token_env: environment variable ECHO_TOKEN is not set",
         id="tool_token_missing_case",
     ),
     pytest.param(

@@ -133,7 +133,7 @@ def test_the_method_defaults_to_get() -> None:
 def test_startup_refuses_a_bad_rest_template_naming_the_field(tool: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         _parse(**tool)
-    assert str(caught.value).startswith(message), str(caught.value)
+    assert str(caught.value).startswith("tool 'get_order': " + message), str(caught.value)
 
 
 def test_fill_keeps_literal_text_and_encodes_only_the_arguments() -> None:
