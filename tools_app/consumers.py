@@ -30,7 +30,12 @@ SSE_HEADERS = [
 ]
 RPC_SUBPROTOCOL = "brain-rpc"
 AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
-MAX_RPC_FRAME_BYTES = 4 << 20
+MAX_RPC_FRAME_BYTES = 4 << 20  # a reply larger than this fails its call; the connection stays
+# What Daphne accepts in one WebSocket message (runbrain sets it): a reply between the two limits
+# is read to learn which call it fails; a larger message closes the connection with 1009
+# (message too big), which ends the connection's calls as unknown outcomes.
+MAX_RPC_MESSAGE_BYTES = 2 * MAX_RPC_FRAME_BYTES
+PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a worker thread
 REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
 
 
@@ -127,15 +132,20 @@ class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # chan
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if self.executor is None:
             return
-        raw = text_data if text_data is not None else (bytes_data or b"").decode("utf-8", "replace")
+        raw = text_data.encode("utf-8", "surrogatepass") if text_data is not None else bytes_data or b""
         reply: Any = None
         try:
-            if len(raw) > MAX_RPC_FRAME_BYTES:
-                raise InvalidRequest("reply frame exceeds 4 MiB")
             try:
-                reply = orjson.loads(raw)
+                reply = (
+                    await asyncio.to_thread(orjson.loads, raw)
+                    if len(raw) >= PARSE_OFF_LOOP_BYTES
+                    else orjson.loads(raw)
+                )
             except orjson.JSONDecodeError as exc:
                 raise InvalidRequest("reply frame is not JSON") from exc
+            if len(raw) > MAX_RPC_FRAME_BYTES:
+                self._fail_oversized_call(reply, len(raw))
+                raise InvalidRequest(f"reply frame of {len(raw)} bytes exceeds 4 MiB; its call failed")
             if not isinstance(reply, dict) or not reply.keys() <= REPLY_FIELDS:
                 raise InvalidRequest("a reply is {connection, call_id, progress?, result?}")
             connection, call_id = reply.get("connection"), reply.get("call_id")
@@ -152,6 +162,19 @@ class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # chan
             frame = {"type": "error", "call_id": reply.get("call_id") if isinstance(reply, dict) else None}
             frame["error"] = {"code": error.code, "message": error.message}
             await self.send(text_data=orjson.dumps(frame).decode())
+
+    def _fail_oversized_call(self, reply: Any, size: int) -> None:
+        """A reply too large to accept still names its call: that call ends with an error result
+        (its outcome unknown: the tool ran), the connection and the other calls go on."""
+        if self.executor is None or not isinstance(reply, dict) or "result" not in reply:
+            return
+        connection, call_id = reply.get("connection"), reply.get("call_id")
+        if not isinstance(connection, str) or not isinstance(call_id, str):
+            return
+        message = f"the runtime tool's reply of {size} bytes exceeds the 4 MiB frame limit"
+        failed = {"content": [{"type": "text", "text": message}], "is_error": True, "unknown_outcome": True}
+        with contextlib.suppress(BrainError):  # not a pending call of this connection: the error frame says so
+            _hub(self.scope).reply(self.executor, connection=connection, call_id=call_id, result=failed)
 
     async def disconnect(self, code: int) -> None:
         if self.pump is not None:

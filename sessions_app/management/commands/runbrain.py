@@ -61,6 +61,7 @@ class Command(BaseCommand):
         from daphne.server import twisted_loop  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
+        from tools_app.consumers import MAX_RPC_MESSAGE_BYTES
         from tools_app.provider_tools import resolve_provider_tools
 
         try:  # on the loop that will serve: providers may keep connections from bind()
@@ -103,6 +104,9 @@ class Command(BaseCommand):
             http_timeout=None,
             application_close_timeout=5,
             server_name="brain",
+            # Daphne's default is 1 MiB; executor replies may be 4 MiB (tools_app.consumers)
+            websocket_max_message_size=MAX_RPC_MESSAGE_BYTES,
+            websocket_max_frame_size=MAX_RPC_MESSAGE_BYTES,
             body_limit=config.limits.input_bytes + BODY_OVERHEAD_BYTES,
             body_deadline_seconds=body_deadline_seconds,
             receiving_per_address=config.limits.receiving_per_address,
