@@ -19,6 +19,7 @@ from brainsite.application import brain_of
 from brainsite.errors import BrainError, InvalidRequest, error_envelope
 
 from .executors import CallLost, Connection, Executor, ExecutorHub
+from .rpc_limits import MAX_RPC_FRAME_BYTES
 
 __all__ = ["ExecutorCommandsConsumer", "ExecutorRPCConsumer"]
 
@@ -30,11 +31,6 @@ SSE_HEADERS = [
 ]
 RPC_SUBPROTOCOL = "brain-rpc"
 AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
-MAX_RPC_FRAME_BYTES = 4 << 20  # a reply larger than this fails its call; the connection stays
-# What Daphne accepts in one WebSocket message (runbrain sets it): a reply between the two limits
-# is read to learn which call it fails; a larger message closes the connection with 1009
-# (message too big), which ends the connection's calls as unknown outcomes.
-MAX_RPC_MESSAGE_BYTES = 2 * MAX_RPC_FRAME_BYTES
 PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a worker thread
 REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
 

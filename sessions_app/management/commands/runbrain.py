@@ -61,8 +61,8 @@ class Command(BaseCommand):
         from daphne.server import twisted_loop  # installs Twisted's asyncio reactor first
         from twisted.internet import defer, reactor
 
-        from tools_app.consumers import MAX_RPC_MESSAGE_BYTES
         from tools_app.provider_tools import resolve_provider_tools
+        from tools_app.rpc_limits import MAX_RPC_MESSAGE_BYTES
 
         try:  # on the loop that will serve: providers may keep connections from bind()
             config = twisted_loop.run_until_complete(resolve_provider_tools(config, providers))
@@ -104,7 +104,7 @@ class Command(BaseCommand):
             http_timeout=None,
             application_close_timeout=5,
             server_name="brain",
-            # Daphne's default is 1 MiB; executor replies may be 4 MiB (tools_app.consumers)
+            # Daphne's default is 1 MiB; executor replies may be 4 MiB (tools_app.rpc_limits)
             websocket_max_message_size=MAX_RPC_MESSAGE_BYTES,
             websocket_max_frame_size=MAX_RPC_MESSAGE_BYTES,
             body_limit=config.limits.input_bytes + BODY_OVERHEAD_BYTES,
