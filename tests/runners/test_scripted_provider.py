@@ -21,7 +21,7 @@ def test_non_streaming_replies_parse_in_all_three_sdks(provider: ScriptedProvide
     async def call_all() -> tuple[Any, Any, Any]:
         oai = openai.AsyncOpenAI(api_key="k", base_url=provider.openai_base_url, max_retries=0)
         ant = anthropic.AsyncAnthropic(api_key="k", base_url=provider.anthropic_base_url, max_retries=0)
-        echo = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
+        echo: Any = {"type": "function", "function": {"name": "echo", "parameters": {"type": "object"}}}
         chat = await oai.chat.completions.create(
             model="m", messages=[{"role": "user", "content": 'call echo {"a": 1}'}], tools=[echo]
         )
