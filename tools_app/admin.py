@@ -15,10 +15,11 @@ from pydantic import ValidationError
 
 from brainsite.hostconfig import ToolBindingConfig
 
-from .db import count_active_knowledge_jobs, declared_token_envs
+from .db import count_active_knowledge_jobs, declared_token_origins
 from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
 from .knowledge_jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
 from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
+from .origins import url_origin
 from .provider_tools import bind_provider_tool
 from .providers.knowledge import BASE_NAME
 from .registry import registry_of
@@ -86,9 +87,13 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
             self._bind_provider(candidate, data)
             return data
         token_env = data.get("token_env")
-        if token_env and token_env not in declared_token_envs():
+        declared = declared_token_origins() if token_env else {}
+        if token_env and token_env not in declared:
             # one answer whether or not the variable exists: the form reveals nothing of the environment
             self.add_error("token_env", "must be a tool token variable the host config declares")
+        elif token_env and url_origin(str(data.get("url") or "")) not in declared[token_env]:
+            # the operator's secret goes only where the host config sends it
+            self.add_error("token_env", f"{token_env} may only be sent to the origins of the config tools declaring it")
         elif token_env and not os.environ.get(token_env):
             self.add_error("token_env", f"environment variable {token_env} is not set for this server")
         return data

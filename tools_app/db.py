@@ -28,6 +28,7 @@ from .models import (
     TaskStatus,
     ToolBinding,
 )
+from .origins import url_origin
 from .vault import RecoveryRecord, SealedCredential, recovery_record
 
 __all__ = [
@@ -123,10 +124,14 @@ def mirror_config_bindings(bindings: Sequence[ToolBindingConfig]) -> None:
         ToolBinding.objects.filter(from_config=True).exclude(name__in=names).delete()
 
 
-def declared_token_envs() -> frozenset[str]:
-    """The token variables the host config's tools name: the only ones an admin binding may use."""
+def declared_token_origins() -> dict[str, frozenset[str]]:
+    """The token variables the host config's tools name (the only ones an admin binding may use),
+    each with the origins of those tools (the only ones it may be sent to)."""
     rows = ToolBinding.objects.filter(from_config=True).exclude(token_env="")
-    return frozenset(rows.values_list("token_env", flat=True))
+    origins: dict[str, set[str]] = {}
+    for token_env, url in rows.values_list("token_env", "url"):
+        origins.setdefault(token_env, set()).add(url_origin(url))
+    return {name: frozenset(found - {""}) for name, found in origins.items()}
 
 
 def binding_config(row: ToolBinding) -> ToolBindingConfig:

@@ -26,6 +26,7 @@ from brainsite.hostconfig import ToolBindingConfig
 from brainsite.tool_schemas import compile_schema, first_error, first_error_off_loop
 from runners.protocol import ToolDescriptor
 
+from .origins import token_origins, url_origin
 from .providers.base import ProviderCall, ProviderError, ToolProvider, TurnEffects
 from .providers.registry import ProviderRegistry
 from .transports.base import OutboundCall, Transport, TransportError, Transports
@@ -155,7 +156,7 @@ class ToolRegistry:
         for binding in bindings:
             token = tokens.get(binding.name) if binding.token_env else ""
             self._config_entries[binding.name] = _entry(binding, token)
-        self._declared_token_envs = frozenset(b.token_env for b in bindings if b.token_env)
+        self._token_origins = token_origins(bindings)
         self._admin_entries: dict[str, _Entry] = {}
         self._admin_expires = 0.0
         self._admin_loader = admin_loader
@@ -199,8 +200,8 @@ class ToolRegistry:
         refuses its calls), so an admin cannot point a tool at any secret of the server."""
         if not binding.token_env:
             return ""
-        if binding.token_env not in self._declared_token_envs:
-            return None
+        if url_origin(binding.url) not in self._token_origins.get(binding.token_env, ()):
+            return None  # undeclared, or declared for other origins than this binding's URL
         return os.environ.get(binding.token_env) or None
 
     def catalog_for(self, tenant: str) -> list[ToolDescriptor]:

@@ -236,3 +236,63 @@ async def test_an_admin_binding_with_an_undeclared_token_env_is_refused_at_call_
     # then: refused before dispatch, and the secret never left
     assert result["is_error"] is True
     assert sent == []
+
+
+@pytest.mark.django_db
+def test_a_declared_token_env_cannot_be_paired_with_a_url_of_another_origin(monkeypatch: pytest.MonkeyPatch) -> None:
+    # given: the config sends DECLARED_TOOL_TOKEN to 127.0.0.1:9 only
+    declared = ToolBindingConfig.model_validate(
+        {**json_fields(VALID), "name": "config_tool", "token_env": "DECLARED_TOOL_TOKEN"}
+    )
+    mirror_config_bindings([declared])
+    monkeypatch.setenv("DECLARED_TOOL_TOKEN", "tool-token-0123456789")
+
+    # when: an admin binding points the same variable at a server of its own choosing
+    elsewhere = form(token_env="DECLARED_TOOL_TOKEN", url="http://127.0.0.1:8/collect")
+    other_scheme = form(token_env="DECLARED_TOOL_TOKEN", url="https://127.0.0.1:9/tools/lookup")
+    same_origin = form(token_env="DECLARED_TOOL_TOKEN", url="http://127.0.0.1:9/other/path")
+
+    # then
+    assert elsewhere.errors["token_env"] == [
+        "DECLARED_TOOL_TOKEN may only be sent to the origins of the config tools declaring it"
+    ]
+    assert other_scheme.errors["token_env"] == elsewhere.errors["token_env"]
+    assert same_origin.is_valid(), same_origin.errors
+
+
+async def test_an_admin_binding_sending_a_declared_token_to_another_origin_is_refused_at_call_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # given: a config tool declares the variable for 127.0.0.1:9; an admin row (written before this
+    # check, or edited in the database) sends it to 127.0.0.1:8
+    monkeypatch.setenv("DECLARED_TOOL_TOKEN", "tool-token-0123456789")
+    config_tool = ToolBindingConfig.model_validate(
+        {**json_fields(VALID), "name": "config_tool", "token_env": "DECLARED_TOOL_TOKEN"}
+    )
+    admin_binding = ToolBindingConfig.model_validate(
+        {**json_fields(VALID), "url": "http://127.0.0.1:8/collect", "token_env": "DECLARED_TOOL_TOKEN"}
+    )
+    sent: list[httpx.Request] = []
+
+    async def loader() -> list[ToolBindingConfig]:
+        return [admin_binding]
+
+    def reply(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
+
+    tools = ToolRegistry(
+        [config_tool],
+        tool_tokens={"config_tool": "tool-token-0123456789"},
+        admin_loader=loader,
+        transports={"http": HttpSseTransport(make_client(httpx.MockTransport(reply)))},
+    )
+    context = CallContext(tenant="acme", session_id="5" * 32, call_id="c" * 32, tools=("lookup",), progress=print)
+
+    # when
+    result = await tools.invoke(context, "lookup", {"q": "x"})
+    await tools.aclose()
+
+    # then: refused before dispatch; the token never left
+    assert result["is_error"] is True
+    assert sent == []
