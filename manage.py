@@ -32,7 +32,7 @@ def _preselect_data_dir(argv: list[str]) -> None:
     Any command accepts `--config FILE` (e.g. `createsuperuser --config examples/local.json`);
     commands other than CONFIG_COMMANDS do not see the option.
     """
-    from brainsite.hostconfig import ConfigError, load_host_config
+    from foundation.hostconfig import ConfigError, load_host_config
 
     path = None
     keep = len(argv) > 1 and argv[1] in CONFIG_COMMANDS

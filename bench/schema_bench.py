@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from jsonschema.validators import validator_for  # noqa: E402
 
-from brainsite.tool_schemas import compile_schema, first_error  # noqa: E402
+from foundation.tool_schemas import compile_schema, first_error  # noqa: E402
 
 SCHEMA = {"type": "string", "pattern": "^(a+)+$"}
 SUBJECT_CHARS = 10_000

@@ -19,8 +19,8 @@ from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from pydantic import ConfigDict
 
-from brainsite.errors import BrainError, InvalidRequest, NotFound, Unauthorized, error_envelope
-from brainsite.logs import logger
+from foundation.errors import BrainError, InvalidRequest, NotFound, Unauthorized, error_envelope
+from foundation.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
 from sessions_app.auth import BearerAuth
@@ -59,7 +59,7 @@ class ErrorDetail(Schema):
 
 
 class ErrorResponse(Schema):
-    """The envelope of every error (brainsite.errors.error_envelope writes it)."""
+    """The envelope of every error (foundation.errors.error_envelope writes it)."""
 
     model_config = ConfigDict(extra="forbid")
 

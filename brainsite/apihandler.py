@@ -17,8 +17,8 @@ from django.http import HttpResponseBase
 from django.urls import Resolver404, get_resolver
 
 from brainsite.api import error_response
-from brainsite.errors import BrainError, InvalidRequest, NotFound
-from brainsite.logs import logger
+from foundation.errors import BrainError, InvalidRequest, NotFound
+from foundation.logs import logger
 
 __all__ = ["ApiHandler"]
 

@@ -18,15 +18,19 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
-from brainsite.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
-from brainsite.logs import logger
-from brainsite.telemetry import Telemetry
+from foundation.app_object import SCOPE_KEY, app_object_of
+from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.logs import logger
+from foundation.telemetry import Telemetry
+from persistence_app.app_object import PersistenceAppObject
 from persistence_app.service import ArchiveService
 from sessions_app import db as sessions_db
+from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine, executor_hub
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
+from tools_app.app_object import ToolsAppObject
 from tools_app.credentials import BindingCredentials
 from tools_app.knowledge_jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.provider_tools import resolve_provider_tools
@@ -36,9 +40,7 @@ from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
 from tools_app.vault import CredentialVault
 
-__all__ = ["BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
-
-SCOPE_KEY = "brain"  # the ASGI scope entry that carries the application object
+__all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
 
 def install_tool_providers(config: HostConfig, environ: Mapping[str, str] | None = None) -> ProviderRegistry:
@@ -167,10 +169,23 @@ def _celery_send(task: str) -> Callable[[int], None] | None:
     return send
 
 
+# Each app reads the application object through a view of its own; these assignments make mypy
+# check that BrainApp still satisfies every one of them.
+def _as_sessions_app_object(app: BrainApp) -> SessionsAppObject:
+    return app
+
+
+def _as_tools_app_object(app: BrainApp) -> ToolsAppObject:
+    return app
+
+
+def _as_persistence_app_object(app: BrainApp) -> PersistenceAppObject:
+    return app
+
+
 def brain_of(scope: Mapping[str, Any]) -> BrainApp:
     """The application object the ASGI entry attached to a request's scope."""
-    app: BrainApp = scope[SCOPE_KEY]
-    return app
+    return cast(BrainApp, app_object_of(scope))
 
 
 def request_brain(request: HttpRequest) -> BrainApp:

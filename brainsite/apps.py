@@ -1,20 +1,29 @@
-"""The admin app as Brain installs it: Django's admin on BrainAdminSite (a throttled login). While
-any Host header is accepted (the admin is cookie-authenticated) a deploy check warns, and so does a
-log line when the process starts. Imports no models: app configs load before them.
+"""brainsite as an installed app, so Django finds the server's management commands (runbrain,
+check_brain_config, syncworker); and the admin app as Brain installs it: Django's admin on
+BrainAdminSite (a throttled login). While any Host header is accepted (the admin is
+cookie-authenticated) a deploy check warns, and so does a log line when the process starts.
+Imports no models: app configs load before them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
 from django.contrib.admin.apps import AdminConfig
 from django.core import checks
 
 from brainsite.hosts import ANY_HOST
-from brainsite.logs import logger
+from foundation.logs import logger
 
-__all__ = ["BrainAdminConfig", "check_allowed_hosts"]
+__all__ = ["BrainAdminConfig", "BrainsiteConfig", "check_allowed_hosts"]
+
+
+class BrainsiteConfig(AppConfig):
+    """The wiring package: no models, only the server's management commands."""
+
+    name = "brainsite"
 
 
 class BrainAdminConfig(AdminConfig):

@@ -20,13 +20,13 @@ django.setup()
 from channels.routing import ProtocolTypeRouter  # noqa: E402
 from django.core.asgi import get_asgi_application  # noqa: E402
 
-from brainsite import telemetry  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
-from brainsite.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
+from foundation import telemetry  # noqa: E402
+from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
 

@@ -22,9 +22,9 @@ from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
 
-from brainsite.errors import BrainError, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized, error_envelope
-from brainsite.logs import logger
 from brainsite.upload_limits import request_body_limit
+from foundation.errors import BrainError, InvalidRequest, Overloaded, PayloadTooLarge, Unauthorized, error_envelope
+from foundation.logs import logger
 
 __all__ = [
     "BODY_DEADLINE_ENV",

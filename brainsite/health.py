@@ -6,7 +6,7 @@ from django.http import HttpRequest
 from ninja import Router
 
 from brainsite.application import request_brain
-from brainsite.wire import Status
+from foundation.wire import Status
 
 router = Router(tags=["health"])
 

@@ -20,8 +20,8 @@ from urllib.parse import unquote, urlsplit
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from brainsite.hostconfig import ConfigError, HostConfig, load_host_config
 from brainsite.hosts import derive_allowed_hosts, is_loopback_host, public_origin
+from foundation.hostconfig import ConfigError, HostConfig, load_host_config
 
 django_stubs_ext.monkeypatch()  # generic admin and form classes (ModelAdmin[Model]) at run time
 
@@ -165,6 +165,7 @@ INSTALLED_APPS = [
     "sessions_app.apps.SessionsAppConfig",
     "tools_app.apps.ToolsAppConfig",
     "persistence_app.apps.PersistenceAppConfig",
+    "brainsite.apps.BrainsiteConfig",  # the server's management commands: runbrain, check_brain_config, syncworker
 ]
 
 MIDDLEWARE = [
@@ -232,7 +233,7 @@ APPEND_SLASH = False
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "brainsite.logs.JsonFormatter"}},
+    "formatters": {"json": {"()": "foundation.logs.JsonFormatter"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": "WARNING"},
     "loggers": {

@@ -22,7 +22,7 @@ from django.core.management.base import CommandError
 from servestatic import ServeStaticASGI
 from servestatic.storage import CompressedManifestStaticFilesStorage
 
-from brainsite.logs import logger
+from foundation.logs import logger
 
 __all__ = ["MANIFEST_NAME", "AdminStaticStorage", "collect_static_files", "hashed_urls", "static_files"]
 

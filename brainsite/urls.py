@@ -8,7 +8,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from brainsite.api import api, error_response, swagger_asset
-from brainsite.errors import InvalidRequest, NotFound
+from foundation.errors import InvalidRequest, NotFound
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -28,6 +28,6 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
-    from brainsite.errors import BrainError
+    from foundation.errors import BrainError
 
     return error_response(request, BrainError())

@@ -11,9 +11,9 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Path, Router
 from pydantic import WithJsonSchema
 
-from brainsite.application import BrainApp, request_brain
-from brainsite.errors import Unsupported
-from brainsite.principal import principal_of, require_manage
+from foundation.errors import Unsupported
+from foundation.principal import principal_of, require_manage
+from persistence_app.app_object import PersistenceAppObject, request_brain
 from persistence_app.service import ArchiveService
 from sessions_app import services
 
@@ -35,7 +35,7 @@ _SESSION_RESPONSE = {
 }
 
 
-def _archive(brain: BrainApp) -> ArchiveService:
+def _archive(brain: PersistenceAppObject) -> ArchiveService:
     if brain.archive is None:
         raise Unsupported(NOT_CONFIGURED)
     return brain.archive

@@ -25,8 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from brainsite.logs import logger
-from brainsite.telemetry import Telemetry
+from foundation.logs import logger
+from foundation.telemetry import Telemetry
 from persistence_app import db, localstate
 from persistence_app.sync import Outcome, Publisher, Result
 

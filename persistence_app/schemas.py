@@ -6,7 +6,7 @@ from __future__ import annotations
 from ninja import Schema
 from pydantic import ConfigDict
 
-from brainsite.wire import DateTime
+from foundation.wire import DateTime
 
 __all__ = ["Restore", "SyncStatus"]
 

@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from brainsite.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
-from brainsite.hostconfig import Persistence
-from brainsite.logs import logger
-from brainsite.telemetry import Telemetry
+from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
+from foundation.hostconfig import Persistence
+from foundation.logs import logger
+from foundation.telemetry import Telemetry
 from persistence_app import archive, db, localstate
 from persistence_app.discovery import DiscoveryIndex
 from persistence_app.scheduler import Dispatch, SyncScheduler

@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from brainsite.logs import logger
+from foundation.logs import logger
 from persistence_app import archive, localstate
 from persistence_app.db import Publication, current_epoch, record_failure, record_publication
 from persistence_app.discovery import DiscoveryIndex, TenantMismatch

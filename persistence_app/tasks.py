@@ -14,7 +14,7 @@ from typing import Any
 
 from celery import Task, shared_task
 
-from brainsite.hostconfig import load_host_config
+from foundation.hostconfig import load_host_config
 from persistence_app.discovery import DiscoveryIndex
 from persistence_app.stores import open_store
 from persistence_app.sync import Publisher

@@ -25,10 +25,11 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from brainsite.application import SCOPE_KEY, BrainApp, brain_of
-from brainsite.errors import BrainError, CursorUnavailable
+from foundation.app_object import SCOPE_KEY
+from foundation.errors import BrainError, CursorUnavailable
 
 from . import db, services
+from .app_object import SessionsAppObject, brain_of
 from .auth import tokens_of
 from .eventlog import EventLog, decode_cursor
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
@@ -359,7 +360,7 @@ def on_server_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return async_to_sync(detached)()
 
 
-def _brain(request: HttpRequest) -> BrainApp | None:
+def _brain(request: HttpRequest) -> SessionsAppObject | None:
     """The application object of the server answering the request; None outside one (a WSGI
     test client)."""
     scope = getattr(request, "scope", None)
@@ -392,7 +393,7 @@ def _forget_tokens(request: HttpRequest) -> None:
     """A token changed: this process's token cache drops its grants at once (other processes'
     caches expire within 30 s)."""
     scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and "brain" in scope:
+    if isinstance(scope, dict) and SCOPE_KEY in scope:
         tokens_of(scope).forget()
 
 

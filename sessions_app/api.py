@@ -12,11 +12,11 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Path, Router
 from pydantic import WithJsonSchema
 
-from brainsite.application import request_brain
-from brainsite.errors import InvalidRequest
-from brainsite.principal import principal_of, require_manage, require_write
+from foundation.errors import InvalidRequest
+from foundation.principal import principal_of, require_manage, require_write
 
 from . import services
+from .app_object import request_brain
 from .eventlog import Event as LoggedEvent
 from .schemas import (
     Approval,

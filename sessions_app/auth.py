@@ -13,8 +13,9 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 from ninja.security.base import AuthBase
 
-from brainsite.errors import Forbidden, Overloaded, Unauthorized
-from brainsite.principal import Principal
+from foundation.app_object import SCOPE_KEY
+from foundation.errors import Forbidden, Overloaded, Unauthorized
+from foundation.principal import Principal
 
 from . import db
 
@@ -155,7 +156,7 @@ class TokenCache:
 
 def tokens_of(scope: Mapping[str, Any]) -> TokenCache:
     """The token cache of the application object the ASGI entry attached to this scope."""
-    tokens: TokenCache = scope["brain"].tokens
+    tokens: TokenCache = scope[SCOPE_KEY].tokens
     return tokens
 
 

@@ -13,10 +13,10 @@ from urllib.parse import parse_qs
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 
-from brainsite.application import brain_of
-from brainsite.errors import BrainError, error_envelope
+from foundation.errors import BrainError, error_envelope
 
 from . import services
+from .app_object import brain_of
 from .records import SessionStatus
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from django.db import connection, transaction
 from django.db.models import Q
 
-from brainsite.hostconfig import HostConfig
+from foundation.hostconfig import HostConfig
 
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
 from .records import ApprovalRecord, ApprovalStatus, Principal, SessionRecord, SessionStatus

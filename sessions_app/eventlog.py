@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from brainsite.errors import CursorUnavailable
+from foundation.errors import CursorUnavailable
 
 __all__ = [
     "LIVE_ONLY",

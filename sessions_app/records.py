@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from brainsite.principal import Principal
+from foundation.principal import Principal
 from runners.protocol import ToolDescriptor
 
 __all__ = ["ApprovalRecord", "ApprovalStatus", "Principal", "SessionRecord", "SessionStatus"]

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from brainsite.wire import DateTime, Status, StrictSchema, Tool, WireSchema
+from foundation.wire import DateTime, Status, StrictSchema, Tool, WireSchema
 
 __all__ = [
     "Approval",

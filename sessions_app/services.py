@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from brainsite.errors import Forbidden, InvalidRequest, NotFound, Unsupported
+from foundation.errors import Forbidden, InvalidRequest, NotFound, Unsupported
 from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
 from tools_app.vault import CredentialVault, SealedCredential

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from brainsite.errors import BrainError
+from foundation.errors import BrainError
 from tools_app.providers.base import ProviderError
 from tools_app.providers.subagents import ChildOutcome, ChildRefused, ChildSpec
 

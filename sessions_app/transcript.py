@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from brainsite.errors import CursorUnavailable
+from foundation.errors import CursorUnavailable
 
 from .eventlog import EventLog, decode_cursor, encode_cursor
 

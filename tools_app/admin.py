@@ -13,7 +13,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from pydantic import ValidationError
 
-from brainsite.hostconfig import ToolBindingConfig
+from foundation.app_object import SCOPE_KEY
+from foundation.hostconfig import ToolBindingConfig
 
 from .db import count_active_knowledge_jobs, declared_token_origins
 from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
@@ -187,15 +188,15 @@ def _forget_bindings(request: HttpRequest) -> None:
     """A binding changed: this process's registry reloads admin bindings on next use (other
     processes' caches expire within 30 s)."""
     scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and "brain" in scope:
+    if isinstance(scope, dict) and SCOPE_KEY in scope:
         registry_of(scope).forget_bindings()
 
 
 def _knowledge_jobs(request: HttpRequest) -> KnowledgeJobs | None:
     """The answering server's knowledge jobs (None outside runbrain: a runner's poll finds the job)."""
     scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and "brain" in scope:
-        jobs: KnowledgeJobs | None = getattr(scope["brain"], "knowledge_jobs", None)
+    if isinstance(scope, dict) and SCOPE_KEY in scope:
+        jobs: KnowledgeJobs | None = getattr(scope[SCOPE_KEY], "knowledge_jobs", None)
         return jobs
     return None
 

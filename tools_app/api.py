@@ -13,11 +13,11 @@ from ninja import Path, Query, Router
 from ninja.security.base import AuthBase
 from pydantic import WithJsonSchema
 
-from brainsite.application import request_brain
-from brainsite.errors import Conflict, InvalidRequest, NotFound
-from brainsite.principal import principal_of, require_manage
+from foundation.errors import Conflict, InvalidRequest, NotFound
+from foundation.principal import principal_of, require_manage
 
 from . import db as tools_db
+from .app_object import request_brain
 from .bindings import ALIAS, check_runtime_tools
 from .executors import Executor, normalized_tools
 from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, TaskPage, ToolCatalog

@@ -21,8 +21,8 @@ from typing import Any
 from jsonschema import SchemaError
 from jsonschema.protocols import Validator
 
-from brainsite.errors import BrainError, Forbidden, InvalidRequest, Unsupported
-from brainsite.tool_schemas import first_error_off_loop
+from foundation.errors import BrainError, Forbidden, InvalidRequest, Unsupported
+from foundation.tool_schemas import first_error_off_loop
 from runners.protocol import ToolDescriptor
 
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable, normalized_tools

@@ -15,9 +15,9 @@ from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from brainsite.application import brain_of
-from brainsite.errors import BrainError, InvalidRequest, error_envelope
+from foundation.errors import BrainError, InvalidRequest, error_envelope
 
+from .app_object import brain_of
 from .executors import CallLost, Connection, Executor, ExecutorHub
 from .rpc_limits import MAX_RPC_FRAME_BYTES
 

@@ -13,8 +13,8 @@ from django.db.models import Q
 from django.utils import timezone
 from pydantic import ValidationError
 
-from brainsite.hostconfig import ToolBindingConfig
-from brainsite.logs import logger
+from foundation.hostconfig import ToolBindingConfig
+from foundation.logs import logger
 
 from .knowledge import KnowledgeJobStatus, ParsedDocument
 from .models import (

@@ -23,8 +23,8 @@ from typing import Any
 
 import orjson
 
-from brainsite.errors import Conflict, NotFound, Overloaded, Unauthorized
-from brainsite.logs import logger
+from foundation.errors import Conflict, NotFound, Overloaded, Unauthorized
+from foundation.logs import logger
 from runners.protocol import ToolDescriptor
 
 __all__ = [

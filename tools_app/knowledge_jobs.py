@@ -23,8 +23,8 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 from django.utils import timezone
 
-from brainsite.errors import Overloaded
-from brainsite.logs import logger
+from foundation.errors import Overloaded
+from foundation.logs import logger
 
 from . import db
 from .knowledge import (

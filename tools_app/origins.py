@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from urllib.parse import urlsplit
 
-from brainsite.hostconfig import ToolBindingConfig
+from foundation.hostconfig import ToolBindingConfig
 
 __all__ = ["token_origins", "url_origin"]
 

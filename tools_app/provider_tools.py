@@ -11,8 +11,8 @@ from collections.abc import Mapping
 
 from jsonschema import SchemaError
 
-from brainsite.hostconfig import HostConfig, ToolBindingConfig
-from brainsite.tool_schemas import compile_schema
+from foundation.hostconfig import HostConfig, ToolBindingConfig
+from foundation.tool_schemas import compile_schema
 
 from .providers.base import ProviderConfigError, ProviderError, ToolProvider
 from .providers.options import UnknownOperation

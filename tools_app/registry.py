@@ -22,8 +22,9 @@ import orjson
 from jsonschema.protocols import Validator
 from opentelemetry.propagate import inject as _inject
 
-from brainsite.hostconfig import ToolBindingConfig
-from brainsite.tool_schemas import compile_schema, first_error, first_error_off_loop
+from foundation.app_object import SCOPE_KEY
+from foundation.hostconfig import ToolBindingConfig
+from foundation.tool_schemas import compile_schema, first_error, first_error_off_loop
 from runners.protocol import ToolDescriptor
 
 from .origins import token_origins, url_origin
@@ -364,7 +365,7 @@ async def invoke_provider(
 
 def registry_of(scope: Mapping[str, Any]) -> ToolRegistry:
     """The registry of the application object the ASGI entry attached to this scope."""
-    registry: ToolRegistry = scope["brain"].registry
+    registry: ToolRegistry = scope[SCOPE_KEY].registry
     return registry
 
 

@@ -1,11 +1,11 @@
 """Wire schemas of the tools API, named as the contract's components (openapi.json): the
-catalog and the runtime executor protocol. `Tool` and `Status` come from brainsite.wire."""
+catalog and the runtime executor protocol. `Tool` and `Status` come from foundation.wire."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from brainsite.wire import Status, StrictSchema, Tool, WireSchema
+from foundation.wire import Status, StrictSchema, Tool, WireSchema
 
 __all__ = [
     "Call",

@@ -22,7 +22,7 @@ import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from brainsite.hostconfig import MAX_KEY_ID_CHARS, CredentialKeys, Secrets
+from foundation.hostconfig import MAX_KEY_ID_CHARS, CredentialKeys, Secrets
 
 # the provider contract's error: a binding call stops with it, never runs without the value
 from .providers.base import CredentialUnavailable

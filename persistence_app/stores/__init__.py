@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from brainsite.hostconfig import Persistence
+from foundation.hostconfig import Persistence
 
 from .base import MAX_OBJECT_BYTES, ObjectMissing, ObjectStore, StoreError, validate_key
 

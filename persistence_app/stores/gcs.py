@@ -20,7 +20,7 @@ from google.cloud import storage
 from google.cloud.storage.exceptions import DataCorruption, InvalidResponse
 from google.cloud.storage.retry import DEFAULT_RETRY
 
-from brainsite.hostconfig import Persistence
+from foundation.hostconfig import Persistence
 
 from .base import (
     MAX_OBJECT_BYTES,

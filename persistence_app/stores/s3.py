@@ -27,7 +27,7 @@ from botocore.exceptions import (
 )
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from brainsite.hostconfig import Persistence
+from foundation.hostconfig import Persistence
 
 from .base import (
     MAX_OBJECT_BYTES,

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from brainsite.logs import logger
+from foundation.logs import logger
 from runners.protocol import EVENT_NAMES, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
 
 from .launch import launch_command

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from brainsite.hostconfig import Harness
-from brainsite.telemetry import Telemetry
+from foundation.hostconfig import Harness
+from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams
 
 from .host import AttachmentHandler, HarnessHost, HostLost, RunnerError

@@ -18,10 +18,10 @@ from typing import Any, Protocol
 
 import orjson
 
-from brainsite.errors import BrainError, Conflict, NotFound, Overloaded
-from brainsite.hostconfig import Limits
-from brainsite.logs import logger
-from brainsite.telemetry import Telemetry, TurnTrace
+from foundation.errors import BrainError, Conflict, NotFound, Overloaded
+from foundation.hostconfig import Limits
+from foundation.logs import logger
+from foundation.telemetry import Telemetry, TurnTrace
 from runners.protocol import NativeFile
 from sessions_app.eventlog import (
     LIVE_ONLY,

@@ -13,8 +13,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from brainsite.errors import Conflict, NotFound
-from brainsite.logs import logger
+from foundation.errors import Conflict, NotFound
+from foundation.logs import logger
 from sessions_app import db
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from sessions_app.records import ApprovalRecord, ApprovalStatus

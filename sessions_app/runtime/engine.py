@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from brainsite.errors import BrainError, Conflict, NotFound, Overloaded
-from brainsite.hostconfig import HostConfig, Limits, Secrets
-from brainsite.logs import logger
-from brainsite.telemetry import Telemetry
+from foundation.errors import BrainError, Conflict, NotFound, Overloaded
+from foundation.hostconfig import HostConfig, Limits, Secrets
+from foundation.logs import logger
+from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams, ProviderOptions, ToolDescriptor
 from sessions_app import db
 from sessions_app.eventlog import CorruptLog, EventLog, new_id, now_rfc3339

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 
-from brainsite.errors import Overloaded
+from foundation.errors import Overloaded
 
 __all__ = ["EVENT_OVERHEAD_BYTES", "Subscriber", "SubscriberSlots"]
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from brainsite.hostconfig import Harness
-from brainsite.telemetry import Telemetry
+from foundation.hostconfig import Harness
+from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams
 from sessions_app.harness.host import AttachmentHandler
 from sessions_app.harness.pool import Attachment, HostPool

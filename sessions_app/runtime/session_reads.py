@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from brainsite.errors import CursorUnavailable
+from foundation.errors import CursorUnavailable
 from sessions_app.eventlog import EventLog
 from sessions_app.records import SessionRecord
 

@@ -12,8 +12,8 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Protocol, cast
 
-from brainsite.logs import logger
-from brainsite.telemetry import TurnTrace
+from foundation.logs import logger
+from foundation.telemetry import TurnTrace
 from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from tools_app.bindings import SessionBindings

@@ -9,7 +9,7 @@ import threading
 import pytest
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
 
-from brainsite.errors import Conflict
+from foundation.errors import Conflict
 from sessions_app.admin import on_server_loop
 
 

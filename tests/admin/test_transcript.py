@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.errors import CursorUnavailable
+from foundation.errors import CursorUnavailable
 from sessions_app import transcript
 from sessions_app.eventlog import Event, EventLog, encode_cursor
 from sessions_app.transcript import measure_session, read_transcript

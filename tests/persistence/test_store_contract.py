@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.hostconfig import Persistence
+from foundation.hostconfig import Persistence
 from persistence_app.stores import MAX_OBJECT_BYTES, ObjectMissing, ObjectStore, StoreError, open_store, validate_key
 from persistence_app.stores.filesystem import FilesystemStore
 from persistence_app.stores.gcs import GCSStore

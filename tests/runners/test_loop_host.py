@@ -50,7 +50,7 @@ def test_importing_every_runner_module_loads_no_django() -> None:
     code = (
         "import sys, runners.loop.host, runners.loop.catalog_gen, runners.loop.providers.openai_completions, "
         "runners.loop.providers.openai_responses, runners.loop.providers.anthropic_messages; "
-        "server = ('django', 'brainsite', 'sessions_app', 'tools_app', 'persistence_app'); "
+        "server = ('django', 'foundation', 'brainsite', 'sessions_app', 'tools_app', 'persistence_app'); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in server))"
     )
 

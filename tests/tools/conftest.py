@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.hostconfig import ToolBindingConfig
+from foundation.hostconfig import ToolBindingConfig
 from tests.tools.mcp_server import MCP_TOKEN, build_app
 from tests.tools.servers import LoopbackServer
 from tools_app.registry import CallContext, ToolRegistry

@@ -11,7 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
-from brainsite.hostconfig import ToolBindingConfig
+from foundation.hostconfig import ToolBindingConfig
 from tests.support.admin_client import BrainAdminClient
 from tools_app.admin import ToolBindingForm
 from tools_app.db import aload_admin_bindings, mirror_config_bindings

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from brainsite.hostconfig import HostConfig
+from foundation.hostconfig import HostConfig
 from tests.fixtures.server import ROOT, make_server
 from tests.tools.test_builtin_tools import PROVIDERS
 from tools_app.provider_tools import resolve_provider_tools

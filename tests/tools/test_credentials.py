@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.hostconfig import ConfigError, parse_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, parse_host_config, resolve_secrets
 from tools_app import db
 from tools_app.credentials import BindingCredentials
 from tools_app.vault import (

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from brainsite.hostconfig import parse_host_config
 from examples.tools.__main__ import host_config
 from examples.tools.app import ToolService
+from foundation.hostconfig import parse_host_config
 from tests.tools.servers import LoopbackServer
 
 TOOLS_KEY = "example-tools-key-0123456789abcdef"

@@ -9,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from brainsite.hostconfig import ToolBindingConfig
+from foundation.hostconfig import ToolBindingConfig
 from tests.tools.mcp_server import MCP_TOKEN
 from tools_app.management.commands import mcp_tools
 

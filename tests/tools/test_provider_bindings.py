@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.errors import BrainError, Forbidden, InvalidRequest, Unsupported
+from foundation.errors import BrainError, Forbidden, InvalidRequest, Unsupported
 from tests.support.providers import ProbeProvider
 from tests.tools.conftest import Progress, context
 from tools_app.bindings import SessionBindings, check_bindings

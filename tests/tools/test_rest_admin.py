@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.rest_templates import RestTemplate
+from foundation.rest_templates import RestTemplate
 from tests.tools.test_admin_bindings import VALID
 from tools_app.admin import ToolBindingForm
 from tools_app.db import load_admin_bindings

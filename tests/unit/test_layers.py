@@ -1,5 +1,7 @@
 """Which modules may import which (HOUSE_STYLE): checked on the ASTs, without importing anything.
 
+foundation (the shared floor) imports no app and not brainsite; the apps stand on it and never
+import brainsite (the wiring: settings, ASGI, URLs, the application object, the server's commands).
 api/consumers -> services -> runtime, db, eventlog; only URL and ASGI wiring import api, schemas
 or consumers; each app's db.py is its only ORM user; runners/ never see Django.
 """
@@ -12,9 +14,11 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("brainsite", "sessions_app", "tools_app", "persistence_app", "runners")
+PACKAGES = ("foundation", "brainsite", "sessions_app", "tools_app", "persistence_app", "runners")
+FLOOR = "foundation"
+WIRING_PACKAGE = "brainsite"
 APPS = ("sessions_app", "tools_app", "persistence_app")
-SERVER = ("django", "channels", "ninja", "daphne", "celery", "brainsite", *APPS)
+SERVER = ("django", "channels", "ninja", "daphne", "celery", FLOOR, WIRING_PACKAGE, *APPS)
 # The project's URL and ASGI wiring: the only importers of api, consumers and schemas modules.
 WIRING = frozenset({"brainsite.urls", "brainsite.asgi", "brainsite.api", "brainsite.api_urls", "brainsite.apihandler"})
 # Modules that must never see a request or a Schema.
@@ -362,3 +366,40 @@ def test_tools_app_never_imports_sessions_app() -> None:
 
     # then
     assert violations == []
+
+
+def test_the_floor_imports_no_app_and_not_brainsite() -> None:
+    # when
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if module.app == FLOOR
+        for target in (WIRING_PACKAGE, *APPS)
+        if module.imports_module(target)
+    )
+
+    # then
+    assert violations == []
+
+
+def test_apps_never_import_brainsite() -> None:
+    # when: an app reads the application object through foundation.app_object and its own view
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if module.app in APPS
+        for target in module.imports
+        if target == WIRING_PACKAGE or target.startswith(WIRING_PACKAGE + ".")
+    )
+
+    # then
+    assert violations == []
+
+
+def test_the_layer_rules_see_function_level_imports() -> None:
+    # given: runbrain imports the ASGI wiring inside its handle()
+    modules = {module.name: module for module in _modules()}
+
+    # then
+    assert modules["brainsite.management.commands.runbrain"].imports_module("brainsite.asgi")
+    assert modules["sessions_app.api"].imports_module("foundation.errors")

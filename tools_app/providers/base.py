@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from runners.protocol import ToolDescriptor
 
 if TYPE_CHECKING:
-    from brainsite.hostconfig import HostConfig
+    from foundation.hostconfig import HostConfig
 
 __all__ = [
     "DEFAULT_TIMEOUT_SECONDS",

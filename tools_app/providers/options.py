@@ -12,7 +12,7 @@ from jsonschema import SchemaError
 from jsonschema.protocols import Validator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from brainsite.tool_schemas import compile_schema, first_error
+from foundation.tool_schemas import compile_schema, first_error
 from runners.protocol import ToolDescriptor
 
 from .base import DEFAULT_TIMEOUT_SECONDS, MAX_TIMEOUT_SECONDS

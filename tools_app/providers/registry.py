@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from brainsite.logs import logger
+from foundation.logs import logger
 
 from .base import ProviderConfigError, ProviderEnvironment, ToolProvider
 

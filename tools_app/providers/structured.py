@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from brainsite.tool_schemas import compile_schema, first_error
+from foundation.tool_schemas import compile_schema, first_error
 from runners.protocol import ToolDescriptor
 
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider

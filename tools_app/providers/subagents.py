@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from pydantic import Field, field_validator, model_validator
 
-from brainsite.hostconfig import HostConfig
+from foundation.hostconfig import HostConfig
 from runners.protocol import ToolDescriptor
 
 from .base import MAX_TIMEOUT_SECONDS, ProviderCall, ProviderEnvironment, ProviderError, ToolProvider

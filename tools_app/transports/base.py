@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from brainsite.rest_templates import RestTemplate
+from foundation.rest_templates import RestTemplate
 
 __all__ = ["TRANSPORTS", "BindingScope", "OutboundCall", "Transport", "TransportError", "Transports"]
 

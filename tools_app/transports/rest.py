@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import orjson
 
-from brainsite.rest_templates import TemplateError, fill_request
+from foundation.rest_templates import TemplateError, fill_request
 from runners.protocol import FrameError, decode_json
 
 from .base import OutboundCall, TransportError

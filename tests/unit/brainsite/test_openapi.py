@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from brainsite import wire
 from brainsite.api import api
+from foundation import wire
 from sessions_app import schemas as session_schemas
 from tools_app import schemas as tool_schemas
 

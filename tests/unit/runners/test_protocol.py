@@ -28,7 +28,17 @@ from runners.protocol import (
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 # Modules a runner must never load: Django and the server's own apps and wiring.
-SERVER_MODULES = ("django", "channels", "ninja", "daphne", "brainsite", "sessions_app", "tools_app", "persistence_app")
+SERVER_MODULES = (
+    "django",
+    "channels",
+    "ninja",
+    "daphne",
+    "foundation",
+    "brainsite",
+    "sessions_app",
+    "tools_app",
+    "persistence_app",
+)
 
 
 @pytest.fixture(params=["orjson_case", "stdlib_case"])

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from asgiref.sync import async_to_sync
 
-from brainsite.errors import Conflict
+from foundation.errors import Conflict
 from sessions_app import db
 from sessions_app.records import ApprovalStatus
 from sessions_app.runtime.approvals import Approvals

@@ -19,8 +19,8 @@ from django.contrib.messages import get_messages
 from django.contrib.sessions.models import Session as StoredSession
 from django.test import Client
 
-from brainsite.errors import Overloaded, Unauthorized
-from brainsite.hostconfig import HostConfig, parse_host_config
+from foundation.errors import Overloaded, Unauthorized
+from foundation.hostconfig import HostConfig, parse_host_config
 from sessions_app import db
 from sessions_app.auth import MAX_AUTHORIZATION_CHARS, MAX_PENDING_LOOKUPS, UNKNOWN_ENTRIES, TokenCache
 from sessions_app.models import ApiToken, Session, Tenant, TokenSource

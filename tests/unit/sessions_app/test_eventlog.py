@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.errors import CursorUnavailable
+from foundation.errors import CursorUnavailable
 from sessions_app.eventlog import (
     LIVE_ONLY,
     MAX_CURSOR_BYTES,

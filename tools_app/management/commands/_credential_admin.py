@@ -10,7 +10,7 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from brainsite.hostconfig import ConfigError, HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_host_config, resolve_secrets
 
 
 def load_config(path: str) -> tuple[HostConfig, Secrets]:

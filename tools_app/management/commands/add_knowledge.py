@@ -12,7 +12,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.hostconfig import ConfigError, load_host_config
+from foundation.hostconfig import ConfigError, load_host_config
 from tools_app import db
 from tools_app.knowledge import KnowledgeError, KnowledgeJobStatus
 from tools_app.knowledge_jobs import JobBudgets, ingest_file_now

@@ -14,7 +14,7 @@ from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
 
-from brainsite.hostconfig import TOOL_NAME, ToolBindingConfig
+from foundation.hostconfig import TOOL_NAME, ToolBindingConfig
 
 DISCOVERY_SECONDS = 30.0  # spec: discovery fails after 30 s
 MAX_TOOLS = 128  # spec: 1 to 128 remote tool names

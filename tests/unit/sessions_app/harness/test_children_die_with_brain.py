@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from brainsite.hostconfig import Harness
-from brainsite.telemetry import Telemetry
+from foundation.hostconfig import Harness
+from foundation.telemetry import Telemetry
 from sessions_app.harness.launch import death_signal_wrapper, launch_command, setpriv_wrapper
 from sessions_app.harness.pool import HostPool, HostUnavailable
 from tests.unit.sessions_app.harness.test_pool import Handler, open_params
@@ -24,7 +24,16 @@ from tests.unit.sessions_app.harness.test_pool import Handler, open_params
 ROOT = Path(__file__).resolve().parents[4]
 HOST_PARENT = ROOT / "tests" / "support" / "host_parent.py"
 LAUNCH = ROOT / "sessions_app" / "harness" / "launch.py"
-PRODUCTION_PACKAGES = ("brainsite", "sessions_app", "tools_app", "persistence_app", "runners", "services", "examples")
+PRODUCTION_PACKAGES = (
+    "foundation",
+    "brainsite",
+    "sessions_app",
+    "tools_app",
+    "persistence_app",
+    "runners",
+    "services",
+    "examples",
+)
 DEATH_SECONDS = 5.0
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")

@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from brainsite.hostconfig import Harness
-from brainsite.telemetry import Telemetry
+from foundation.hostconfig import Harness
+from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams
 from sessions_app.harness.pool import HostPool
 

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from brainsite.errors import Overloaded
+from foundation.errors import Overloaded
 from sessions_app.runtime.pubsub import EVENT_OVERHEAD_BYTES, Subscriber, SubscriberSlots
 
 

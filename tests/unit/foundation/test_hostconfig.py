@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from brainsite.hostconfig import (
+from foundation.hostconfig import (
     MAX_CONFIG_BYTES,
     ConfigError,
     HostConfig,

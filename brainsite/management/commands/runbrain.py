@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
 
 SHUTDOWN_SECONDS = 18.0
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -71,7 +71,7 @@ class Command(BaseCommand):
 
         from brainsite.asgi import BODY_OVERHEAD_BYTES, application, launcher
         from brainsite.bounded_http import BoundedBodyServer, body_deadline_from_environment
-        from brainsite.logs import logger
+        from foundation.logs import logger
 
         try:
             body_deadline_seconds = body_deadline_from_environment(os.environ)

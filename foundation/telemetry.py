@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from brainsite.logs import logger
+from foundation.logs import logger
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, UpDownCounter

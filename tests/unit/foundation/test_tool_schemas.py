@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from jsonschema import SchemaError
 
-from brainsite.tool_schemas import MAX_SCHEMA_DEPTH, compile_schema, first_error, first_error_off_loop, schema_problem
+from foundation.tool_schemas import MAX_SCHEMA_DEPTH, compile_schema, first_error, first_error_off_loop, schema_problem
 
 LOOPBACK = "http://127.0.0.1:9"  # nothing listens: a fetch would fail loudly, not silently
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from django.http import HttpRequest
 
-from brainsite.errors import Forbidden
+from foundation.errors import Forbidden
 
 __all__ = ["Principal", "principal_of", "require_manage", "require_write"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from brainsite.errors import (
+from foundation.errors import (
     BrainError,
     Conflict,
     CursorUnavailable,

@@ -157,7 +157,7 @@ class ToolBindingConfig(_Strict):
     token_env: str = ""
     transport: str = ""
     mcp_tool: str = ""
-    # transport "rest": a plain REST request filled from the arguments (brainsite.rest_templates)
+    # transport "rest": a plain REST request filled from the arguments (foundation.rest_templates)
     method: str = ""
     query: dict[str, str] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
 
 
 class Command(BaseCommand):

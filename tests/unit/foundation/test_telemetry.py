@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from brainsite import telemetry
+from foundation import telemetry
 
 ROOT = Path(__file__).resolve().parents[3]
 SDK_PACKAGES = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto", "google.protobuf")
@@ -20,7 +20,8 @@ import json, sys
 import django
 django.setup()
 import brainsite.asgi
-from brainsite import application, telemetry
+from brainsite import application
+from foundation import telemetry
 from sessions_app.runtime import actor, engine
 from sessions_app.harness import host, pool
 from tools_app import registry

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.hostconfig import ConfigError, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
 
 PRIVATE_UMASK = 0o077
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from brainsite.hostconfig import ConfigError, HostConfig, parse_host_config
-from brainsite.rest_templates import RestTemplate, fill_request
+from foundation.hostconfig import ConfigError, HostConfig, parse_host_config
+from foundation.rest_templates import RestTemplate, fill_request
 
 SCHEMA: dict[str, Any] = {
     "type": "object",
