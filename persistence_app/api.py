@@ -4,15 +4,15 @@ and session lookup, as the spec says."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import orjson
 from django.http import HttpRequest, HttpResponse
-from ninja import Path, Router
-from pydantic import WithJsonSchema
+from ninja import Router
 
 from foundation.errors import Unsupported
 from foundation.principal import principal_of, require_manage
+from foundation.wire import SessionId
 from persistence_app.app_object import PersistenceAppObject, request_brain
 from persistence_app.service import ArchiveService
 from sessions_app import services
@@ -22,11 +22,6 @@ from .schemas import Restore, SyncStatus
 router = Router(tags=["persistence"])
 
 NOT_CONFIGURED = "external persistence is not configured on this server"
-SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (services), so unchecked here
-
-SessionId = Annotated[
-    str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
-]
 
 # A restore answers the restored Session, a component the sessions app declares; the layer
 # rules keep its schema out of this app, so the document refers to it by name.

@@ -32,6 +32,7 @@ from typing import Any, TypedDict
 
 import orjson
 
+from foundation.rfc3339 import TIME_FORMAT
 from persistence_app.stores.base import MAX_OBJECT_BYTES, REASON_TIMEOUT, ObjectMissing, ObjectStore, StoreError
 from runners.protocol import FrameError, validate_native_files
 
@@ -61,7 +62,6 @@ MAX_FILES = 129  # events.jsonl and up to 128 native files
 MAX_NAME_BYTES = 1024  # a native file's relative path, in UTF-8
 MAX_NAME_PART_BYTES = 255  # one path component (NAME_MAX): longer names cannot be written
 MAX_ID_CHARS = 128  # tenant, harness and parent call ids in a manifest's session fields
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"  # sessions_app.eventlog.now_rfc3339
 MAX_TAIL_SEGMENTS = 16  # past this, a checkpoint uploads its file's tail again as one segment
 TRANSFER_THREADS = 8
 TRANSFERS_IN_FLIGHT = 16  # blocks read ahead of their upload: bounds memory to 1 MiB

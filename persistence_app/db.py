@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from channels.db import database_sync_to_async
 from django.db import transaction
 from django.db.models import F
+
+from foundation.rfc3339 import format_time
+from foundation.rfc3339 import parse_time as _parse
 
 from .models import SyncState
 
@@ -62,7 +64,7 @@ def _row(state: SyncState) -> SyncRow:
         history_bytes=state.history_bytes,
         resume_offset=state.resume_offset,
         native_checkpoint=state.native_checkpoint,
-        published_at=state.published_at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") if state.published_at else "",
+        published_at=format_time(state.published_at) if state.published_at else "",
         error=state.error,
         failed_seq=state.failed_seq,
         error_permanent=state.error_permanent,
@@ -100,10 +102,6 @@ def bump_epoch(session_id: str, tenant: str) -> int:
         state = _locked_row(session_id, tenant)
         SyncState.objects.filter(session_id=session_id).update(epoch=F("epoch") + 1)
         return state.epoch + 1
-
-
-def _parse(time: str) -> datetime:
-    return datetime.strptime(time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 def record_publication(session_id: str, tenant: str, seq: int, publication: Publication) -> None:

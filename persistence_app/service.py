@@ -15,6 +15,7 @@ from typing import Any
 from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
 from foundation.hostconfig import Persistence
 from foundation.logs import logger
+from foundation.rfc3339 import now_rfc3339
 from foundation.telemetry import Telemetry
 from persistence_app import archive, db, localstate
 from persistence_app.discovery import DiscoveryIndex
@@ -23,7 +24,6 @@ from persistence_app.stores import open_store
 from persistence_app.stores.base import ObjectMissing, ObjectStore, StoreError
 from persistence_app.sync import Outcome, Publisher, commit_lock
 from sessions_app import db as sessions_db
-from sessions_app.eventlog import now_rfc3339
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.runtime.engine import Engine
 from tools_app import db as tools_db

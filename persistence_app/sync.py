@@ -29,12 +29,12 @@ from typing import Any
 import orjson
 
 from foundation.logs import logger
+from foundation.rfc3339 import now_rfc3339
 from persistence_app import archive, localstate
 from persistence_app.db import Publication, current_epoch, record_failure, record_publication
 from persistence_app.discovery import DiscoveryIndex, TenantMismatch
 from persistence_app.stores.base import MAX_OBJECT_BYTES, ObjectStore, StoreError
 from sessions_app.db import get_session_by_id
-from sessions_app.eventlog import now_rfc3339
 from sessions_app.records import SessionRecord
 from sessions_app.runtime.checkpoints import CheckpointError
 from tools_app.db import recovery_records

@@ -14,6 +14,7 @@ from pydantic import WithJsonSchema
 
 from foundation.errors import InvalidRequest
 from foundation.principal import principal_of, require_manage, require_write
+from foundation.wire import SESSION_ID_PATTERN, SessionId
 
 from . import services
 from .app_object import request_brain
@@ -34,13 +35,6 @@ router = Router(tags=["sessions"])
 
 MAX_PAGE = 1000  # spec: limit is 1-1000 (out of range is 400, never clamped)
 DEFAULT_PAGE = 100
-SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (services), so unchecked here
-
-# The path parameter `id` (the contract's name). Its pattern is published, not validated:
-# services answer a malformed id with 404 like an unknown one.
-SessionId = Annotated[
-    str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
-]
 ApprovalId = Annotated[
     str,
     WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}),

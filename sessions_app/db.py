@@ -11,6 +11,8 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from foundation.hostconfig import HostConfig
+from foundation.rfc3339 import format_time as _format_time
+from foundation.rfc3339 import parse_time
 
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
 from .records import ApprovalRecord, ApprovalStatus, Principal, SessionRecord, SessionStatus
@@ -39,14 +41,6 @@ __all__ = [
 
 def digest_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _format_time(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def parse_time(value: str) -> datetime:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
 
 
 def _record(row: Session) -> SessionRecord:

@@ -12,13 +12,13 @@ import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import orjson
 
 from foundation.errors import CursorUnavailable
+from foundation.rfc3339 import now_rfc3339
 
 __all__ = [
     "LIVE_ONLY",
@@ -107,10 +107,6 @@ ALWAYS_WRITABLE = frozenset({"session.status", "session.error"})
 
 def new_id() -> str:
     return secrets.token_hex(16)
-
-
-def now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def encode_cursor(offset: int, event_id: str) -> str:

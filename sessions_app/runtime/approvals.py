@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from foundation.errors import Conflict, NotFound
 from foundation.logs import logger
+from foundation.rfc3339 import format_time as _rfc3339
 from sessions_app import db
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from sessions_app.records import ApprovalRecord, ApprovalStatus
@@ -35,10 +36,6 @@ class ApprovalTurn(Protocol):
         """Append and publish one event; raises OSError or RecordTooLarge."""
 
     def fail_running_turn(self, message: str) -> None: ...
-
-
-def _rfc3339(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def decided_event(record: ApprovalRecord) -> dict[str, Any]:
