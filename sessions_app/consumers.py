@@ -6,16 +6,13 @@ Reads only the actor's log (replay) and its bounded subscriber queue (live); nev
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from channels.exceptions import StopConsumer
-from channels.generic.http import AsyncHttpConsumer
+from foundation.errors import BrainError
+from foundation.streaming import SSE_HEADERS, StreamingConsumer
 
-from foundation.errors import BrainError, error_envelope
-
-from . import services
+from . import operations
 from .app_object import brain_of
 from .records import SessionStatus
 
@@ -30,52 +27,21 @@ REPLAY_BATCH = 100  # spec: replay in batches of 100
 SOCKET_HIGH_WATER = 256 * 1024  # unsent bytes in the transport before we stop writing
 _CONGESTION_POLL_SECONDS = 0.01
 KEEPALIVE = b": keepalive\n\n"
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
-class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels ships no type hints
-    async def http_request(self, message: dict[str, Any]) -> None:
-        if message.get("more_body"):
-            return
-        self._stream_task = asyncio.get_running_loop().create_task(self._stream())
-
-    async def http_disconnect(self, message: dict[str, Any]) -> None:
-        task = getattr(self, "_stream_task", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        raise StopConsumer()
-
-    def _header(self, name: bytes) -> str | None:
-        for key, value in self.scope.get("headers", ()):
-            if key == name:
-                return value.decode("latin-1")  # type: ignore[no-any-return]
-        return None
-
-    async def _send_error(self, error: BrainError) -> None:
-        body = error_envelope(error, self.scope.get("brain_request_id", ""))
-        headers = [(b"content-type", b"application/json")]
-        headers += [(k.lower().encode(), v.encode()) for k, v in error.headers().items()]
-        await self.send_headers(status=error.status, headers=headers)
-        await self.send_body(body)
-
-    async def _stream(self) -> None:
+class EventStreamConsumer(StreamingConsumer):
+    async def stream(self) -> None:
         session_id = self.scope["url_route"]["kwargs"]["id"]
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
-        after = query["after"][0] if "after" in query else (self._header(b"last-event-id") or "")
+        after = query["after"][0] if "after" in query else (self.header(b"last-event-id") or "")
         try:
             engine, tokens = brain_of(self.scope).engine, brain_of(self.scope).tokens
-            principal = await tokens.authenticate(self._header(b"authorization"))
-            actor, subscriber, start, end = await services.open_stream(engine, principal, session_id, after=after)
+            principal = await tokens.authenticate(self.header(b"authorization"))
+            actor, subscriber, start, end = await operations.open_stream(engine, principal, session_id, after=after)
         except BrainError as error:
-            await self._send_error(error)
+            await self.send_error(error)
             return
-        untrack = tokens.track_stream(self._header(b"authorization"), subscriber.close)  # revocation ends it
+        untrack = tokens.track_stream(self.header(b"authorization"), subscriber.close)  # revocation ends it
         try:
             await self.send_headers(status=200, headers=SSE_HEADERS)
             await self.send_body(b"", more_body=True)
@@ -105,7 +71,7 @@ class EventStreamConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels 
             self._abort()  # spec: the write deadline passed; drop the client
         finally:
             untrack()
-            services.close_stream(engine, actor, subscriber)
+            operations.close_stream(engine, actor, subscriber)
 
     def _abort(self) -> None:
         # base_send is the middleware's wrapper; only the server's own send reaches the socket

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 from channels.exceptions import StopConsumer
-from channels.generic.http import AsyncHttpConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 
-from foundation.errors import BrainError, InvalidRequest, error_envelope
+from foundation.errors import BrainError, InvalidRequest
+from foundation.streaming import SSE_HEADERS, StreamingConsumer, request_header
 
 from .app_object import brain_of
 from .executors import CallLost, Connection, Executor, ExecutorHub
@@ -24,52 +25,25 @@ from .rpc_limits import MAX_RPC_FRAME_BYTES
 __all__ = ["ExecutorCommandsConsumer", "ExecutorRPCConsumer"]
 
 PING_SECONDS = 15.0
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 RPC_SUBPROTOCOL = "brain-rpc"
 AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
 PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a worker thread
 REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
 
 
-def _header(scope: dict[str, Any], name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
-def _hub(scope: dict[str, Any]) -> ExecutorHub:
+def _hub(scope: Mapping[str, Any]) -> ExecutorHub:
     hub: ExecutorHub = brain_of(scope).executors
     return hub
 
 
-class ExecutorCommandsConsumer(AsyncHttpConsumer):  # type: ignore[misc]  # channels ships no type hints
-    async def http_request(self, message: dict[str, Any]) -> None:
-        if message.get("more_body"):
-            return
-        self._stream_task = asyncio.get_running_loop().create_task(self._stream())
-
-    async def http_disconnect(self, message: dict[str, Any]) -> None:
-        task = getattr(self, "_stream_task", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        raise StopConsumer()
-
-    async def _stream(self) -> None:
+class ExecutorCommandsConsumer(StreamingConsumer):
+    async def stream(self) -> None:
         executor_id = self.scope["url_route"]["kwargs"]["id"]
         hub = _hub(self.scope)
         try:
-            executor = hub.authenticate(executor_id, _header(self.scope, b"authorization"))
+            executor = hub.authenticate(executor_id, self.header(b"authorization"))
         except BrainError as error:
-            body = error_envelope(error, self.scope.get("brain_request_id", ""))
-            await self.send_headers(status=error.status, headers=[(b"content-type", b"application/json")])
-            await self.send_body(body)
+            await self.send_error(error)
             return
         connection = hub.connect(executor)
         try:
@@ -96,7 +70,7 @@ class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # chan
     pump: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
-        if _header(self.scope, b"origin") is not None:
+        if request_header(self.scope, b"origin") is not None:
             await self.close(code=4403)  # spec: browser origins are refused
             return
         offered = self.scope.get("subprotocols") or []
