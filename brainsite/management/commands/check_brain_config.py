@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
+from brainsite.management.host_config import install_providers, load_checked_config, refusing_bad_providers
+
+if TYPE_CHECKING:
+    from foundation.hostconfig import HostConfig
+    from tools_app.providers.registry import ProviderRegistry
 
 
 class Command(BaseCommand):
@@ -18,26 +22,17 @@ class Command(BaseCommand):
         parser.add_argument("--config", default="brain.json")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            config = load_host_config(options["config"])
-            resolve_secrets(config)
-        except ConfigError as exc:
-            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
-        from brainsite.application import install_tool_providers
-        from tools_app.providers.base import ProviderConfigError
-
-        try:
-            providers = install_tool_providers(config)
-            installed = sorted(providers)
+        config, _ = load_checked_config(options["config"])
+        providers = install_providers(config)
+        installed = sorted(providers)
+        with refusing_bad_providers():
             asyncio.run(_checked_provider_tools(config, providers))
-        except ProviderConfigError as exc:
-            raise CommandError(f"invalid tool provider: {exc}") from exc
         self.stdout.write(f"config {options['config']} is valid")
         if installed:
             self.stdout.write(f"tool providers installed: {', '.join(installed)}")
 
 
-async def _checked_provider_tools(config: Any, providers: Any) -> None:
+async def _checked_provider_tools(config: HostConfig, providers: ProviderRegistry) -> None:
     """Bind every provider-backed tool as runbrain would, then close what the providers opened."""
     from tools_app.provider_tools import resolve_provider_tools
 

@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
+from brainsite.management.host_config import install_providers, load_checked_config, refusing_bad_providers
 
 SHUTDOWN_SECONDS = 18.0
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -26,18 +26,8 @@ class Command(BaseCommand):
         parser.add_argument("--skip-migrate", action="store_true", help="do not apply migrations first")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            config = load_host_config(options["config"])
-            secrets = resolve_secrets(config)
-        except ConfigError as exc:
-            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
-        from brainsite.application import install_tool_providers
-        from tools_app.providers.base import ProviderConfigError
-
-        try:
-            providers = install_tool_providers(config)  # before listening: a bad one refuses startup
-        except ProviderConfigError as exc:
-            raise CommandError(f"invalid tool provider: {exc}") from exc
+        config, secrets = load_checked_config(options["config"])
+        providers = install_providers(config)  # before listening: a bad one refuses startup
         os.environ["BRAIN_CONFIG"] = options["config"]
         # Sessions are private: the data dir, logs, checkpoints, native files (the harness children
         # inherit the mask) and the SQLite database are readable by Brain's user only.
@@ -64,10 +54,8 @@ class Command(BaseCommand):
         from tools_app.provider_tools import resolve_provider_tools
         from tools_app.rpc_limits import MAX_RPC_MESSAGE_BYTES
 
-        try:  # on the loop that will serve: providers may keep connections from bind()
+        with refusing_bad_providers():  # on the loop that will serve: providers may keep connections from bind()
             config = twisted_loop.run_until_complete(resolve_provider_tools(config, providers))
-        except ProviderConfigError as exc:
-            raise CommandError(f"invalid tool provider: {exc}") from exc
 
         from brainsite.asgi import BODY_OVERHEAD_BYTES, application, launcher
         from brainsite.bounded_http import BoundedBodyServer, body_deadline_from_environment

@@ -13,7 +13,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from foundation.hostconfig import ConfigError, load_host_config, resolve_secrets
+from brainsite.management.host_config import load_checked_config
 
 PRIVATE_UMASK = 0o077
 
@@ -30,11 +30,7 @@ class Command(BaseCommand):
         parser.add_argument("--loglevel", default="INFO")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            config = load_host_config(options["config"])
-            resolve_secrets(config)
-        except ConfigError as exc:
-            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+        config, _ = load_checked_config(options["config"])
         if config.persistence is None:  # knowledge jobs still come through the broker
             self.stderr.write("the host config has no persistence block: this worker runs knowledge jobs only")
         if not settings.CELERY_BROKER_URL:
