@@ -165,6 +165,7 @@ INSTALLED_APPS = [
     "sessions_app.apps.SessionsAppConfig",
     "tools_app.apps.ToolsAppConfig",
     "persistence_app.apps.PersistenceAppConfig",
+    "fleet_app.apps.FleetAppConfig",  # leases, the input journal and instance registry of a fleet (cluster block)
     "brainsite.apps.BrainsiteConfig",  # the server's management commands: runbrain, check_brain_config, syncworker
 ]
 

@@ -1,0 +1,342 @@
+"""The only ORM user of fleet_app (besides models): instance rows, session leases, the input journal.
+
+Every function is one statement (two on a rare race, said where) on PostgreSQL, so ownership is
+decided by the database alone: conditional INSERT ... ON CONFLICT / UPDATE with RETURNING, times
+from the database's clock (`now()`), never the instances'. Each takes `using`, the Django
+database alias (the default one in a server). Sync units with `a*` twins for the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar, cast
+
+import orjson
+from channels.db import database_sync_to_async
+from django.db import DEFAULT_DB_ALIAS, connections
+
+from .models import Instance, JournalEntry, JournalState, SessionLease
+
+__all__ = [
+    "InstanceRow",
+    "JournalRow",
+    "LeaseOwner",
+    "Recorded",
+    "aacquire_lease",
+    "ajoin_instance",
+    "alist_instances",
+    "amark_started",
+    "aowner_of",
+    "aprune_journal",
+    "arecord_input",
+    "arelease_all",
+    "arelease_lease",
+    "arenew_leases",
+    "aset_draining",
+    "ajournal_after",
+    "acquire_lease",
+    "join_instance",
+    "journal_after",
+    "leave_instance",
+    "aleave_instance",
+    "list_instances",
+    "mark_started",
+    "owner_of",
+    "prune_journal",
+    "record_input",
+    "release_all",
+    "release_lease",
+    "renew_leases",
+    "set_draining",
+]
+
+_INSTANCE = Instance._meta.db_table
+_LEASE = SessionLease._meta.db_table
+_JOURNAL = JournalEntry._meta.db_table
+_QUEUED = JournalState.QUEUED.value
+_STARTED = JournalState.STARTED.value
+
+
+def _execute(using: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall()) if cursor.description is not None else []
+
+
+# --- instances -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceRow:
+    name: str
+    url: str
+    started: datetime
+    heartbeat: datetime
+    alive: bool
+    draining: bool
+    sessions_owned: int  # leases it holds that have not expired
+
+
+_JOIN = f"""
+INSERT INTO {_INSTANCE} AS i (name, url, incarnation, started, heartbeat, expires_at, draining)
+VALUES (%s, %s, %s, now(), now(), now() + make_interval(secs => %s), false)
+ON CONFLICT (name) DO UPDATE SET
+    url = EXCLUDED.url, incarnation = EXCLUDED.incarnation, started = EXCLUDED.started,
+    heartbeat = EXCLUDED.heartbeat, expires_at = EXCLUDED.expires_at, draining = false
+WHERE i.incarnation = EXCLUDED.incarnation OR i.expires_at <= now()
+RETURNING name
+"""
+
+
+def join_instance(
+    name: str, *, url: str, incarnation: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS
+) -> bool:
+    """Register this process as instance `name`. False while another live process (another
+    incarnation whose row has not expired) holds the name: two processes of one name would
+    both believe they own its sessions."""
+    return bool(_execute(using, _JOIN, [name, url, incarnation, lease_seconds]))
+
+
+def leave_instance(name: str, *, incarnation: str, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Mark the instance gone at once (after releasing its leases), so routing stops at once."""
+    sql = f"UPDATE {_INSTANCE} SET expires_at = now(), draining = true WHERE name = %s AND incarnation = %s"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [name, incarnation])
+        return bool(cursor.rowcount == 1)
+
+
+def set_draining(name: str, *, incarnation: str, draining: bool, using: str = DEFAULT_DB_ALIAS) -> bool:
+    sql = f"UPDATE {_INSTANCE} SET draining = %s WHERE name = %s AND incarnation = %s"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [draining, name, incarnation])
+        return bool(cursor.rowcount == 1)
+
+
+def list_instances(*, using: str = DEFAULT_DB_ALIAS) -> list[InstanceRow]:
+    """Every instance row, by name, with its live lease count (the admin's fleet page)."""
+    sql = f"""
+    SELECT i.name, i.url, i.started, i.heartbeat, i.expires_at > now(), i.draining,
+           (SELECT count(*) FROM {_LEASE} l WHERE l.owner = i.name AND l.expires_at > now())
+    FROM {_INSTANCE} i ORDER BY i.name
+    """
+    return [InstanceRow(*row) for row in _execute(using, sql, [])]
+
+
+# --- leases ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseOwner:
+    instance: str
+    url: str
+    epoch: int
+
+
+# Free ('' after a release), expired, or already ours: take it. A change of owner increments
+# the epoch; the row's lock orders concurrent acquirers, and the loser's WHERE sees the winner.
+_ACQUIRE = f"""
+INSERT INTO {_LEASE} AS l (session_id, owner, epoch, expires_at, updated)
+VALUES (%s, %s, 1, now() + make_interval(secs => %s), now())
+ON CONFLICT (session_id) DO UPDATE SET
+    epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END,
+    owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated = EXCLUDED.updated
+WHERE l.owner = EXCLUDED.owner OR l.owner = '' OR l.expires_at <= now()
+RETURNING epoch
+"""
+
+
+def acquire_lease(session_id: str, *, owner: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS) -> int | None:
+    """The epoch now held by `owner`, or None while another instance holds a live lease."""
+    rows = _execute(using, _ACQUIRE, [session_id, owner, lease_seconds])
+    return int(rows[0][0]) if rows else None
+
+
+# One statement for a whole renewal round: the instance's heartbeat, then every lease it
+# believes it holds, each only at the epoch it holds. Nothing is renewed when the instance
+# row belongs to another incarnation.
+_RENEW = f"""
+WITH beat AS (
+    UPDATE {_INSTANCE} SET heartbeat = now(), expires_at = now() + make_interval(secs => %s)
+    WHERE name = %s AND incarnation = %s RETURNING name
+)
+UPDATE {_LEASE} AS l SET expires_at = now() + make_interval(secs => %s), updated = now()
+FROM unnest(%s::varchar[], %s::bigint[]) AS held(session_id, epoch)
+WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s
+  AND EXISTS (SELECT 1 FROM beat)
+RETURNING l.session_id
+"""
+
+
+def renew_leases(
+    owner: str,
+    held: Mapping[str, int],
+    *,
+    incarnation: str,
+    lease_seconds: float,
+    using: str = DEFAULT_DB_ALIAS,
+) -> set[str]:
+    """Renew every lease in `held` (session id -> epoch) still ours at that epoch, and the
+    instance's heartbeat; returns the session ids still held. A lease another instance took,
+    or one released, is not renewed, even if it has come back to this instance since."""
+    sessions = list(held)
+    params = [lease_seconds, owner, incarnation, lease_seconds, sessions, [held[s] for s in sessions], owner]
+    return {str(row[0]) for row in _execute(using, _RENEW, params)}
+
+
+def release_lease(session_id: str, *, owner: str, epoch: int, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Give a lease up (after a flush): any instance may acquire it at once, at epoch + 1."""
+    sql = f"""
+    UPDATE {_LEASE} SET owner = '', expires_at = now(), updated = now()
+    WHERE session_id = %s AND owner = %s AND epoch = %s
+    """
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [session_id, owner, epoch])
+        return bool(cursor.rowcount == 1)
+
+
+def release_all(owner: str, held: Mapping[str, int], *, using: str = DEFAULT_DB_ALIAS) -> set[str]:
+    """Release every lease in `held` still ours at its epoch; returns those released."""
+    sessions = list(held)
+    sql = f"""
+    UPDATE {_LEASE} AS l SET owner = '', expires_at = now(), updated = now()
+    FROM unnest(%s::varchar[], %s::bigint[]) AS held(session_id, epoch)
+    WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s
+    RETURNING l.session_id
+    """
+    return {str(row[0]) for row in _execute(using, sql, [sessions, [held[s] for s in sessions], owner])}
+
+
+def owner_of(session_id: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseOwner | None:
+    """The live owner of a session (an unexpired lease of a live instance) and its URL; None
+    when the session is free, its lease expired, or its owner's heartbeat has."""
+    sql = f"""
+    SELECT l.owner, i.url, l.epoch FROM {_LEASE} l JOIN {_INSTANCE} i ON i.name = l.owner
+    WHERE l.session_id = %s AND l.expires_at > now() AND i.expires_at > now()
+    """
+    rows = _execute(using, sql, [session_id])
+    return LeaseOwner(str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
+
+
+# --- input journal ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    seq: int
+    input_id: str  # on a resend of a key: the first send's input id, to replay its event
+    created: bool  # False when the key was already journaled for this session
+
+
+@dataclass(frozen=True, slots=True)
+class JournalRow:
+    seq: int
+    input_id: str
+    key: str | None
+    payload: dict[str, Any]
+    epoch: int
+    state: JournalState
+    created: datetime
+
+
+# One round trip either way: the insert, or (its key taken) the entry that holds the key.
+_RECORD = f"""
+WITH inserted AS (
+    INSERT INTO {_JOURNAL} (input_id, session_id, key, payload, epoch, state, created)
+    VALUES (%s, %s, %s, %s, %s, '{_QUEUED}', now())
+    ON CONFLICT (session_id, key) WHERE key IS NOT NULL DO NOTHING
+    RETURNING seq, input_id
+)
+SELECT seq, input_id, true FROM inserted
+UNION ALL
+SELECT seq, input_id, false FROM {_JOURNAL}
+WHERE session_id = %s AND key = %s AND NOT EXISTS (SELECT 1 FROM inserted)
+"""
+_BY_KEY = f"SELECT seq, input_id, false FROM {_JOURNAL} WHERE session_id = %s AND key = %s"
+
+
+def record_input(
+    session_id: str,
+    *,
+    input_id: str,
+    key: str | None,
+    payload: Mapping[str, Any],
+    epoch: int,
+    using: str = DEFAULT_DB_ALIAS,
+) -> Recorded:
+    """Journal an acknowledged input, before its 202: one INSERT. A key already journaled for
+    the session records nothing and returns the first send's entry (`created` False).
+
+    The statement's snapshot cannot see a row a concurrent send of the same key committed while
+    this one waited on it; then a second SELECT, in a fresh snapshot, finds that row.
+    """
+    key_bytes = key.encode() if key is not None else None
+    body = orjson.dumps(payload)
+    rows = _execute(using, _RECORD, [input_id, session_id, key_bytes, body, epoch, session_id, key_bytes])
+    if not rows and key_bytes is not None:
+        rows = _execute(using, _BY_KEY, [session_id, key_bytes])
+    seq, recorded_id, created = rows[0]
+    return Recorded(int(seq), str(recorded_id), bool(created))
+
+
+def mark_started(session_id: str, seq: int, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """A turn takes the entry, before anything reaches the harness: one UPDATE. False when
+    the entry is gone (pruned) or already started."""
+    sql = f"UPDATE {_JOURNAL} SET state = '{_STARTED}' WHERE seq = %s AND session_id = %s AND state = '{_QUEUED}'"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [seq, session_id])
+        return bool(cursor.rowcount == 1)
+
+
+def journal_after(session_id: str, covered_seq: int, *, using: str = DEFAULT_DB_ALIAS) -> list[JournalRow]:
+    """The session's entries a checkpoint covering `covered_seq` does not cover, in seq order
+    (the order the queue takes them). 0 covers nothing (the creation checkpoint)."""
+    sql = f"""
+    SELECT seq, input_id, key, payload, epoch, state, created FROM {_JOURNAL}
+    WHERE session_id = %s AND seq > %s ORDER BY seq
+    """
+    return [
+        JournalRow(
+            seq=int(seq),
+            input_id=str(input_id),
+            key=bytes(key).decode() if key is not None else None,
+            payload=orjson.loads(bytes(payload)),
+            epoch=int(epoch),
+            state=JournalState(state),
+            created=created,
+        )
+        for seq, input_id, key, payload, epoch, state, created in _execute(using, sql, [session_id, covered_seq])
+    ]
+
+
+def prune_journal(session_id: str, covered_seq: int, *, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Delete the entries a published checkpoint covers; returns how many."""
+    sql = f"DELETE FROM {_JOURNAL} WHERE session_id = %s AND seq <= %s"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [session_id, covered_seq])
+        return int(cursor.rowcount)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _twin(function: Callable[_P, _R]) -> Callable[_P, Coroutine[Any, Any, _R]]:
+    """database_sync_to_async(function), its signature kept for mypy (channels' class is untyped)."""
+    return cast(Callable[_P, Coroutine[Any, Any, _R]], database_sync_to_async(function))
+
+
+ajoin_instance = _twin(join_instance)
+aleave_instance = _twin(leave_instance)
+aset_draining = _twin(set_draining)
+alist_instances = _twin(list_instances)
+aacquire_lease = _twin(acquire_lease)
+arenew_leases = _twin(renew_leases)
+arelease_lease = _twin(release_lease)
+arelease_all = _twin(release_all)
+aowner_of = _twin(owner_of)
+arecord_input = _twin(record_input)
+amark_started = _twin(mark_started)
+ajournal_after = _twin(journal_after)
+aprune_journal = _twin(prune_journal)

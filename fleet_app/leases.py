@@ -1,0 +1,195 @@
+"""One instance's leases: acquire, renew in batches, release, and the local rule that stops
+writes before a lease can expire elsewhere. No request objects; the database through db twins.
+
+The local rule: a lease's local deadline is the monotonic time its last successful acquire or
+renewal was *sent*, plus `lease_seconds - margin`. The database computed its expiry from a later
+moment (when it ran the statement), so the deadline passes at least `margin` before any other
+instance may acquire the session, whatever the network or this process did meanwhile (a pause,
+a partition, a slow statement). Past the deadline the session is not writable until a renewal
+succeeds at the same epoch, which proves nobody took it in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from django.db import DEFAULT_DB_ALIAS, DatabaseError
+
+from . import db
+
+__all__ = ["LeaseManager", "Renewal", "margin_seconds"]
+
+logger = logging.getLogger("brain.fleet")
+
+# How much earlier than the database's expiry an instance stops writing: a fifth of the lease,
+# at least a second (a write that checked writability just before the deadline still finishes
+# before a successor can start).
+MARGIN_FRACTION = 0.2
+MIN_MARGIN_SECONDS = 1.0
+# Renewals run this many times per lease, so two may fail before the local deadline passes.
+RENEWALS_PER_LEASE = 3
+
+
+def margin_seconds(lease_seconds: float) -> float:
+    return min(max(MIN_MARGIN_SECONDS, lease_seconds * MARGIN_FRACTION), lease_seconds / 2)
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal:
+    held: frozenset[str]  # still ours, writable until the new deadline
+    lost: frozenset[str]  # taken by another instance or released: drop the local copy's ownership
+
+
+@dataclass(slots=True)
+class _Held:
+    epoch: int
+    deadline: float  # monotonic: writable while clock() < deadline
+
+
+class LeaseManager:
+    """The leases one instance holds. Methods that touch the database are async (db twins);
+    `is_writable` and `held_epoch` are local and cheap, for every write's check."""
+
+    def __init__(
+        self,
+        *,
+        instance: str,
+        url: str,
+        lease_seconds: float,
+        database: str = DEFAULT_DB_ALIAS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if lease_seconds <= 0:
+            raise ValueError("lease_seconds must be positive")
+        self.instance = instance
+        self.url = url
+        self.lease_seconds = float(lease_seconds)
+        self.margin = margin_seconds(self.lease_seconds)
+        self.database = database
+        self.incarnation = secrets.token_hex(16)
+        self._clock = clock
+        self._held: dict[str, _Held] = {}
+        self.joined = False
+
+    @property
+    def renew_interval(self) -> float:
+        return self.lease_seconds / RENEWALS_PER_LEASE
+
+    def _deadline(self, sent: float) -> float:
+        return sent + self.lease_seconds - self.margin
+
+    async def join(self) -> bool:
+        """Register the instance; False while another live process uses this name."""
+        self.joined = await db.ajoin_instance(
+            self.instance,
+            url=self.url,
+            incarnation=self.incarnation,
+            lease_seconds=self.lease_seconds,
+            using=self.database,
+        )
+        return self.joined
+
+    async def acquire(self, session_id: str) -> int | None:
+        """Take the session's lease (free, expired, or already ours): the epoch held, or None
+        while another instance holds it. A change of owner increments the epoch."""
+        sent = self._clock()
+        epoch = await db.aacquire_lease(
+            session_id, owner=self.instance, lease_seconds=self.lease_seconds, using=self.database
+        )
+        if epoch is None:
+            self._held.pop(session_id, None)
+            return None
+        self._held[session_id] = _Held(epoch, self._deadline(sent))
+        return epoch
+
+    async def renew(self) -> Renewal:
+        """Renew every held lease and the heartbeat in one statement. Leases the database no
+        longer gives us at our epoch are forgotten and returned as lost. A database error
+        leaves every deadline where it was (they lapse on their own) and propagates."""
+        sent = self._clock()
+        snapshot = {session_id: held.epoch for session_id, held in self._held.items()}
+        still = await db.arenew_leases(
+            self.instance,
+            snapshot,
+            incarnation=self.incarnation,
+            lease_seconds=self.lease_seconds,
+            using=self.database,
+        )
+        deadline = self._deadline(sent)
+        lost: set[str] = set()
+        for session_id, epoch in snapshot.items():
+            held = self._held.get(session_id)
+            if held is None or held.epoch != epoch:
+                continue  # released or re-acquired while the statement ran: that call decided
+            if session_id in still:
+                held.deadline = max(held.deadline, deadline)
+            else:
+                del self._held[session_id]
+                lost.add(session_id)
+        return Renewal(frozenset(still), frozenset(lost))
+
+    async def release(self, session_id: str) -> bool:
+        """Give the lease up, after the session was flushed to the archive, so another
+        instance takes it at once. Writes stop here whatever the database answers."""
+        held = self._held.pop(session_id, None)
+        if held is None:
+            return False
+        return await db.arelease_lease(session_id, owner=self.instance, epoch=held.epoch, using=self.database)
+
+    async def release_all(self) -> set[str]:
+        """Graceful shutdown, after the flush: every lease in one statement."""
+        snapshot = {session_id: held.epoch for session_id, held in self._held.items()}
+        self._held.clear()
+        if not snapshot:
+            return set()
+        return await db.arelease_all(self.instance, snapshot, using=self.database)
+
+    async def leave(self) -> None:
+        """Release everything and mark the instance gone, so routing skips it at once."""
+        await self.release_all()
+        await db.aleave_instance(self.instance, incarnation=self.incarnation, using=self.database)
+        self.joined = False
+
+    async def set_draining(self, draining: bool) -> bool:
+        return await db.aset_draining(
+            self.instance, incarnation=self.incarnation, draining=draining, using=self.database
+        )
+
+    async def owner_of(self, session_id: str) -> db.LeaseOwner | None:
+        """The session's live owner and its URL (this instance included), or None."""
+        return await db.aowner_of(session_id, using=self.database)
+
+    def is_writable(self, session_id: str) -> bool:
+        return self.held_epoch(session_id) is not None
+
+    def held_epoch(self, session_id: str) -> int | None:
+        """The epoch to stamp on a write, or None when the session is not ours to write:
+        never acquired, lost, released, or not renewed for `lease_seconds - margin`."""
+        held = self._held.get(session_id)
+        if held is None or self._clock() >= held.deadline:
+            return None
+        return held.epoch
+
+    def held(self) -> dict[str, int]:
+        """Every lease this instance believes it holds (writable or lapsed), session -> epoch."""
+        return {session_id: held.epoch for session_id, held in self._held.items()}
+
+    async def run_renewals(self, on_lost: Callable[[frozenset[str]], None]) -> None:
+        """Renew every `renew_interval` until cancelled; the owner of the task (the engine)
+        unloads or stops writing the sessions `on_lost` names. A failed renewal is logged and
+        retried next round: meanwhile deadlines lapse, and writes stop on their own."""
+        while True:
+            began = self._clock()
+            try:
+                renewal = await self.renew()
+            except DatabaseError as exc:
+                logger.warning("fleet lease renewal failed", extra={"instance": self.instance, "error": str(exc)})
+            else:
+                if renewal.lost:
+                    on_lost(renewal.lost)
+            await asyncio.sleep(max(0.0, self.renew_interval - (self._clock() - began)))

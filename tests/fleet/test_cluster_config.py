@@ -1,0 +1,173 @@
+"""The `cluster` block: its fields, and the refusal of a fleet without its shared parts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from fleet_app.cluster import ClusterConfig, FleetSecret, check_cluster
+from foundation.hostconfig import ConfigError, Persistence
+
+SECRET = "s" * 32
+DATABASE = "postgres://brain@db.internal:5432/brain"
+S3 = Persistence(provider="s3", bucket="brain-archive")
+FILESYSTEM = Persistence(provider="filesystem", directory="/mnt/shared/brain-archive")
+
+
+def cluster(**fields: Any) -> ClusterConfig:
+    return ClusterConfig.model_validate({"instance": "brain-a", "url": "http://10.0.0.1:8080", **fields})
+
+
+def test_the_defaults_are_a_ten_second_lease_and_no_shared_directory() -> None:
+    # when
+    config = cluster(url="https://brain-a.internal:8443/")
+    # then
+    assert config.instance == "brain-a"
+    assert config.url == "https://brain-a.internal:8443"  # a trailing / dropped: targets are appended
+    assert config.lease_seconds == 10
+    assert config.shared_directory is False
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"instance": ""}, "must be 1-63 lowercase letters"),
+        ({"instance": "Brain-A"}, "must be 1-63 lowercase letters"),
+        ({"instance": "-a"}, "must be 1-63 lowercase letters"),
+        ({"instance": "a-"}, "must be 1-63 lowercase letters"),
+        ({"instance": "a" * 64}, "must be 1-63 lowercase letters"),
+        ({"instance": "a\n"}, "must be 1-63 lowercase letters"),
+        ({"url": "10.0.0.1:8080"}, "must be an absolute http or https URL"),
+        ({"url": "ftp://10.0.0.1"}, "must be an absolute http or https URL"),
+        ({"url": "http://u:p@10.0.0.1"}, "must not contain credentials"),
+        ({"url": "http://10.0.0.1/brain"}, "must not contain a path"),
+        ({"url": "http://10.0.0.1/?a=1"}, "must not contain a query or a fragment"),
+        ({"url": "http://10.0.0.1:99999"}, "must be a valid URL"),
+        ({"lease_seconds": 2}, "greater than or equal to 3"),
+        ({"lease_seconds": 301}, "less than or equal to 300"),
+        ({"lease_seconds": "10"}, "valid integer"),
+        ({"replicas": 3}, "Extra inputs are not permitted"),
+    ],
+    ids=[
+        "empty_name_case",
+        "uppercase_name_case",
+        "leading_dash_case",
+        "trailing_dash_case",
+        "long_name_case",
+        "newline_name_case",
+        "no_scheme_case",
+        "ftp_case",
+        "credentials_case",
+        "path_case",
+        "query_case",
+        "bad_port_case",
+        "short_lease_case",
+        "long_lease_case",
+        "string_lease_case",
+        "unknown_field_case",
+    ],
+)
+def test_a_bad_field_is_refused(fields: dict[str, Any], message: str) -> None:
+    # when
+    with pytest.raises(ValidationError) as refused:
+        cluster(**fields)
+    # then
+    assert message in str(refused.value)
+
+
+def test_a_complete_fleet_gives_its_secret() -> None:
+    # when
+    secret = check_cluster(
+        cluster(), persistence=S3, environ={"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET}
+    )
+    # then
+    assert secret == FleetSecret(SECRET.encode())
+    assert repr(secret) == "FleetSecret(<redacted>)"
+    assert SECRET not in str(secret)
+
+
+def test_the_secret_may_come_from_a_file(tmp_path: Path) -> None:
+    # given
+    path = tmp_path / "fleet-secret"
+    path.write_text(SECRET + "\n")
+    # when
+    secret = check_cluster(
+        cluster(), persistence=S3, environ={"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET_FILE": str(path)}
+    )
+    # then
+    assert secret.key == SECRET.encode()
+
+
+def test_a_shared_filesystem_archive_is_accepted_when_the_operator_says_it_is_shared() -> None:
+    # when
+    secret = check_cluster(
+        cluster(shared_directory=True),
+        persistence=FILESYSTEM,
+        environ={"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET},
+    )
+    # then
+    assert secret.key == SECRET.encode()
+
+
+@pytest.mark.parametrize(
+    ("persistence", "environ", "message"),
+    [
+        (S3, {"BRAIN_FLEET_SECRET": SECRET}, "cluster: BRAIN_DATABASE_URL must name a PostgreSQL database"),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": "sqlite:///x", "BRAIN_FLEET_SECRET": SECRET},
+            "cluster: BRAIN_DATABASE_URL must name a PostgreSQL database",
+        ),
+        (
+            None,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET},
+            "cluster: a persistence block is required",
+        ),
+        (
+            FILESYSTEM,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET},
+            "cluster.shared_directory: a filesystem archive must be a directory every instance shares",
+        ),
+        (S3, {"BRAIN_DATABASE_URL": DATABASE}, "cluster: environment variable BRAIN_FLEET_SECRET is not set"),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "s" * 31},
+            "cluster: BRAIN_FLEET_SECRET must hold at least 32 bytes",
+        ),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET_FILE": "/nonexistent/fleet-secret"},
+            "cluster: cannot read BRAIN_FLEET_SECRET_FILE: No such file or directory",
+        ),
+    ],
+    ids=[
+        "no_database_case",
+        "not_postgres_case",
+        "no_archive_case",
+        "private_directory_case",
+        "no_secret_case",
+        "short_secret_case",
+        "missing_secret_file_case",
+    ],
+)
+def test_a_fleet_without_its_shared_parts_is_refused(
+    persistence: Persistence | None, environ: dict[str, str], message: str
+) -> None:
+    # when
+    with pytest.raises(ConfigError) as refused:
+        check_cluster(cluster(), persistence=persistence, environ=environ)
+    # then
+    assert str(refused.value) == message or str(refused.value).startswith(message)
+    assert SECRET not in str(refused.value)
+
+
+def test_the_secret_is_counted_in_bytes_not_characters() -> None:
+    # given: 11 three-byte characters are 33 bytes
+    environ = {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "€" * 11}
+    # when
+    secret = check_cluster(cluster(), persistence=S3, environ=environ)
+    # then
+    assert len(secret.key) == 33
