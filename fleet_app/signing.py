@@ -1,0 +1,200 @@
+"""Instance-to-instance request authentication: HMAC-SHA256 over the request with BRAIN_FLEET_SECRET.
+
+Pure functions (time and nonces are arguments) plus a bounded replay guard; no I/O, no Django.
+A signature binds the sender, the receiving instance, the time, a nonce, the method, the exact
+request target, a SHA-256 of the body and every forwarded header, so a captured request cannot
+be altered, sent to another instance, or replayed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+
+import orjson
+
+__all__ = [
+    "FORWARDED_HEADERS",
+    "SIGNATURE_HEADERS",
+    "FleetAuthError",
+    "ReplayGuard",
+    "sign_request",
+    "verify_request",
+]
+
+VERSION = "v1"
+INSTANCE_HEADER = "brain-fleet-instance"
+TIME_HEADER = "brain-fleet-time"
+NONCE_HEADER = "brain-fleet-nonce"
+SIGNATURE_HEADER = "brain-fleet-signature"
+SIGNATURE_HEADERS = (INSTANCE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
+# What a forwarded request carries beyond its method, target and body, every one signed: the
+# client's credentials and stream position, the trace, and the client's address as the
+# receiving instance saw it (for per-address limits on the owner). Anything else is not
+# forwarded, so nothing unsigned reaches the owner.
+FORWARDED_HEADERS = (
+    "authorization",
+    "accept",
+    "content-type",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+    "brain-fleet-client",
+)
+# Clocks of a fleet's machines agree within NTP's milliseconds; the window allows for a
+# forwarded request that waited in a queue. Older or newer requests are refused.
+REPLAY_WINDOW_SECONDS = 30
+# Nonces remembered for the window: past this many, new requests are refused (the forwarding
+# instance gets a 503 and retries) rather than forgetting a nonce that could then be replayed.
+MAX_REMEMBERED_NONCES = 200_000
+NONCE = re.compile(r"[0-9a-f]{32}")
+SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
+MAX_TIME_DIGITS = 12
+
+
+class FleetAuthError(Exception):
+    """A request that is not from a fleet instance, or not this instant's. `reason` is for the
+    log; clients get a generic 403."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _message(
+    *,
+    sender: str,
+    target_instance: str,
+    timestamp: str,
+    nonce: str,
+    method: str,
+    target: bytes,
+    body: bytes,
+    headers: Mapping[str, str],
+) -> bytes:
+    # A JSON array: unambiguous for any value, where joining with a separator is not.
+    fields = [
+        "brain-fleet",
+        VERSION,
+        sender,
+        target_instance,
+        timestamp,
+        nonce,
+        method.upper(),
+        target.decode("latin-1"),
+        hashlib.sha256(body).hexdigest(),
+        *(headers.get(name, "") for name in FORWARDED_HEADERS),
+    ]
+    return orjson.dumps(fields)
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {name.lower(): value for name, value in headers.items()}
+
+
+def sign_request(
+    secret: bytes,
+    *,
+    sender: str,
+    target_instance: str,
+    method: str,
+    target: bytes,
+    body: bytes,
+    headers: Mapping[str, str],
+    now: float,
+    nonce: str,
+) -> dict[str, str]:
+    """The signature headers for a request from `sender` to `target_instance`. `target` is the
+    request target exactly as sent (raw path and query), `headers` the forwarded ones."""
+    timestamp = str(int(now))
+    message = _message(
+        sender=sender,
+        target_instance=target_instance,
+        timestamp=timestamp,
+        nonce=nonce,
+        method=method,
+        target=target,
+        body=body,
+        headers=_lower(headers),
+    )
+    digest = hmac.new(secret, message, hashlib.sha256).hexdigest()
+    return {
+        INSTANCE_HEADER: sender,
+        TIME_HEADER: timestamp,
+        NONCE_HEADER: nonce,
+        SIGNATURE_HEADER: f"{VERSION}={digest}",
+    }
+
+
+class ReplayGuard:
+    """Nonces seen within the replay window, oldest first. One per receiving instance."""
+
+    def __init__(self, *, window_seconds: float = REPLAY_WINDOW_SECONDS, capacity: int = MAX_REMEMBERED_NONCES) -> None:
+        self.window = window_seconds
+        self.capacity = capacity
+        self._seen: OrderedDict[str, float] = OrderedDict()  # nonce -> when it may be forgotten
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def admit(self, nonce: str, *, now: float) -> None:
+        """Remember `nonce`; FleetAuthError if it was seen or the guard is full."""
+        while self._seen:
+            oldest, forget_at = next(iter(self._seen.items()))
+            if forget_at > now:
+                break
+            del self._seen[oldest]
+        if nonce in self._seen:
+            raise FleetAuthError("replayed nonce")
+        if len(self._seen) >= self.capacity:
+            raise FleetAuthError("too many fleet requests in the replay window")
+        # A request is accepted up to `window` after its timestamp, and its timestamp may be
+        # up to `window` ahead: remember it long enough to cover both.
+        self._seen[nonce] = now + 2 * self.window
+
+
+def verify_request(
+    secret: bytes,
+    *,
+    receiver: str,
+    method: str,
+    target: bytes,
+    body: bytes,
+    headers: Mapping[str, str],
+    now: float,
+    replay: ReplayGuard,
+) -> str:
+    """The sending instance's name when `headers` carry a valid, fresh, unseen signature for
+    this request to `receiver`; FleetAuthError otherwise. The nonce is remembered only once
+    the signature checks, so forged requests cannot fill the guard."""
+    lowered = _lower(headers)
+    sender = lowered.get(INSTANCE_HEADER, "")
+    timestamp = lowered.get(TIME_HEADER, "")
+    nonce = lowered.get(NONCE_HEADER, "")
+    signature = lowered.get(SIGNATURE_HEADER, "")
+    if not sender or not timestamp or not nonce or not signature:
+        raise FleetAuthError("missing fleet signature headers")
+    if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > MAX_TIME_DIGITS:
+        raise FleetAuthError("malformed fleet timestamp")
+    if not NONCE.fullmatch(nonce) or not SIGNATURE.fullmatch(signature):
+        raise FleetAuthError("malformed fleet signature")
+    message = _message(
+        sender=sender,
+        target_instance=receiver,
+        timestamp=timestamp,
+        nonce=nonce,
+        method=method,
+        target=target,
+        body=body,
+        headers=lowered,
+    )
+    expected = f"{VERSION}={hmac.new(secret, message, hashlib.sha256).hexdigest()}"
+    if not hmac.compare_digest(expected, signature):
+        raise FleetAuthError("bad fleet signature")
+    if abs(now - int(timestamp)) > replay.window:
+        raise FleetAuthError("fleet request outside the replay window")
+    replay.admit(nonce, now=now)
+    return sender

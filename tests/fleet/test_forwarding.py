@@ -1,0 +1,295 @@
+"""Forwarding to a session's owner over real loopback HTTP: the owner (a small HTTP/1.1 server
+that checks the fleet signature) streams SSE in awkward pieces; the forwarding side must get
+every byte, in order, each piece as soon as it is sent, and only signed headers must arrive."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import pytest
+
+from fleet_app.forwarding import OwnerUnreachable, fleet_client, forward_request
+from fleet_app.signing import FleetAuthError, ReplayGuard, verify_request
+from tests.fixtures.server import free_port
+
+SECRET = b"f" * 32
+SESSION_EVENTS = b"/sessions/0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f/events"
+WAIT_SECONDS = 10.0
+# SSE as the owner writes it, cut where a proxy must not care: inside a frame, inside a field
+# name, and inside a multi-byte UTF-8 character (the first two bytes of "é" end a piece).
+PIECES = [
+    b": keepalive\n\n",
+    b'id: eyJvIjowLCJpIjoiYSJ9\nevent: assistant.message\ndata: {"text":"caf\xc3',
+    b'\xa9"}\n\n',
+    b"id: eyJvIjo5OSwiaSI6ImIifQ\nev",
+    b'ent: session.status\ndata: {"status":"idle"}\n\n',
+]
+
+
+@dataclass
+class Received:
+    method: str
+    target: bytes
+    headers: dict[str, str]
+    body: bytes
+    sender: str
+
+
+@dataclass
+class Owner:
+    """The owning instance: verifies each request, then answers it from `pieces`, sending the
+    next piece only when the test says the last one arrived (so buffering would hang, not pass)."""
+
+    name: str = "brain-a"
+    pieces: list[bytes] = field(default_factory=list)
+    status: bytes = b"200 OK"
+    content_type: bytes = b"text/event-stream"
+    received: list[Received] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    gate: asyncio.Queue[None] = field(default_factory=asyncio.Queue)
+    closed_by_peer: asyncio.Event = field(default_factory=asyncio.Event)
+    guard: ReplayGuard = field(default_factory=ReplayGuard)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request_line = (await reader.readline()).rstrip(b"\r\n")
+            method, target, _ = request_line.split(b" ", 2)
+            headers: dict[str, str] = {}
+            while (line := (await reader.readline()).rstrip(b"\r\n")) != b"":
+                name, _, value = line.partition(b":")
+                headers[name.decode("latin-1").lower()] = value.strip().decode("latin-1")
+            body = await reader.readexactly(int(headers.get("content-length", "0")))
+            try:
+                sender = verify_request(
+                    SECRET,
+                    receiver=self.name,
+                    method=method.decode(),
+                    target=target,
+                    body=body,
+                    headers=headers,
+                    now=time.time(),
+                    replay=self.guard,
+                )
+            except FleetAuthError as exc:
+                self.refused.append(exc.reason)
+                writer.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                await writer.drain()
+                return
+            self.received.append(Received(method.decode(), target, headers, body, sender))
+            writer.write(
+                b"HTTP/1.1 " + self.status + b"\r\n"
+                b"Content-Type: " + self.content_type + b"\r\n"
+                b"Cache-Control: no-cache\r\nX-Accel-Buffering: no\r\nRetry-After: 1\r\n"
+                b"Connection: keep-alive, x-hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+            )
+            for index, piece in enumerate(self.pieces):
+                if index:
+                    await self.gate.get()
+                writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+                await writer.drain()
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+            await reader.read()  # until the forwarding side closes its connection
+            self.closed_by_peer.set()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            self.closed_by_peer.set()
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def owner() -> AsyncIterator[tuple[Owner, str]]:
+    server_owner = Owner()
+    server = await asyncio.start_server(server_owner.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        yield server_owner, f"http://127.0.0.1:{port}"
+        server.close()
+
+
+async def test_sse_is_streamed_back_byte_for_byte_as_each_piece_arrives(owner: tuple[Owner, str]) -> None:
+    # given
+    origin, url = owner
+    origin.pieces = list(PIECES)
+    client_headers = {
+        "Authorization": "Bearer tok-1234567890abcdefghijkl",
+        "Accept": "text/event-stream",
+        "Last-Event-ID": "eyJvIjowLCJpIjoiYSJ9",
+        "Cookie": "sessionid=admin",  # not the owner's business: not forwarded
+        "X-Forwarded-For": "198.51.100.9",  # unsigned: not forwarded
+        "Host": "brain-b.fleet.test",
+    }
+    received: list[bytes] = []
+    # when
+    async with (
+        fleet_client() as client,
+        forward_request(
+            client,
+            secret=SECRET,
+            sender="brain-b",
+            owner="brain-a",
+            owner_url=url,
+            method="GET",
+            target=SESSION_EVENTS + b"?after=eyJvIjowLCJpIjoiYSJ9",
+            headers=client_headers,
+            body=b"",
+            client_address="203.0.113.7",
+        ) as forwarded,
+    ):
+        status, headers = forwarded.status, forwarded.headers
+        boundaries = {sum(map(len, PIECES[: n + 1])) for n in range(len(PIECES) - 1)}
+        async with asyncio.timeout(WAIT_SECONDS):  # a buffering proxy would wait here forever
+            async for chunk in forwarded.body:
+                received.append(chunk)
+                if len(b"".join(received)) in boundaries:
+                    origin.gate.put_nowait(None)  # this piece arrived whole before the next was sent
+    # then
+    assert b"".join(received) == b"".join(PIECES)
+    assert status == 200
+    assert headers == [
+        (b"content-type", b"text/event-stream"),
+        (b"cache-control", b"no-cache"),
+        (b"x-accel-buffering", b"no"),
+        (b"retry-after", b"1"),
+    ]
+    [request] = origin.received
+    assert (request.method, request.target, request.sender) == (
+        "GET",
+        SESSION_EVENTS + b"?after=eyJvIjowLCJpIjoiYSJ9",
+        "brain-b",
+    )
+    assert sorted(request.headers) == [
+        "accept",
+        "accept-encoding",  # httpx's own, like connection, host and user-agent
+        "authorization",
+        "brain-fleet-client",
+        "brain-fleet-instance",
+        "brain-fleet-nonce",
+        "brain-fleet-signature",
+        "brain-fleet-time",
+        "connection",
+        "host",
+        "last-event-id",
+        "user-agent",
+    ]
+    assert (request.headers["authorization"], request.headers["last-event-id"]) == (
+        "Bearer tok-1234567890abcdefghijkl",
+        "eyJvIjowLCJpIjoiYSJ9",
+    )
+    assert (request.headers["brain-fleet-client"], request.headers["host"]) == ("203.0.113.7", url[len("http://") :])
+    assert origin.refused == []
+
+
+async def test_a_send_is_forwarded_with_its_body_and_the_owners_answer_comes_back(owner: tuple[Owner, str]) -> None:
+    # given
+    origin, url = owner
+    origin.status, origin.content_type = b"202 Accepted", b"application/json"
+    origin.pieces = [b'{"id":"', b'abc","type":"user.message"}']
+    body = b'{"type":"user.message","data":{"text":"caf\xc3\xa9"},"key":"k-1"}'
+    # when
+    async with (
+        fleet_client() as client,
+        forward_request(
+            client,
+            secret=SECRET,
+            sender="brain-c",
+            owner="brain-a",
+            owner_url=url,
+            method="POST",
+            target=SESSION_EVENTS,
+            headers={"content-type": "application/json", "authorization": "Bearer t"},
+            body=body,
+            client_address="::1",
+        ) as forwarded,
+    ):
+        pieces = []
+        async for chunk in forwarded.body:
+            pieces.append(chunk)
+            origin.gate.put_nowait(None)
+    # then
+    assert forwarded.status == 202
+    assert b"".join(pieces) == b'{"id":"abc","type":"user.message"}'
+    [request] = origin.received
+    assert (request.method, request.body, request.sender) == ("POST", body, "brain-c")
+    assert request.headers["content-type"] == "application/json"
+    assert request.headers["brain-fleet-client"] == "::1"
+
+
+async def test_a_request_signed_with_another_secret_is_refused_by_the_owner(owner: tuple[Owner, str]) -> None:
+    # given
+    origin, url = owner
+    # when
+    async with (
+        fleet_client() as client,
+        forward_request(
+            client,
+            secret=b"x" * 32,
+            sender="brain-b",
+            owner="brain-a",
+            owner_url=url,
+            method="GET",
+            target=SESSION_EVENTS,
+            headers={},
+            body=b"",
+            client_address="127.0.0.1",
+        ) as forwarded,
+    ):
+        body = b"".join([chunk async for chunk in forwarded.body])
+    # then
+    assert (forwarded.status, body) == (403, b"")
+    assert origin.refused == ["bad fleet signature"]
+    assert origin.received == []
+
+
+async def test_leaving_the_block_closes_the_owners_stream(owner: tuple[Owner, str]) -> None:
+    # given: an owner with more to send than the client will read
+    origin, url = owner
+    origin.pieces = list(PIECES)
+    async with fleet_client() as client:  # the client (its connection pool) stays open throughout
+        # when: the client takes the first piece and goes away
+        async with forward_request(
+            client,
+            secret=SECRET,
+            sender="brain-b",
+            owner="brain-a",
+            owner_url=url,
+            method="GET",
+            target=SESSION_EVENTS,
+            headers={"accept": "text/event-stream"},
+            body=b"",
+            client_address="127.0.0.1",
+        ) as forwarded:
+            first = await anext(aiter(forwarded.body))
+        for _ in PIECES:
+            origin.gate.put_nowait(None)  # let the owner write on, into a closed connection
+        # then
+        assert first == PIECES[0]
+        await asyncio.wait_for(origin.closed_by_peer.wait(), WAIT_SECONDS)
+
+
+async def test_an_owner_that_is_not_listening_is_unreachable_before_any_byte_is_sent() -> None:
+    # given
+    url = f"http://127.0.0.1:{free_port()}"
+    # when
+    async with fleet_client() as client:
+        with pytest.raises(OwnerUnreachable) as unreachable:
+            async with forward_request(
+                client,
+                secret=SECRET,
+                sender="brain-b",
+                owner="brain-a",
+                owner_url=url,
+                method="POST",
+                target=SESSION_EVENTS,
+                headers={},
+                body=b"{}",
+                client_address="127.0.0.1",
+            ):
+                pass
+    # then
+    assert unreachable.value.reached is False
+    assert str(unreachable.value) == "owner brain-a unreachable: ConnectError"
