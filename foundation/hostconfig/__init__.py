@@ -1,0 +1,37 @@
+"""The host config file (reference-configuration): strict decoding, defaults, ranges, env checks.
+
+One module per section (tokens, harnesses, tools, limits, persistence), the whole in model.py,
+the credentials it names (read from the environment) in environment.py. Imports no Django, so
+`manage.py` can read `data_dir` before settings load.
+"""
+
+from __future__ import annotations
+
+from .base import MAX_CONFIG_BYTES, ConfigError
+from .environment import Secrets, resolve_secrets
+from .harnesses import Harness, Provider
+from .limits import Limits
+from .model import HostConfig, load_host_config, parse_host_config
+from .persistence import Persistence
+from .tokens import MAX_KEY_ID_CHARS, CredentialKeys, TokenGrant
+from .tools import TOOL_NAME, TOOL_TRANSPORTS, ToolBindingConfig
+
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_KEY_ID_CHARS",
+    "TOOL_NAME",
+    "TOOL_TRANSPORTS",
+    "ConfigError",
+    "CredentialKeys",
+    "Harness",
+    "HostConfig",
+    "Limits",
+    "Persistence",
+    "Provider",
+    "Secrets",
+    "TokenGrant",
+    "ToolBindingConfig",
+    "load_host_config",
+    "parse_host_config",
+    "resolve_secrets",
+]

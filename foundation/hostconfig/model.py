@@ -1,0 +1,133 @@
+"""The host config as a whole: its sections, strict decoding of the file, refusals that name
+the field (and the tool) at fault."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
+from .harnesses import Harness, Provider
+from .limits import Limits
+from .persistence import Persistence
+from .tokens import CredentialKeys, TokenGrant
+from .tools import ToolBindingConfig
+
+__all__ = ["HostConfig", "load_host_config", "parse_host_config"]
+
+
+class HostConfig(StrictModel):
+    listen: str = "127.0.0.1:8080"
+    public_url: str = "http://127.0.0.1:8080"
+    data_dir: str = Field(default=".brain", min_length=1)
+    tokens: list[TokenGrant] = Field(min_length=1)
+    harnesses: dict[str, Harness] = Field(min_length=1)
+    providers: dict[str, Provider] = Field(default_factory=dict)
+    tools: list[ToolBindingConfig] = Field(default_factory=list)
+    limits: Limits = Field(default_factory=Limits)
+    persistence: Persistence | None = None
+    credential_keys: CredentialKeys | None = None
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        host, separator, port = value.rpartition(":")
+        if not separator or not port.isdigit() or int(port) > 65535:
+            raise ValueError("listen must be host:port")
+        if host.startswith("[") != host.endswith("]"):
+            raise ValueError("listen must be host:port")
+        return value
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        return check_url(value, allow_query=False)
+
+    @field_validator("harnesses")
+    @classmethod
+    def _harness_names(cls, value: dict[str, Harness]) -> dict[str, Harness]:
+        for name in value:
+            if not 1 <= len(name) <= 64:
+                raise ValueError(f"harness name {name!r} must be 1-64 characters")
+        return value
+
+    @model_validator(mode="after")
+    def _unique_tools(self) -> HostConfig:
+        seen: set[str] = set()
+        for index, binding in enumerate(self.tools):
+            if binding.name in seen:
+                raise FieldProblem(f"tools[{index}].name", f"duplicate tool name {binding.name!r}")
+            seen.add(binding.name)
+        return self
+
+    @property
+    def listen_host(self) -> str:
+        return self.listen.rpartition(":")[0].strip("[]") or "0.0.0.0"
+
+    @property
+    def listen_port(self) -> int:
+        return int(self.listen.rpartition(":")[2])
+
+
+def _format_validation_error(error: ValidationError, raw: Mapping[str, Any]) -> str:
+    first = error.errors()[0]
+    location = ""
+    for part in first["loc"]:
+        location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else str(part))
+    message = first["msg"].removeprefix("Value error, ")
+    problem = first.get("ctx", {}).get("error")
+    if isinstance(problem, FieldProblem):
+        location += f".{problem.field}" if location else problem.field
+        message = str(problem)
+    if first["type"] == "extra_forbidden":
+        message = "unknown field"
+    named = _named(first["loc"], raw)
+    if message.startswith(named):  # the check named it already (tool schema problems do)
+        named = ""
+    return f"{named}{location or 'config'}: {message}"
+
+
+def _named(location: tuple[int | str, ...], raw: Mapping[str, Any]) -> str:
+    """`tool 'echo': ` when the location is inside a named entry of a list (tools), so a refusal
+    names what the operator wrote, not only its position."""
+    if len(location) < 2 or location[0] not in _NAMED_LISTS or not isinstance(location[1], int):
+        return ""
+    kind, key = _NAMED_LISTS[str(location[0])]
+    entries = raw.get(str(location[0]))
+    entry = entries[location[1]] if isinstance(entries, list) and location[1] < len(entries) else None
+    name = entry.get(key) if isinstance(entry, dict) else None
+    return f"{kind} {name!r}: " if isinstance(name, str) and name else ""
+
+
+# Lists of the host config whose entries have a name worth quoting: list -> (what it is, key).
+_NAMED_LISTS = {"tools": ("tool", "name")}
+
+
+def parse_host_config(raw: bytes) -> HostConfig:
+    """Strictly decode config bytes: one JSON object, no unknown fields, no trailing data."""
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config: file exceeds {MAX_CONFIG_BYTES} bytes")
+    try:
+        value = json.loads(raw)  # json.loads rejects trailing data ("Extra data")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"config: invalid JSON: {exc}") from exc
+    if not isinstance(value, dict):
+        raise ConfigError("config: must be a JSON object")
+    try:
+        return HostConfig.model_validate(value)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation_error(exc, value)) from exc
+
+
+def load_host_config(path: str | Path) -> HostConfig:
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from exc
+    return parse_host_config(raw)
