@@ -204,15 +204,18 @@ class SyncScheduler:
         self._scanned = True
         logger.info("sync startup scan done", extra={"unsynced": len(found), "failed": len(local) - len(found)})
         last_dispatch = -math.inf  # what the scan found is dispatched now, not one interval later
+        unsent: list[tuple[str, int]] = []  # what the last dispatch could not hand to the broker
         while True:
             now = time.monotonic()
             if self._parked:
                 self._unpark_due(now)
-            if now - last_dispatch >= self.interval or self._retrying_undispatched():
+            # after a broker failure, parked retries wait for the interval too (no busy retrying)
+            if now - last_dispatch >= self.interval or (not unsent and self._retrying_undispatched()):
                 last_dispatch = now
                 due = self._dispatch_due(now)
-                if due:
-                    await asyncio.to_thread(self._send, due)  # the broker is network I/O
+                unsent = await asyncio.to_thread(self._send, due) if due else []  # the broker is network I/O
+                for session_id, seq in unsent:
+                    self._retry_later(session_id, seq)  # at the next interval, not after REDISPATCH_SECONDS
             if self._dispatch is not None and self._dirty:
                 await self._poll()
             with contextlib.suppress(TimeoutError):
@@ -237,14 +240,16 @@ class SyncScheduler:
                 self._run_in_thread(session_id, entry.seq)
         return due
 
-    def _send(self, due: list[tuple[str, int]]) -> None:
+    def _send(self, due: list[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Hand `due` to the broker; returns what did not reach it (from the first failure on)."""
         assert self._dispatch is not None
-        for session_id, seq in due:
+        for index, (session_id, seq) in enumerate(due):
             try:
                 self._dispatch(session_id, seq)
-            except Exception as exc:  # a broker outage: stay dirty, dispatched again after a while
+            except Exception as exc:  # a broker outage: stay dirty, dispatched again next interval
                 logger.error("sync dispatch failed", extra={"session_id": session_id, "error": str(exc)})
-                return
+                return due[index:]
+        return []
 
     def _run_in_thread(self, session_id: str, seq: int) -> None:
         assert self._threads is not None
