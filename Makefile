@@ -8,7 +8,7 @@ DEBIAN_PACKAGES := redis-server postgresql chromium
 STATIC_MANIFEST := staticfiles/staticfiles.json
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
-.PHONY: run test bootstrap system-packages lint typecheck bench clean
+.PHONY: run test bootstrap system-packages lint typecheck bench drill clean
 
 $(STAMP): requirements.txt
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ bench: $(STAMP)
 	$(BIN)/python bench/executor_bench.py
 	$(BIN)/python bench/spawn_bench.py
 	$(BIN)/python bench/schema_bench.py
+
+# The mixed-fault drill (about 25 minutes; not part of test or bench): SEED=N replays one.
+drill: $(STAMP) system-packages
+	$(BIN)/python bench/fault_drill.py --rounds 500 --minutes 25 $(if $(SEED),--seed $(SEED))
 
 clean:
 	rm -rf $(VENV) .brain .brain-archive staticfiles

@@ -11,6 +11,7 @@ Stdlib only (runs with Brain's whitelisted environment). Prompts:
   crash           -> exit at once;  garbage -> write a non-JSON line
   badcheckpoint   -> the next checkpoint reports a wrong size
   badevent        -> an event frame with an unknown name for this attachment, then echo
+A prompt that raises (its native file cannot be written, say) gets a brain_error reply.
 """
 
 from __future__ import annotations
@@ -132,6 +133,8 @@ class Runner:
             self.reply(request, result={})
         except asyncio.CancelledError:
             self.reply(request, result={"interrupted": True})
+        except Exception as exc:  # e.g. its native file cannot grow (a full disk): fail the turn, never hang it
+            self.reply(request, error={"code": "brain_error", "message": f"runner failed: {exc}"})
 
     async def call_tool(self, base: dict[str, Any], name: str, arguments: Any) -> Any:
         self.next_call += 1
