@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import threading
 import time
@@ -311,3 +312,27 @@ async def test_release_all_gives_up_every_lease_in_one_statement(fleet_db: str) 
     assert released == set(sessions)
     assert a.held() == {}
     assert [await b.acquire(session) for session in sessions] == [2, 2]
+
+
+async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_took(fleet_db: str) -> None:
+    # given: a renews every second; b takes one of its sessions through a release a did not make
+    a, b = manager(fleet_db, "a", lease_seconds=3), manager(fleet_db, "b")
+    assert await a.join() and await b.join()
+    kept, taken = sid(), sid()
+    await a.acquire(kept)
+    await a.acquire(taken)
+    reported: list[frozenset[str]] = []
+    loop = asyncio.create_task(a.run_renewals(reported.append))
+    try:
+        # when
+        assert await database_sync_to_async(db.release_lease)(taken, owner="a", epoch=1, using=fleet_db)
+        assert await b.acquire(taken) == 2
+        await until(lambda: asyncio.sleep(0, result=bool(reported)))
+    finally:
+        loop.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await loop
+    # then
+    assert reported == [frozenset({taken})]
+    assert a.held() == {kept: 1}
+    assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1)
