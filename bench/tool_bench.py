@@ -55,7 +55,8 @@ def _start_service(port: int) -> subprocess.Popen[bytes]:
 async def _bench(url: str, calls: int) -> dict[str, float]:
     from examples.tools.app import tool_bindings
     from foundation.hostconfig import ToolBindingConfig
-    from tools_app.registry import CallContext, ToolRegistry
+    from tools_app.invocation import CallContext
+    from tools_app.registry import ToolRegistry
 
     echo = ToolBindingConfig.model_validate({**tool_bindings(url, tenant="bench")[0], "token_env": "BENCH_TOOLS_KEY"})
     registry = ToolRegistry([echo], tool_tokens={"echo": TOOLS_KEY})

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from foundation.app_object import SCOPE_KEY
 from foundation.hostconfig import ToolBindingConfig
 
+from .app_object import brain_of
 from .db import count_active_knowledge_jobs, declared_token_origins
 from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
 from .knowledge_jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
@@ -23,7 +24,6 @@ from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBin
 from .origins import url_origin
 from .provider_tools import bind_provider_tool
 from .providers.knowledge import BASE_NAME
-from .registry import registry_of
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
 _FORM_FIELDS = (
@@ -189,7 +189,7 @@ def _forget_bindings(request: HttpRequest) -> None:
     processes' caches expire within 30 s)."""
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and SCOPE_KEY in scope:
-        registry_of(scope).forget_bindings()
+        brain_of(scope).registry.forget_bindings()
 
 
 def _knowledge_jobs(request: HttpRequest) -> KnowledgeJobs | None:

@@ -19,7 +19,7 @@ from foundation.rfc3339 import format_time as _rfc3339
 from sessions_app import db
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from sessions_app.records import ApprovalRecord, ApprovalStatus
-from tools_app.registry import Invocation, Outcome, error_result
+from tools_app.invocation import Invocation, Outcome, error_result
 
 __all__ = ["APPROVAL_ID", "MAX_REASON_CHARS", "ApprovalTurn", "Approvals"]
 

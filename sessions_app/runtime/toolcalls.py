@@ -1,9 +1,9 @@
 """A running turn's tool calls: each `tool.call` frame becomes exactly one result for the runner.
 
-Records `tool.call` before anything is dispatched, dispatches once (a session binding's tool to
-its executor, any other through the tool registry), records `tool.result` with the call's
+Records `tool.call` before anything is dispatched, runs the call once through tools_app's call
+path (the session's bindings, then the config tools), records `tool.result` with the call's
 outcome. A call of a tool that requires approval waits for a decision in between (approvals.py).
-Every path, a failed append or an unexpected error included, ends in one ToolResult.
+Every path, a failed append or an unexpected error included, ends in one CallResult.
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from foundation.telemetry import TurnTrace
 from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
 from tools_app.bindings import SessionBindings
-from tools_app.registry import (
+from tools_app.invocation import (
     ApprovalGate,
     CallCancelled,
     CallContext,
+    CallResult,
     Invocation,
     Outcome,
-    ToolRegistry,
-    ToolResult,
     error_result,
 )
+from tools_app.registry import ToolRegistry
 
 from .approvals import Approvals
 
@@ -78,7 +78,7 @@ class ToolCalls:
 
     async def call(
         self, turn: ToolCallTurn, params: dict[str, Any], *, traceparent: str, trace: TurnTrace | None
-    ) -> ToolResult:
+    ) -> CallResult:
         input_id = turn.current_input_id
         if input_id is None:
             return error_result("the turn of this tool call is over")
@@ -120,7 +120,7 @@ class ToolCalls:
             return result
         if invocation.end_turn:
             # runner protocol: the runner ends the model's turn once it has this result
-            return cast(ToolResult, {**result, END_TURN: True})
+            return cast(CallResult, {**result, END_TURN: True})
         return result
 
     def _approval_gate(self, turn: ToolCallTurn, *, input_id: str, call_id: str) -> ApprovalGate | None:
@@ -128,7 +128,7 @@ class ToolCalls:
         if approvals is None:
             return None
 
-        async def approve(name: str, arguments: dict[str, Any], *, timeout_seconds: int) -> Invocation | None:
+        async def approve(name: str, arguments: dict[str, object], *, timeout_seconds: int) -> Invocation | None:
             return await approvals.request(
                 turn, name, arguments, input_id=input_id, call_id=call_id, timeout_seconds=timeout_seconds
             )
@@ -146,10 +146,7 @@ class ToolCalls:
             call.close()  # a no-op once it ran
 
     async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> Invocation:
-        if self._bindings is not None and name in self._bindings:
-            call = self._bindings.invoke(context, name, arguments)
-        else:
-            call = self._registry.invoke_call(context, name, arguments)
+        call = self._registry.invoke_call(context, name, arguments, bindings=self._bindings)
         if self._one_at_a_time is not None:
             call = self._after_the_previous_call(call, self._one_at_a_time)
         task = asyncio.get_running_loop().create_task(call)

@@ -10,7 +10,8 @@ import pytest
 from foundation.hostconfig import ToolBindingConfig
 from tests.tools.mcp_server import MCP_TOKEN, build_app
 from tests.tools.servers import LoopbackServer
-from tools_app.registry import CallContext, ToolRegistry
+from tools_app.invocation import CallContext
+from tools_app.registry import ToolRegistry
 
 TENANT = "acme"
 OPEN_SCHEMA: dict[str, Any] = {"type": "object"}

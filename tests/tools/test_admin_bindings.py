@@ -15,8 +15,9 @@ from foundation.hostconfig import ToolBindingConfig
 from tests.support.admin_client import BrainAdminClient
 from tools_app.admin import ToolBindingForm
 from tools_app.db import aload_admin_bindings, mirror_config_bindings
+from tools_app.invocation import CallContext
 from tools_app.models import ToolBinding
-from tools_app.registry import CallContext, ToolRegistry
+from tools_app.registry import ToolRegistry
 from tools_app.transports.http_sse import HttpSseTransport, make_client
 
 VALID: dict[str, Any] = {

@@ -14,7 +14,8 @@ import pytest
 
 from tests.tools.conftest import Install, Progress, binding, context, text_of
 from tests.tools.servers import ToolZoo, free_port
-from tools_app.registry import HEADER_TIMEOUT_SECONDS, CallCancelled
+from tools_app.invocation import CallCancelled
+from tools_app.registry import HEADER_TIMEOUT_SECONDS
 
 ECHO_SCHEMA = {
     "type": "object",
@@ -254,7 +255,7 @@ async def test_a_header_deadline_default_is_thirty_seconds(install: Install, mon
     tools = install()
 
     # then
-    assert tools._header_timeout == HEADER_TIMEOUT_SECONDS == 30.0
+    assert tools.config_tools.header_timeout == HEADER_TIMEOUT_SECONDS == 30.0
 
 
 @pytest.mark.parametrize(

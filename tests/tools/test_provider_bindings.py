@@ -15,9 +15,9 @@ from tests.support.providers import ProbeProvider
 from tests.tools.conftest import Progress, context
 from tools_app.bindings import SessionBindings, check_bindings
 from tools_app.executors import ExecutorHub
+from tools_app.invocation import CallCancelled, Outcome
 from tools_app.providers.base import CredentialUnavailable, ProviderConfigError, ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
-from tools_app.registry import CallCancelled, Outcome
 
 PROBE = "tests.support.providers.ProbeProvider"
 

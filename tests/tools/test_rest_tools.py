@@ -13,7 +13,7 @@ import pytest
 from tests.tools.conftest import Install, binding, context, text_of
 from tests.tools.rest_server import RestService
 from tests.tools.servers import LoopbackServer, free_port
-from tools_app.registry import Outcome
+from tools_app.invocation import Outcome
 
 TOKEN = "rest-secret-0123456789abcdef"
 ORDER_SCHEMA: dict[str, Any] = {
