@@ -10,8 +10,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
-from typing import Any, NamedTuple, TypedDict
+from collections.abc import Callable, Iterable
+from typing import Any, NamedTuple, NoReturn, TypedDict
 
 try:
     import orjson
@@ -26,12 +26,21 @@ __all__ = [
     "MAX_FRAME",
     "MAX_TOOL_CALLS",
     "ERROR_CODES",
+    "ContentPart",
+    "DeltaData",
+    "ErrorBody",
     "Frame",
     "FrameError",
+    "JSONObject",
+    "MessageData",
     "NativeFile",
+    "PromptResult",
+    "ToolCallParams",
+    "ToolCallResult",
     "ToolDescriptor",
     "OpenParams",
     "ProviderOptions",
+    "UsageData",
     "decode_frame",
     "decode_json",
     "encode_frame",
@@ -121,6 +130,66 @@ class NativeFile(TypedDict):
     append_only: bool
 
 
+# The params, results and event data of each frame (the table in adapters-harness). A JSON
+# object whose members the reader narrows one by one is a JSONObject.
+JSONObject = dict[str, object]
+
+
+class ErrorBody(TypedDict):
+    """An error reply's `error`: code is one of ERROR_CODES."""
+
+    code: str
+    message: str
+
+
+class PromptResult(TypedDict, total=False):
+    """The result of `prompt`: `{}`, or `{"interrupted": true}` when a turn was stopped."""
+
+    interrupted: bool
+
+
+class ToolCallParams(TypedDict):
+    """A runner's reverse `tool.call`: the runner's own call id (TOOL_CALL_ID), tool, arguments."""
+
+    id: str
+    name: str
+    arguments: JSONObject
+
+
+class ContentPart(TypedDict, total=False):
+    type: str
+    text: str
+
+
+class ToolCallResult(TypedDict, total=False):
+    """Brain's reply to a `tool.call` (the tool result; END_TURN may be added)."""
+
+    content: list[ContentPart]
+    structured_content: object
+    is_error: bool
+    unknown_outcome: bool
+    end_turn: bool
+
+
+class DeltaData(TypedDict):
+    """`assistant.delta` (live only): a piece of the text being generated."""
+
+    text: str
+
+
+class UsageData(TypedDict):
+    input: int
+    output: int
+
+
+class MessageData(TypedDict):
+    """`assistant.message` (retained): one whole generation."""
+
+    text: str
+    usage: UsageData
+    stop_reason: str
+
+
 # The JSON rules ------------------------------------------------------------------------------
 #
 # Both codecs accept exactly: objects with string keys, arrays, strings without lone surrogates,
@@ -131,7 +200,7 @@ class NativeFile(TypedDict):
 
 class _Codec(NamedTuple):
     name: str
-    encode: Callable[[Any], bytes]  # compact UTF-8 JSON, no newline; raises FrameError
+    encode: Callable[[object], bytes]  # compact UTF-8 JSON, no newline; raises FrameError
     decode: Callable[[bytes], Any]  # raises FrameError
 
 
@@ -139,9 +208,9 @@ class _NotJson(ValueError):
     """A value outside the JSON rules; the message is the same from either codec."""
 
 
-def _check_value(value: Any) -> None:
+def _check_value(value: object) -> None:
     """Walk `value` (iteratively: depth is bounded by the rule, not by the C stack)."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[object, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if isinstance(item, str):
@@ -171,16 +240,18 @@ def _check_value(value: Any) -> None:
             raise _NotJson(f"Object of type {type(item).__name__} is not JSON serializable")
 
 
-def _too_deep(value: Any) -> bool:
+def _too_deep(value: object) -> bool:
     """Containers only, level by level: the cheap check for values orjson read or wrote."""
     level = [value]
     depth = 1
     while level:
         if depth > MAX_DEPTH:
             return True
-        nested: list[Any] = []
+        nested: list[object] = []
         for item in level:
-            members = item.values() if isinstance(item, dict) else item
+            members: Iterable[object] = (
+                item.values() if isinstance(item, dict) else item if isinstance(item, list | tuple) else ()
+            )
             nested.extend([member for member in members if isinstance(member, dict | list | tuple)])
         level = nested
         depth += 1
@@ -191,7 +262,7 @@ def _might_nest_too_deep(line: bytes) -> bool:
     return line.count(b"[") + line.count(b"{") > MAX_DEPTH
 
 
-def _reject_constant(name: str) -> Any:
+def _reject_constant(name: str) -> NoReturn:
     raise _NotJson(f"{name} is not JSON")
 
 
@@ -211,7 +282,7 @@ def _checked_float(text: str) -> float:
     return value
 
 
-def _encode_stdlib(value: Any) -> bytes:
+def _encode_stdlib(value: object) -> bytes:
     try:
         _check_value(value)
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
@@ -236,7 +307,7 @@ def _decode_stdlib(line: bytes) -> Any:
     return value
 
 
-def _encode_orjson(value: Any) -> bytes:
+def _encode_orjson(value: object) -> bytes:
     try:
         line: bytes = orjson.dumps(value, option=orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
     except TypeError:  # out-of-range integer, lone surrogate, odd key or type, recursion
@@ -268,7 +339,7 @@ ORJSON_CODEC = _Codec("orjson", _encode_orjson, _decode_orjson) if orjson is not
 _CODEC = ORJSON_CODEC or STDLIB_CODEC
 
 
-def encode_json(value: Any) -> bytes:
+def encode_json(value: object) -> bytes:
     """`value` as compact UTF-8 JSON under the frame rules; FrameError if it breaks one."""
     return _CODEC.encode(value)
 
@@ -283,7 +354,7 @@ def decode_json(data: bytes) -> Any:
 # Frames --------------------------------------------------------------------------------------
 
 
-def _check_frame(value: Any) -> None:
+def _check_frame(value: object) -> None:
     if not isinstance(value, dict):
         raise FrameError("frame is not a JSON object")
     unknown = value.keys() - _FIELDS
@@ -322,7 +393,7 @@ def decode_frame(line: bytes) -> Frame:
     return value  # type: ignore[no-any-return]  # checked field by field above
 
 
-def validate_native_files(value: Any) -> list[NativeFile]:
+def validate_native_files(value: object) -> list[NativeFile]:
     """Check a checkpoint result: relative, normalised paths with integer sizes."""
     if not isinstance(value, list):
         raise FrameError("checkpoint result must be a list")

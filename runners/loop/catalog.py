@@ -7,6 +7,7 @@ transport this runner implements and its conformance tests exercise.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -93,7 +94,7 @@ def lookup_model(model: str) -> ModelSpec | None:
     )
 
 
-def resolve_model(model: str, *, reasoning_effort: str, provider: dict[str, Any]) -> ResolvedModel:
+def resolve_model(model: str, *, reasoning_effort: str, provider: Mapping[str, object]) -> ResolvedModel:
     """Apply the host's `provider` overrides; raise BrainFailure for what cannot run."""
     spec = lookup_model(model)
     if spec is None:

@@ -43,7 +43,7 @@ def _message_chars(messages: tuple[Message, ...] | list[Message]) -> int:
     total = 0
     for message in messages:
         chars = message.derived.get(_CHARS)
-        if chars is None:
+        if not isinstance(chars, int):
             chars = message.derived[_CHARS] = _chars(message)
         total += chars
     return total

@@ -12,15 +12,21 @@ import itertools
 import json
 import sys
 import traceback
-from typing import Any
 
 from runners.protocol import (
     BRAIN_METHODS,
     END_TURN,
     MAX_FRAME,
     MAX_TOOL_CALLS,
+    DeltaData,
+    ErrorBody,
     Frame,
     FrameError,
+    JSONObject,
+    MessageData,
+    NativeFile,
+    PromptResult,
+    ToolCallParams,
     decode_frame,
     encode_frame,
 )
@@ -94,7 +100,7 @@ class _TurnChannel:
         self._attachment = attachment
         self._turn_id = turn_id
 
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
+    async def emit(self, event: str, data: DeltaData | MessageData) -> None:
         await self._host.out.send(
             {"attachment": self._attachment.attachment_id, "turn": self._turn_id, "event": event, "data": data}
         )
@@ -165,7 +171,7 @@ class Host:
         if result is not None:
             await self._reply(frame, result)
 
-    async def _reply(self, request: Frame, result: Any) -> None:
+    async def _reply(self, request: Frame, result: JSONObject | PromptResult | list[NativeFile]) -> None:
         reply: Frame = {"attachment": request["attachment"], "id": request.get("id", ""), "result": result}
         if "turn" in request:
             reply["turn"] = request["turn"]
@@ -189,7 +195,7 @@ class Host:
 
     # Requests (handlers return the result to send, or None when a task replies later) ------
 
-    async def on_open(self, frame: Frame) -> Any:
+    async def on_open(self, frame: Frame) -> JSONObject:
         attachment_id = frame["attachment"]
         if attachment_id in self._attachments:
             raise BrainFailure(f"attachment {attachment_id!r} is already open")
@@ -201,7 +207,7 @@ class Host:
         self._attachments[attachment_id] = Attachment(attachment_id=attachment_id, settings=settings, state=state)
         return {}
 
-    async def on_prompt(self, frame: Frame) -> Any:
+    async def on_prompt(self, frame: Frame) -> None:
         attachment = self._attachment(frame)
         params = frame.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("text"), str):
@@ -217,17 +223,18 @@ class Host:
 
     async def _run_prompt(self, attachment: Attachment, frame: Frame, text: str) -> None:
         channel = _TurnChannel(self, attachment, frame.get("turn", ""))
-        outcome: dict[str, Any]
+        result: PromptResult | None = None
+        error: ErrorBody | None = None
         try:
             await run_turn(attachment.settings, attachment.state, text=text, io=channel, pool=self._pool)
-            outcome = {"result": {}}
+            result = {}
         except asyncio.CancelledError:
-            outcome = {"result": {"interrupted": True}}
+            result = {"interrupted": True}
         except RunnerFailure as exc:
-            outcome = {"error": {"code": exc.code, "message": exc.message}}
+            error = {"code": exc.code, "message": exc.message}
         except Exception as exc:  # supervision boundary: any bug fails this turn, not the host
             traceback.print_exc(file=sys.stderr)
-            outcome = {"error": {"code": "brain_error", "message": f"runner failure: {type(exc).__name__}: {exc}"}}
+            error = {"code": "brain_error", "message": f"runner failure: {type(exc).__name__}: {exc}"}
         finally:
             attachment.turn_id = None
             attachment.steers = []
@@ -236,13 +243,16 @@ class Host:
             "turn": frame.get("turn", ""),
             "id": frame.get("id", ""),
         }
-        reply.update(outcome)  # type: ignore[typeddict-item]  # result or error, both Frame fields
+        if error is not None:
+            reply["error"] = {"code": error["code"], "message": error["message"]}
+        else:
+            reply["result"] = result
         try:
             await self.out.send(reply)
         except (BrainFailure, ConnectionError) as exc:
             _log(f"cannot send prompt reply: {exc}")
 
-    async def on_steer(self, frame: Frame) -> Any:
+    async def on_steer(self, frame: Frame) -> JSONObject:
         attachment = self._attachment(frame)
         params = frame.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("text"), str):
@@ -252,7 +262,7 @@ class Host:
         attachment.steers.append(params["text"])
         return {}
 
-    async def on_interrupt(self, frame: Frame) -> Any:
+    async def on_interrupt(self, frame: Frame) -> JSONObject | None:
         attachment = self._attachment(frame)
         if not attachment.running or frame.get("turn", attachment.turn_id) != attachment.turn_id:
             return {}
@@ -271,13 +281,13 @@ class Host:
             # cancelled before its first step, so the turn task could not reply itself
             await self._reply(prompt, {"interrupted": True})
 
-    async def on_checkpoint(self, frame: Frame) -> Any:
+    async def on_checkpoint(self, frame: Frame) -> list[NativeFile]:
         attachment = self._attachment(frame)
         if attachment.running:
             raise BrainFailure("checkpoint requested while a turn is running")
         return await asyncio.to_thread(attachment.state.checkpoint)
 
-    async def on_detach(self, frame: Frame) -> Any:
+    async def on_detach(self, frame: Frame) -> JSONObject:
         attachment = self._attachment(frame)
         await self._stop_turn(attachment)
         attachment.state.close()
@@ -291,6 +301,7 @@ class Host:
             frame_id = f"tool-{next(self._call_ids)}"
             future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
             self._pending_calls[frame_id] = future
+            params: ToolCallParams = {"id": call.id, "name": call.name, "arguments": call.arguments}
             try:
                 await self.out.send(
                     {
@@ -298,7 +309,7 @@ class Host:
                         "turn": turn_id,
                         "id": frame_id,
                         "method": "tool.call",
-                        "params": {"id": call.id, "name": call.name, "arguments": call.arguments},
+                        "params": params,
                     }
                 )
                 reply = await asyncio.wait_for(future, self._tool_reply_seconds)
@@ -358,7 +369,7 @@ def _tool_result(call: ToolCall, reply: Frame) -> ToolResult:
     )
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypedDict
+
+from runners.protocol import JSONObject
 
 __all__ = [
     "AssistantMessage",
     "Generation",
     "Message",
     "ModelRequest",
+    "Replay",
     "ToolCall",
     "ToolResult",
     "ToolSpec",
@@ -18,24 +21,35 @@ __all__ = [
 ]
 
 
-def _derived() -> Any:
+def _derived() -> dict[str, object]:
     """Forms derived from a message once and reused on every later request that carries it
     (a transport's request items, the compaction size estimate), keyed by who derived them.
     Never compared or shown; the message itself stays immutable."""
-    return field(default_factory=dict, init=False, repr=False, compare=False)
+    derived: dict[str, object] = field(default_factory=dict, init=False, repr=False, compare=False)
+    return derived
+
+
+class Replay(TypedDict, total=False):
+    """Provider-native items of one generation, sent back verbatim on the transport that made
+    them: Anthropic content blocks, OpenAI Responses items, Gemini parts, Bedrock blocks."""
+
+    transport: str
+    blocks: list[JSONObject]
+    items: list[JSONObject]
+    parts: list[JSONObject]
 
 
 @dataclass(frozen=True, slots=True)
 class UserMessage:
     text: str
-    derived: dict[str, Any] = _derived()
+    derived: dict[str, object] = _derived()
 
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
     id: str
     name: str
-    arguments: dict[str, Any]
+    arguments: JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,8 +62,8 @@ class AssistantMessage:
 
     text: str
     tool_calls: tuple[ToolCall, ...] = ()
-    replay: dict[str, Any] | None = None
-    derived: dict[str, Any] = _derived()
+    replay: Replay | None = None
+    derived: dict[str, object] = _derived()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +72,7 @@ class ToolResult:
     name: str
     text: str
     is_error: bool = False
-    derived: dict[str, Any] = _derived()
+    derived: dict[str, object] = _derived()
     end_turn: bool = False  # Brain asked to end the model's turn with this result (not persisted)
 
 
@@ -77,7 +91,7 @@ class Generation:
     tool_calls: tuple[ToolCall, ...]
     stop_reason: str  # "stop" | "tool_use" | "length" | "content_filter" | "refusal" | provider's own
     usage: Usage
-    replay: dict[str, Any] | None = None
+    replay: Replay | None = None
 
     def as_message(self) -> AssistantMessage:
         return AssistantMessage(text=self.text, tool_calls=self.tool_calls, replay=self.replay)
@@ -87,7 +101,7 @@ class Generation:
 class ToolSpec:
     name: str
     description: str
-    input_schema: dict[str, Any]
+    input_schema: JSONObject
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+
+from runners.protocol import JSONObject
 
 from .errors import BrainFailure
 from .messages import ToolSpec
@@ -23,10 +24,10 @@ class SessionSettings:
     instructions: str
     reasoning_effort: str
     tools: tuple[ToolSpec, ...]
-    provider: dict[str, Any] = field(repr=False)  # api_key, base_url?, api?
+    provider: JSONObject = field(repr=False)  # api_key, base_url?, api?
 
 
-def parse_open_params(params: Any) -> SessionSettings:
+def parse_open_params(params: object) -> SessionSettings:
     if not isinstance(params, dict):
         raise BrainFailure("open params must be an object")
     config = params.get("config")
@@ -49,7 +50,7 @@ def parse_open_params(params: Any) -> SessionSettings:
     )
 
 
-def _tool_specs(descriptors: Any) -> tuple[ToolSpec, ...]:
+def _tool_specs(descriptors: object) -> tuple[ToolSpec, ...]:
     """Every descriptor Brain sent, in its order: the session's config tools and bound tools
     (`<alias>_<name>`), which are exactly the tools the model is offered."""
     if not isinstance(descriptors, list):

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from runners.protocol import NativeFile
+from runners.protocol import JSONObject, NativeFile
 
 from .errors import BrainFailure
 from .messages import AssistantMessage, Generation, Message, ToolCall, ToolResult, UserMessage
@@ -38,7 +38,7 @@ class _Turn:
     compacted: bool = False
 
 
-def _message_record(message: Message) -> dict[str, Any]:
+def _message_record(message: Message) -> JSONObject:
     if isinstance(message, UserMessage):
         return {"type": "user", "text": message.text}
     if isinstance(message, ToolResult):
@@ -49,7 +49,7 @@ def _message_record(message: Message) -> dict[str, Any]:
             "text": message.text,
             "is_error": message.is_error,
         }
-    record: dict[str, Any] = {
+    record: JSONObject = {
         "type": "assistant",
         "text": message.text,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
@@ -184,7 +184,7 @@ class NativeState:
         self.open_turn = OpenTurn(self, _Turn(tid=uuid.uuid4().hex))
         return self.open_turn
 
-    def append(self, record: dict[str, Any]) -> None:
+    def append(self, record: JSONObject) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         try:
             if self._file is None:
@@ -232,7 +232,7 @@ class OpenTurn:
     def tid(self) -> str:
         return self._turn.tid
 
-    def _append(self, record: dict[str, Any], message: Message | None) -> None:
+    def _append(self, record: JSONObject, message: Message | None) -> None:
         self._state.append({"tid": self._turn.tid, **record})
         if message is not None:
             self._turn.messages.append(message)

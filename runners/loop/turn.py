@@ -13,7 +13,9 @@ Any exception (failure, cancellation by interrupt) discards the turn: it never e
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Protocol
+
+from runners.protocol import DeltaData, MessageData
 
 from . import compaction
 from .catalog import ResolvedModel, resolve_model
@@ -32,7 +34,7 @@ _CACHE_KEY_PROVIDERS = frozenset({"openai", "azure"})
 class TurnIO(Protocol):
     """How the loop talks to Brain for one turn."""
 
-    async def emit(self, event: str, data: dict[str, Any]) -> None: ...
+    async def emit(self, event: str, data: DeltaData | MessageData) -> None: ...
 
     async def call_tool(self, call: ToolCall) -> ToolResult: ...
 
@@ -132,7 +134,7 @@ async def _call_tools(calls: tuple[ToolCall, ...], io: TurnIO) -> list[ToolResul
     return [task.result() for task in tasks]
 
 
-def _message_data(generation: Generation) -> dict[str, Any]:
+def _message_data(generation: Generation) -> MessageData:
     return {
         "text": generation.text,
         "usage": {"input": generation.usage.input, "output": generation.usage.output},

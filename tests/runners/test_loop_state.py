@@ -68,7 +68,11 @@ def test_tool_calls_and_results_round_trip(tmp_path: Path) -> None:
     call = ToolCall(id="c1", name="echo", arguments={"text": "é", "n": [1, 2]})
     turn.add_generation(
         Generation(
-            text="", tool_calls=(call,), stop_reason="tool_use", usage=Usage(), replay={"transport": "x", "items": [1]}
+            text="",
+            tool_calls=(call,),
+            stop_reason="tool_use",
+            usage=Usage(),
+            replay={"transport": "x", "items": [{"type": "reasoning"}]},
         )
     )
     turn.add_tool_result(ToolResult(call_id="c1", name="echo", text="é", is_error=True))
@@ -78,7 +82,7 @@ def test_tool_calls_and_results_round_trip(tmp_path: Path) -> None:
     # then
     assert NativeState.load(tmp_path).context() == [
         UserMessage("go"),
-        AssistantMessage("", (call,), {"transport": "x", "items": [1]}),
+        AssistantMessage("", (call,), {"transport": "x", "items": [{"type": "reasoning"}]}),
         ToolResult("c1", "echo", "é", True),
         UserMessage("steer"),
     ]

@@ -11,6 +11,8 @@ from typing import Any
 import anthropic
 import httpx
 
+from runners.protocol import JSONObject
+
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import (
@@ -48,7 +50,7 @@ class AnthropicMessages:
         )
         return cls(client, endpoint)
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+    def build_body(self, request: ModelRequest) -> JSONObject:
         turns: list[dict[str, Any]] = []
         for message in request.messages:
             role, blocks = _blocks(message)
@@ -62,7 +64,7 @@ class AnthropicMessages:
             last = turns[-1]["content"]
             last[-1] = {**last[-1], "cache_control": _CACHE}
         budget = THINKING_BUDGETS.get(request.reasoning_effort, 0)
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": request.model,
             "max_tokens": OUTPUT_TOKENS + budget,
             "system": [{"type": "text", "text": request.instructions, "cache_control": _CACHE}],
@@ -139,7 +141,7 @@ class AnthropicMessages:
         )
 
 
-def _blocks(message: Any) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(message: Any) -> tuple[str, list[JSONObject]]:
     if isinstance(message, UserMessage):
         return "user", [{"type": "text", "text": message.text}] if message.text else []
     if isinstance(message, ToolResult):
@@ -151,7 +153,7 @@ def _blocks(message: Any) -> tuple[str, list[dict[str, Any]]]:
         }
         return "user", [block]
     assert isinstance(message, AssistantMessage)
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     if message.replay and message.replay.get("transport") == TRANSPORT:
         blocks.extend(message.replay.get("blocks", ()))
     if message.text:

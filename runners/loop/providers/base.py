@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from runners.protocol import FrameError, decode_json
+from runners.protocol import FrameError, JSONObject, decode_json
 
 from ..errors import ProviderFailure
 from ..messages import Generation, ModelRequest, ToolResult
@@ -63,7 +63,7 @@ class Endpoint:
 
 
 class Provider(Protocol):
-    def build_body(self, request: ModelRequest) -> dict[str, Any]: ...
+    def build_body(self, request: ModelRequest) -> JSONObject: ...
 
     async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation: ...
 
@@ -77,7 +77,7 @@ def tool_result_text(result: ToolResult) -> str:
     return result.text if not result.is_error or result.text.startswith("Error:") else f"Error: {result.text}"
 
 
-def parse_arguments(raw: str) -> dict[str, Any]:
+def parse_arguments(raw: str) -> JSONObject:
     """Tool arguments as streamed; broken JSON is wrapped, not dropped.
 
     Decoded under the frame rules, so arguments with NaN, integers beyond 64 bits or lone

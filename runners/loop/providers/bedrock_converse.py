@@ -24,6 +24,8 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.tokens import FrozenAuthToken
 
+from runners.protocol import JSONObject
+
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import (
@@ -89,7 +91,7 @@ class BedrockConverse:
                 self._client = _make_client(self._endpoint)
             return self._client
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
+    def build_body(self, request: ModelRequest) -> JSONObject:
         anthropic = _is_anthropic(request.model)
         turns: list[dict[str, Any]] = []
         for message in request.messages:
@@ -102,7 +104,7 @@ class BedrockConverse:
                 turns.append({"role": role, "content": blocks})
         if anthropic and turns:
             turns[-1]["content"].append(_CACHE_POINT)
-        body: dict[str, Any] = {"modelId": request.model, "messages": turns}
+        body: JSONObject = {"modelId": request.model, "messages": turns}
         if request.instructions:  # Converse rejects a blank system block
             body["system"] = (
                 [{"text": request.instructions}, _CACHE_POINT] if anthropic else [{"text": request.instructions}]
@@ -233,7 +235,7 @@ class _Accumulator:
         )
 
 
-def _replay_block(block: dict[str, Any]) -> dict[str, Any]:
+def _replay_block(block: JSONObject) -> JSONObject:
     if "redacted" in block:
         return {"redacted": block["redacted"]}
     return {"text": block["text"], "signature": block["signature"]}
@@ -293,29 +295,29 @@ def _is_anthropic(model: str) -> bool:
     return "anthropic." in model or model.startswith("anthropic")
 
 
-def _tool_spec(name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"name": name, "inputSchema": {"json": schema}}
+def _tool_spec(name: str, description: str, schema: JSONObject) -> JSONObject:
+    spec: JSONObject = {"name": name, "inputSchema": {"json": schema}}
     if description:
         spec["description"] = description  # Converse rejects an empty description
     return {"toolSpec": spec}
 
 
-def _blocks(message: Any, *, anthropic: bool) -> tuple[str, list[dict[str, Any]]]:
+def _blocks(message: Any, *, anthropic: bool) -> tuple[str, list[JSONObject]]:
     if isinstance(message, UserMessage):
         return "user", [{"text": message.text}] if message.text else []
     if isinstance(message, ToolResult):
         # Only Claude models accept a result `status`; the others see failures as `Error: …` text.
         text = message.text if anthropic else tool_result_text(message)
-        result: dict[str, Any] = {"toolUseId": message.call_id, "content": [{"text": text or "(no output)"}]}
+        result: JSONObject = {"toolUseId": message.call_id, "content": [{"text": text or "(no output)"}]}
         if anthropic:
             result["status"] = "error" if message.is_error else "success"
         return "user", [{"toolResult": result}]
     assert isinstance(message, AssistantMessage)
-    blocks: list[dict[str, Any]] = []
+    blocks: list[JSONObject] = []
     if message.replay and message.replay.get("transport") == TRANSPORT:
         for block in message.replay.get("blocks", ()):
             if "redacted" in block:
-                blocks.append({"reasoningContent": {"redactedContent": base64.b64decode(block["redacted"])}})
+                blocks.append({"reasoningContent": {"redactedContent": base64.b64decode(str(block["redacted"]))}})
             else:
                 blocks.append({"reasoningContent": {"reasoningText": dict(block)}})
     if message.text:

@@ -16,6 +16,8 @@ import httpx
 from google import genai
 from google.genai import errors, types
 
+from runners.protocol import JSONObject
+
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, READ_TIMEOUT, Endpoint, TextSink
@@ -72,7 +74,7 @@ class GoogleGenerativeAI:
                 contents[-1]["parts"].extend(parts)  # parallel function responses share one turn
             else:
                 contents.append({"role": role, "parts": parts})
-        config: dict[str, Any] = {"system_instruction": request.instructions} if request.instructions else {}
+        config: JSONObject = {"system_instruction": request.instructions} if request.instructions else {}
         if request.tools:
             declarations = [
                 {"name": t.name, "description": t.description, "parameters_json_schema": t.input_schema}
@@ -126,7 +128,7 @@ class GoogleGenerativeAI:
             replay={"transport": self._endpoint.transport, "parts": parts} if signed else None,
         )
 
-    def _parts(self, message: Any) -> tuple[str, list[dict[str, Any]]]:
+    def _parts(self, message: Any) -> tuple[str, list[JSONObject]]:
         if isinstance(message, UserMessage):
             return "user", [{"text": message.text}] if message.text else []
         if isinstance(message, ToolResult):
@@ -137,7 +139,7 @@ class GoogleGenerativeAI:
         assert isinstance(message, AssistantMessage)
         if message.replay and message.replay.get("transport") == self._endpoint.transport:
             return "model", [_sdk_part(p) for p in message.replay.get("parts", ())]
-        parts: list[dict[str, Any]] = [{"text": message.text}] if message.text else []
+        parts: list[JSONObject] = [{"text": message.text}] if message.text else []
         parts.extend({"function_call": {"id": c.id, "name": c.name, "args": c.arguments}} for c in message.tool_calls)
         return "model", parts
 
@@ -185,7 +187,7 @@ def _add_part(parts: list[dict[str, Any]], part: Any) -> str:
 
 def _sdk_part(part: dict[str, Any]) -> dict[str, Any]:
     """A recorded part as the SDK takes it: snake_case keys, the signature back to bytes."""
-    converted: dict[str, Any] = {}
+    converted: JSONObject = {}
     if "text" in part:
         converted["text"] = part["text"]
     if part.get("thought"):

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import openai
+
+from runners.protocol import JSONObject
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
@@ -29,8 +29,8 @@ class OpenAICompletions:
         )
         return cls(client, endpoint)
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        messages: list[dict[str, Any]] = [{"role": "system", "content": request.instructions}]
+    def build_body(self, request: ModelRequest) -> JSONObject:
+        messages: list[JSONObject] = [{"role": "system", "content": request.instructions}]
         for message in request.messages:
             if isinstance(message, UserMessage):
                 messages.append({"role": "user", "content": message.text})
@@ -38,7 +38,7 @@ class OpenAICompletions:
                 messages.append({"role": "tool", "tool_call_id": message.call_id, "content": tool_result_text(message)})
             elif isinstance(message, AssistantMessage):
                 messages.append(_assistant(message))
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": request.model,
             "messages": messages,
             "stream": True,
@@ -100,8 +100,8 @@ class OpenAICompletions:
         return Generation(text="".join(text), tool_calls=tool_calls, stop_reason=stop_reason, usage=usage)
 
 
-def _assistant(message: AssistantMessage) -> dict[str, Any]:
-    entry: dict[str, Any] = {"role": "assistant", "content": message.text}
+def _assistant(message: AssistantMessage) -> JSONObject:
+    entry: JSONObject = {"role": "assistant", "content": message.text}
     if message.tool_calls:
         entry["tool_calls"] = [
             {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": compact_json(c.arguments)}}

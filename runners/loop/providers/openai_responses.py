@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import openai
 
+from runners.protocol import JSONObject
+
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, Message, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
@@ -43,8 +45,8 @@ class OpenAIResponses:
     def _headers(endpoint: Endpoint) -> dict[str, str]:
         return {}
 
-    def build_body(self, request: ModelRequest) -> dict[str, Any]:
-        items: list[dict[str, Any]] = []
+    def build_body(self, request: ModelRequest) -> JSONObject:
+        items: list[JSONObject] = []
         for message in request.messages:
             items.extend(_items_of(message))
         return {"input": items, **self._settings(request)}
@@ -55,16 +57,16 @@ class OpenAIResponses:
         pieces: list[bytes] = []
         for message in request.messages:
             encoded = message.derived.get(ENCODED_ITEMS)
-            if encoded is None:
+            if not isinstance(encoded, bytes):
                 encoded = message.derived[ENCODED_ITEMS] = b",".join(encode_body(item) for item in _items_of(message))
             if encoded:
                 pieces.append(encoded)
         settings = encode_body(self._settings(request))  # a non-empty object: b'{"model":...}'
         return b'{"input":[' + b",".join(pieces) + b"]," + settings[1:]
 
-    def _settings(self, request: ModelRequest) -> dict[str, Any]:
+    def _settings(self, request: ModelRequest) -> JSONObject:
         """Every body member but `input`."""
-        body: dict[str, Any] = {
+        body: JSONObject = {
             "model": request.model,
             "instructions": request.instructions,
             "stream": True,
@@ -147,14 +149,15 @@ class AzureOpenAIResponses(OpenAIResponses):
         return {"api-key": endpoint.api_key}  # Azure authenticates API keys with this header
 
 
-def _items_of(message: Message) -> tuple[dict[str, Any], ...]:
-    derived: tuple[dict[str, Any], ...] | None = message.derived.get(TRANSPORT)
-    if derived is None:
-        derived = message.derived[TRANSPORT] = _message_items(message)
-    return derived
+def _items_of(message: Message) -> tuple[JSONObject, ...]:
+    derived = message.derived.get(TRANSPORT)
+    if isinstance(derived, tuple):
+        return derived
+    items = message.derived[TRANSPORT] = _message_items(message)
+    return items
 
 
-def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
+def _message_items(message: Message) -> tuple[JSONObject, ...]:
     """The input items of one message; derived once per message, shared by every later request."""
     if isinstance(message, UserMessage):
         return ({"role": "user", "content": [{"type": "input_text", "text": message.text}]},)
@@ -163,8 +166,8 @@ def _message_items(message: Message) -> tuple[dict[str, Any], ...]:
     return tuple(_assistant_items(message))
 
 
-def _assistant_items(message: AssistantMessage) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
+def _assistant_items(message: AssistantMessage) -> list[JSONObject]:
+    items: list[JSONObject] = []
     if message.replay and message.replay.get("transport") == TRANSPORT:
         items.extend(message.replay.get("items", ()))
     if message.text:
@@ -213,6 +216,6 @@ def _generation(response: dict[str, Any]) -> Generation:
     )
 
 
-def _without_nulls(value: dict[str, Any]) -> dict[str, Any]:
+def _without_nulls(value: JSONObject) -> JSONObject:
     """A summary part as it is replayed: the members the provider set (null means unset)."""
     return {key: member for key, member in value.items() if member is not None}

@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from runners.protocol import JSONObject
+
 from ..errors import BrainFailure, ProviderFailure
 
 try:
@@ -25,7 +27,7 @@ _loads: Callable[[bytes], Any] = orjson.loads if orjson is not None else json.lo
 __all__ = ["decode_event", "encode_body", "iter_sse"]
 
 
-def encode_body(body: dict[str, Any]) -> bytes:
+def encode_body(body: JSONObject) -> bytes:
     """The request body as compact UTF-8 JSON, encoded once.
 
     Every value in a body came through the strict frame codec or a provider's own JSON, so there
