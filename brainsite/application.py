@@ -32,7 +32,7 @@ from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.app_object import ToolsAppObject
 from tools_app.credentials import BindingCredentials
-from tools_app.knowledge_jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
+from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers

@@ -11,4 +11,5 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
 
 app = Celery("brain")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["persistence_app", "tools_app"])
+app.autodiscover_tasks(["persistence_app"])
+app.autodiscover_tasks(["tools_app.providers.knowledge"], related_name="celery_task")

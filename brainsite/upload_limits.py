@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from django.conf import settings
 
-from tools_app.knowledge import MAX_DOCUMENT_BYTES
+from tools_app.ingest.documents import MAX_DOCUMENT_BYTES
 
 __all__ = ["ADMIN_UPLOAD_BODY_BYTES", "request_body_limit"]
 

@@ -17,13 +17,14 @@ from foundation.app_object import SCOPE_KEY
 from foundation.hostconfig import ToolBindingConfig
 
 from .app_object import brain_of
-from .db import count_active_knowledge_jobs, declared_token_origins
-from .knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
-from .knowledge_jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
+from .db import declared_token_origins
+from .ingest.documents import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
 from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
 from .origins import url_origin
 from .provider_tools import bind_provider_tool
 from .providers.knowledge import BASE_NAME
+from .providers.knowledge.db import count_active_knowledge_jobs
+from .providers.knowledge.jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
 _FORM_FIELDS = (

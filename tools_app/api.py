@@ -16,10 +16,10 @@ from pydantic import WithJsonSchema
 from foundation.errors import Conflict, InvalidRequest, NotFound
 from foundation.principal import principal_of, require_manage
 
-from . import db as tools_db
 from .app_object import request_brain
 from .bindings import ALIAS, check_runtime_tools
 from .executors import Executor, normalized_tools
+from .providers.tasks import db as tasks_db
 from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, TaskPage, ToolCatalog
 
 router = Router(tags=["tools"])
@@ -60,7 +60,7 @@ async def list_tasks(
     limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = 50,
     status: Annotated[Literal["", "pending", "in_progress", "completed", "cancelled"], Query()] = "",
 ) -> dict[str, Any]:
-    rows = await tools_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
+    rows = await tasks_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
     page: dict[str, Any] = {"tasks": [row.as_dict() for row in rows]}
     if len(rows) == limit:
         page["next_after"] = rows[-1].id

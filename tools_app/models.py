@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .knowledge import KnowledgeJobStatus
+from .ingest.documents import KnowledgeJobStatus
 
 
 class ToolBinding(models.Model):
@@ -160,7 +160,7 @@ class Chunk(models.Model):
 
 class KnowledgeJob(models.Model):
     """The ingestion of one uploaded file into a knowledge base, run by a worker process with CPU
-    and memory budgets (tools_app.knowledge_jobs): its state, progress and why it failed."""
+    and memory budgets (tools_app.providers.knowledge.jobs): its state, progress and why it failed."""
 
     base = models.ForeignKey(KnowledgeBase, on_delete=models.CASCADE, related_name="jobs")
     tenant = models.CharField(max_length=128, help_text="the base's tenant: jobs are capped per tenant")

@@ -19,10 +19,10 @@ from django.test import Client
 
 from tests.fixtures.server import ROOT, BrainServer, create_session, make_server
 from tests.tools.test_builtin_tools import call
-from tools_app import db, knowledge
-from tools_app.knowledge import CHUNK_CHARS, OVERLAP_CHARS, KnowledgeError, chunk_text, parse_document
+from tools_app.ingest import documents
+from tools_app.ingest.documents import CHUNK_CHARS, OVERLAP_CHARS, KnowledgeError, chunk_text, parse_document
 from tools_app.models import Chunk, Document, KnowledgeBase, KnowledgeJob
-from tools_app.providers.knowledge import KnowledgeProvider
+from tools_app.providers.knowledge import KnowledgeProvider, db
 
 PROVIDERS = {"knowledge": {"class": "tools_app.providers.knowledge.KnowledgeProvider"}}
 
@@ -141,13 +141,13 @@ def test_a_file_over_the_size_bound_and_a_document_over_the_chunk_bound_are_refu
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # given
-    monkeypatch.setattr(knowledge, "MAX_DOCUMENT_BYTES", 1000)
-    monkeypatch.setattr(knowledge, "MAX_CHUNKS", 3)
+    monkeypatch.setattr(documents, "MAX_DOCUMENT_BYTES", 1000)
+    monkeypatch.setattr(documents, "MAX_CHUNKS", 3)
     # when / then
     with pytest.raises(KnowledgeError, match="file too large: 1001 bytes"):
         parse_document(b"a" * 1001, "big.txt")
     with pytest.raises(KnowledgeError, match="more than 3 chunks"):
-        knowledge.chunk_text("word " * 1000)
+        documents.chunk_text("word " * 1000)
 
 
 def test_chunks_stay_within_bounds_cover_the_text_and_overlap_at_words() -> None:
@@ -441,8 +441,8 @@ import django
 django.setup()
 from django.core.management import call_command
 from django.db import connection
-from tools_app import db
-from tools_app.knowledge import parse_document
+from tools_app.providers.knowledge import db
+from tools_app.ingest.documents import parse_document
 call_command("migrate", verbosity=0)
 
 def add(tenant, base, name, content):

@@ -25,7 +25,7 @@ from tests.fixtures.server import ROOT, BrainServer, create_session, make_server
 from tests.persistence.test_sync_services import SyncWorker
 from tests.tools.test_builtin_tools import call
 from tests.tools.test_knowledge import PROVIDERS, knowledge_tool, make_pdf
-from tools_app.knowledge_jobs import KnowledgeJobsBusy
+from tools_app.providers.knowledge.jobs import KnowledgeJobsBusy
 
 ADD_PATH = "/admin/tools_app/knowledgebase/add/"
 JOB_WAIT_SECONDS = 120.0  # a bounded wait for a job to end, never a timing assertion
@@ -305,8 +305,8 @@ def test_a_tenants_share_of_knowledge_jobs_is_refused_while_another_tenant_uploa
 @pytest.mark.django_db
 def test_a_tenant_past_its_share_is_refused_with_429_and_retry_after(settings: Any, tmp_path: Path) -> None:
     # given
-    from tools_app import db
-    from tools_app.knowledge_jobs import JobBudgets, submit_knowledge_job
+    from tools_app.providers.knowledge import db
+    from tools_app.providers.knowledge.jobs import JobBudgets, submit_knowledge_job
 
     settings.DATA_DIR = tmp_path
     base = db.ensure_knowledge_base("acme", "handbook")
@@ -334,7 +334,7 @@ def test_a_tenant_past_its_share_is_refused_with_429_and_retry_after(settings: A
 
 def run_worker(path: Path, name: str, *, cpu_seconds: int = 10, memory_mib: int = 1024) -> list[dict[str, Any]]:
     completed = subprocess.run(
-        [sys.executable, "-m", "tools_app.knowledge_worker", str(path), name,
+        [sys.executable, "-m", "tools_app.ingest.worker", str(path), name,
          "--cpu-seconds", str(cpu_seconds), "--memory-bytes", str(memory_mib * 1024 * 1024)],
         cwd=ROOT, capture_output=True, timeout=120, check=False,
     )  # fmt: skip

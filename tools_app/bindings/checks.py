@@ -7,8 +7,9 @@ bindings.session routes calls by.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Required, TypedDict
 
 from jsonschema import SchemaError
 
@@ -29,9 +30,20 @@ MAX_BINDINGS = 16
 MAX_RUNTIME_TOOLS = 128
 DESCRIPTOR_KEYS = frozenset({"name", "description", "input_schema", "output_schema"})
 
-# A binding as the session's config saves it: {alias, executor, runtime} or {alias, provider,
-# operations, parameters?}; values are JSON as the client sent them, checked here.
-SavedBinding = dict[str, object]
+# A binding of a create request, before it is checked: JSON as the client sent it.
+RequestBinding = Mapping[str, object]
+
+
+class SavedBinding(TypedDict, total=False):
+    """A checked binding as the session's config saves it: {alias, executor, runtime} or
+    {alias, provider, operations, parameters?}."""
+
+    alias: Required[str]
+    executor: str
+    runtime: list[ToolDescriptor]
+    provider: str
+    operations: list[str]
+    parameters: object
 
 
 def check_runtime_tools(tools: Sequence[object]) -> list[ToolDescriptor]:
@@ -78,7 +90,7 @@ class CheckedBindings:
 
 
 def _check_runtime_binding(
-    binding: SavedBinding, alias: str, *, tenant: str, hub: ExecutorHub
+    binding: RequestBinding, alias: str, *, tenant: str, hub: ExecutorHub
 ) -> tuple[SavedBinding, list[ToolDescriptor], Executor]:
     if binding.get("operations") is not None or binding.get("parameters") is not None:
         raise InvalidRequest(f"binding {alias!r}: operations and parameters belong to provider bindings")
@@ -98,7 +110,7 @@ def _check_runtime_binding(
     return {"alias": alias, "executor": executor_id, "runtime": declared}, declared, executor
 
 
-def _checked_operations(binding: SavedBinding, alias: str) -> list[str]:
+def _checked_operations(binding: RequestBinding, alias: str) -> list[str]:
     operations = binding.get("operations")
     if operations is None:
         return []
@@ -131,7 +143,7 @@ async def _bound_descriptors(
 
 
 async def _check_provider_binding(
-    binding: SavedBinding, alias: str, *, tenant: str, providers: ProviderRegistry
+    binding: RequestBinding, alias: str, *, tenant: str, providers: ProviderRegistry
 ) -> tuple[SavedBinding, list[ToolDescriptor]]:
     if binding.get("executor") is not None or binding.get("runtime") is not None:
         raise InvalidRequest(f"binding {alias!r}: a provider binding has no executor or runtime tools")

@@ -13,10 +13,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from foundation.hostconfig import ConfigError, load_host_config
-from tools_app import db
-from tools_app.knowledge import KnowledgeError, KnowledgeJobStatus
-from tools_app.knowledge_jobs import JobBudgets, ingest_file_now
-from tools_app.providers.knowledge import BASE_NAME
+from tools_app.ingest.documents import KnowledgeError, KnowledgeJobStatus
+from tools_app.providers.knowledge import BASE_NAME, db
+from tools_app.providers.knowledge.jobs import JobBudgets, ingest_file_now
 
 
 class Command(BaseCommand):

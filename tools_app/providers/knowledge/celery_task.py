@@ -1,7 +1,7 @@
 """The Celery task of a knowledge job: a job id in, the job's row updated by its worker process.
 
 Runs in `manage.py syncworker`; the document is parsed by a child process with the job's budgets
-(tools_app.knowledge_worker), never in the Celery worker itself. A worker lost mid-job has its
+(tools_app.ingest.worker), never in the Celery worker itself. A worker lost mid-job has its
 task delivered again (acks late), which claims the job once its deadline has passed.
 """
 
@@ -11,8 +11,8 @@ import os
 
 from celery import shared_task
 
-from tools_app import db
-from tools_app.knowledge_jobs import KNOWLEDGE_TASK, JobBudgets, run_job_process, stale_before
+from .db import claim_knowledge_job
+from .jobs import KNOWLEDGE_TASK, JobBudgets, run_job_process, stale_before
 
 __all__ = ["ingest_knowledge"]
 
@@ -22,7 +22,7 @@ __all__ = ["ingest_knowledge"]
 )
 def ingest_knowledge(job_id: int) -> str:
     budgets = JobBudgets.from_environment(os.environ)
-    job = db.claim_knowledge_job(job_id, stale_before=stale_before(budgets))
+    job = claim_knowledge_job(job_id, stale_before=stale_before(budgets))
     if job is None:
         return "not queued"  # done, failed or running elsewhere
     ended = run_job_process(job.id, budgets)

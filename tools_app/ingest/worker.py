@@ -1,8 +1,8 @@
-"""`python -m tools_app.knowledge_worker FILE NAME --title T --cpu-seconds N --memory-bytes M`: one
+"""`python -m tools_app.ingest.worker FILE NAME --title T --cpu-seconds N --memory-bytes M`: one
 document read and chunked in a process of its own. Budgets come first (RLIMIT_CPU, RLIMIT_AS, a
 lower priority), so they cover everything it does. It writes JSON lines on stdout: `progress`
 frames, then one `document` or `error` frame. Imports no Django and never sees the database:
-its parent (tools_app.knowledge_jobs) stores what it returns, or records why it died.
+its parent (tools_app.providers.knowledge.jobs) stores what it returns, or records why it died.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from tools_app.knowledge import MAX_DOCUMENT_BYTES, KnowledgeError, parse_document
+from tools_app.ingest.documents import MAX_DOCUMENT_BYTES, KnowledgeError, parse_document
 
 # After the CPU budget's soft limit (SIGXCPU, turned into CpuBudgetExceeded) the process has this
 # many more CPU seconds to report the failure before the hard limit kills it

@@ -2,8 +2,8 @@
 chunks of about 1,000 characters cut at headings, paragraphs, lines, sentences or words, with
 overlap. Bounded in size, pages, decompressed PDF content and chunk count, and linear in the
 text's length (no backtracking regex over whitespace or headings); an unreadable file is a
-KnowledgeError naming why. Imports no Django: tools_app.db stores what this returns, and
-tools_app.knowledge_worker runs it in a child process with CPU and memory budgets.
+KnowledgeError naming why. Imports no Django: the knowledge tool stores what this returns, and
+tools_app.ingest.worker runs it in a child process with CPU and memory budgets.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`tasks`: a tenant's persistent work items through one tool, `manage_tasks` (actions create,
-create_subtask, update_status, list), kept in the database (tools_app.db). The trusted tenant of
+create_subtask, update_status, list), kept in the database (tasks/db.py). The trusted tenant of
 the call scopes every action: another tenant's task is "no such task", never a different error.
 """
 
@@ -10,9 +10,9 @@ from typing import Any
 
 from runners.protocol import ToolDescriptor
 
-from .. import db
-from .base import ProviderCall, ProviderEnvironment, ToolProvider
-from .options import CommonOptions, parse_options, select_operations
+from ..base import ProviderCall, ProviderEnvironment, ToolProvider
+from ..options import CommonOptions, parse_options, select_operations
+from .db import TaskRow, acreate_task, alist_tasks, aupdate_task_status
 
 __all__ = ["MAX_TASK_PAGE", "TasksProvider"]
 
@@ -52,7 +52,7 @@ def _error(message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "is_error": True}
 
 
-def _task(row: db.TaskRow, summary: str) -> dict[str, Any]:
+def _task(row: TaskRow, summary: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": summary}], "structured_content": {"task": row.as_dict()}}
 
 
@@ -78,7 +78,7 @@ class TasksProvider(ToolProvider):
             return _error(f"action {action} needs {', '.join(missing)}")
         if action in ("create", "create_subtask"):
             parent_id = arguments.get("parent_id") if action == "create_subtask" else None
-            row = await db.acreate_task(
+            row = await acreate_task(
                 call.tenant,
                 arguments["title"],
                 description=arguments.get("description", ""),
@@ -89,12 +89,12 @@ class TasksProvider(ToolProvider):
                 return _error(f"no task {parent_id}")
             return _task(row, f"created task {row.id}")
         if action == "update_status":
-            updated = await db.aupdate_task_status(call.tenant, arguments["task_id"], arguments["status"])
+            updated = await aupdate_task_status(call.tenant, arguments["task_id"], arguments["status"])
             if updated is None:
                 return _error(f"no task {arguments['task_id']}")
             return _task(updated, f"task {updated.id} is {updated.status}")
         limit = arguments.get("limit", MAX_TASK_PAGE)
-        rows = await db.alist_tasks(
+        rows = await alist_tasks(
             call.tenant,
             after=arguments.get("after", 0),
             limit=limit,

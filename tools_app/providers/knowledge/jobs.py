@@ -1,9 +1,9 @@
 """Knowledge ingestion as background jobs: an upload is spooled to the data dir and queued (at
 most `jobs_per_tenant` queued or running per tenant, else KnowledgeJobsBusy, 429); each job runs
-in a worker process of its own (tools_app.knowledge_worker) with CPU-time and memory budgets,
+in a worker process of its own (tools_app.ingest.worker) with CPU-time and memory budgets,
 started by a Celery task when a broker is configured, otherwise by this server's
 KnowledgeJobRunner (a few processes at once, fairest tenant first). Never parses on the event loop
-or in a thread of the server. Owns no ORM code (tools_app.db does).
+or in a thread of the server. Owns no ORM code (knowledge/db.py does).
 """
 
 from __future__ import annotations
@@ -26,14 +26,25 @@ from django.utils import timezone
 from foundation.errors import Overloaded
 from foundation.logs import logger
 
-from . import db
-from .knowledge import (
+from ...ingest.documents import (
     MAX_DOCUMENT_BYTES,
     ChunkSpan,
     KnowledgeError,
     KnowledgeJobStatus,
     ParsedDocument,
     media_type_of,
+)
+from .db import (
+    KnowledgeJobRow,
+    aclaim_next_knowledge_job,
+    afail_knowledge_job,
+    afail_stale_knowledge_jobs,
+    aget_knowledge_job,
+    arecord_knowledge_job_progress,
+    complete_knowledge_job,
+    count_active_knowledge_jobs,
+    create_knowledge_job,
+    requeue_knowledge_job,
 )
 
 __all__ = [
@@ -47,8 +58,8 @@ __all__ = [
     "submit_knowledge_job",
 ]
 
-KNOWLEDGE_TASK = "brain.knowledge.ingest"  # the Celery task (tools_app.tasks) of one job
-ROOT = Path(__file__).resolve().parents[1]  # the project: the worker runs `-m tools_app.knowledge_worker` here
+KNOWLEDGE_TASK = "brain.knowledge.ingest"  # the Celery task (knowledge/celery_task.py) of one job
+ROOT = Path(__file__).resolve().parents[3]  # the project: the worker runs `-m tools_app.ingest.worker` here
 # CPU seconds for one document: a 20 MiB text file takes about 2 s here and a 5,000-page PDF
 # about 30 s, so a minute is ample for real documents and ends a hostile one
 JOB_CPU_SECONDS = 60
@@ -156,15 +167,15 @@ def submit_knowledge_job(
     title: str,
     budgets: JobBudgets,
     dispatch: Callable[[int], None] | None,
-) -> db.KnowledgeJobRow:
+) -> KnowledgeJobRow:
     """Queue a file for `base_id`: refused at once (KnowledgeJobsBusy) when the tenant's share of
     jobs is taken, or (KnowledgeError) for a file type Brain does not read; otherwise spooled,
     recorded as a queued job and handed to `dispatch` (None: a runner's poll finds it)."""
     media_type_of(source)  # an unknown extension is refused before anything is written
-    if db.count_active_knowledge_jobs(tenant) >= budgets.jobs_per_tenant:
+    if count_active_knowledge_jobs(tenant) >= budgets.jobs_per_tenant:
         raise KnowledgeJobsBusy(tenant, budgets.jobs_per_tenant)
     path, size = _spool(chunks, source)
-    job = db.create_knowledge_job(
+    job = create_knowledge_job(
         base_id, source=source, title=title, size=size, spool_path=str(path), cap=budgets.jobs_per_tenant
     )
     if job is None:  # another upload of the tenant took the last share meanwhile
@@ -177,13 +188,13 @@ def submit_knowledge_job(
 
 def ingest_file_now(
     base_id: int, path: Path, *, source: str, title: str, budgets: JobBudgets
-) -> db.KnowledgeJobRow | None:
+) -> KnowledgeJobRow | None:
     """An operator's file (the add_knowledge command): recorded as a job like an upload, outside
     the tenant's share, and run in a budgeted worker process at once; the ended job."""
     media_type_of(source)
     with path.open("rb") as stream:
         spooled, size = _spool(iter(lambda: stream.read(SPOOL_CHUNK_BYTES), b""), source)
-    job = db.create_knowledge_job(
+    job = create_knowledge_job(
         base_id, source=source, title=title, size=size, spool_path=str(spooled), cap=None, running=True
     )
     assert job is not None  # no cap: always created
@@ -193,11 +204,11 @@ def ingest_file_now(
 # -- running ------------------------------------------------------------------------------------
 
 
-def worker_command(job: db.KnowledgeJobRow, budgets: JobBudgets) -> list[str]:
+def worker_command(job: KnowledgeJobRow, budgets: JobBudgets) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "tools_app.knowledge_worker",
+        "tools_app.ingest.worker",
         job.spool_path,
         job.source,
         "--title",
@@ -209,11 +220,11 @@ def worker_command(job: db.KnowledgeJobRow, budgets: JobBudgets) -> list[str]:
     ]
 
 
-async def run_job(job_id: int, budgets: JobBudgets) -> db.KnowledgeJobRow | None:
+async def run_job(job_id: int, budgets: JobBudgets) -> KnowledgeJobRow | None:
     """Run a claimed (running) job: its worker process parses, this stores what it returns or
     records why it failed (its error frame, or how it died); the spooled file goes. Awaits the
     worker on the loop; decoding a large result and every database write run in threads."""
-    job: db.KnowledgeJobRow | None = await db.aget_knowledge_job(job_id)
+    job: KnowledgeJobRow | None = await aget_knowledge_job(job_id)
     if job is None or job.status is not KnowledgeJobStatus.RUNNING:
         return job
     result: dict[str, Any] | None = None
@@ -239,16 +250,16 @@ async def run_job(job_id: int, budgets: JobBudgets) -> db.KnowledgeJobRow | None
             await child.wait()
     try:
         if result is not None:
-            stored = await database_sync_to_async(db.complete_knowledge_job)(job_id, _parsed(result))
+            stored = await database_sync_to_async(complete_knowledge_job)(job_id, _parsed(result))
             error = "" if stored is not None else error
         elif not error:
             error = _exit_reason(returncode, budgets)
     except (KeyError, TypeError, ValueError) as exc:
         error = f"the worker's result was malformed ({type(exc).__name__})"
     if error:
-        await db.afail_knowledge_job(job_id, f"{job.source}: {error}")
+        await afail_knowledge_job(job_id, f"{job.source}: {error}")
     Path(job.spool_path).unlink(missing_ok=True)
-    ended: db.KnowledgeJobRow | None = await db.aget_knowledge_job(job_id)
+    ended: KnowledgeJobRow | None = await aget_knowledge_job(job_id)
     return ended
 
 
@@ -260,7 +271,7 @@ async def _read_frames(child: asyncio.subprocess.Process, job_id: int) -> tuple[
     while line := await child.stdout.readline():
         frame = orjson.loads(line) if len(line) < INLINE_DECODE_BYTES else await asyncio.to_thread(orjson.loads, line)
         if "progress" in frame:
-            await db.arecord_knowledge_job_progress(job_id, int(frame["progress"]), str(frame["stage"]))
+            await arecord_knowledge_job_progress(job_id, int(frame["progress"]), str(frame["stage"]))
         elif "error" in frame:
             error = str(frame["error"])
         elif "document" in frame:
@@ -288,7 +299,7 @@ def _exit_reason(returncode: int | None, budgets: JobBudgets) -> str:
     return f"stopped: the worker process ended with status {returncode} ({budget})"
 
 
-def run_job_process(job_id: int, budgets: JobBudgets) -> db.KnowledgeJobRow | None:
+def run_job_process(job_id: int, budgets: JobBudgets) -> KnowledgeJobRow | None:
     """run_job for a caller without an event loop (the command, a Celery task); blocking."""
     return asyncio.run(run_job(job_id, budgets))
 
@@ -349,7 +360,7 @@ class KnowledgeJobRunner:
             task.cancel(msg="server stopping")
         await asyncio.gather(*self._running.values(), return_exceptions=True)
         for job_id in list(self._running):
-            await asyncio.to_thread(db.requeue_knowledge_job, job_id)
+            await asyncio.to_thread(requeue_knowledge_job, job_id)
 
     async def _supervise(self) -> None:
         while True:
@@ -364,12 +375,12 @@ class KnowledgeJobRunner:
                 pass
 
     async def _tick(self) -> None:
-        for job in await db.afail_stale_knowledge_jobs(
+        for job in await afail_stale_knowledge_jobs(
             stale_before(self.budgets), error="stopped: its worker was lost (a restart or a crash)"
         ):
             Path(job.spool_path).unlink(missing_ok=True)
         while len(self._running) < self.processes:
-            job = await db.aclaim_next_knowledge_job()
+            job = await aclaim_next_knowledge_job()
             if job is None:
                 return
             self._running[job.id] = asyncio.create_task(self._run(job.id), name=f"knowledge-job-{job.id}")
@@ -381,6 +392,6 @@ class KnowledgeJobRunner:
             raise  # stop() queues the job again
         except Exception as exc:  # a supervision boundary: the job fails, the runner goes on
             logger.error("knowledge job failed to run", extra={"job": job_id, "error": f"{type(exc).__name__}: {exc}"})
-            await db.afail_knowledge_job(job_id, f"the worker could not run: {type(exc).__name__}")
+            await afail_knowledge_job(job_id, f"the worker could not run: {type(exc).__name__}")
         self._running.pop(job_id, None)
         self._wake.set()

@@ -1,5 +1,5 @@
 """`knowledge`: `knowledge_search` over a tenant's knowledge bases (documents chunked by
-tools_app.knowledge, ranked by tools_app.db: BM25 through FTS5 on SQLite, ts_rank_cd on
+tools_app.ingest, ranked by knowledge/db.py: BM25 through FTS5 on SQLite, ts_rank_cd on
 PostgreSQL). The binding's `parameters.bases` names the bases; the trusted tenant of the call
 scopes them, and the model's arguments can name neither.
 """
@@ -12,13 +12,13 @@ from typing import Any
 
 from runners.protocol import ToolDescriptor
 
-from .. import db
-from .base import ProviderCall, ProviderEnvironment, ToolProvider
-from .options import CommonOptions, parse_options, select_operations
+from ..base import ProviderCall, ProviderEnvironment, ToolProvider
+from ..options import CommonOptions, parse_options, select_operations
+from .db import MAX_KNOWLEDGE_RESULTS, KnowledgeHit, asearch_knowledge
 
 __all__ = ["BASE_NAME", "MAX_BASES", "MAX_RESULTS", "KnowledgeOptions", "KnowledgeProvider"]
 
-MAX_RESULTS = db.MAX_KNOWLEDGE_RESULTS  # chunks of one search
+MAX_RESULTS = MAX_KNOWLEDGE_RESULTS  # chunks of one search
 DEFAULT_RESULTS = 5  # what a search returns unless the model asks for more
 MAX_QUERY_CHARS = 1000  # a search query is a question
 MAX_BASES = 16  # knowledge bases one binding searches
@@ -60,7 +60,7 @@ def _bases(parameters: Any) -> list[str]:
     return list(dict.fromkeys(bases))
 
 
-def _where(hit: db.KnowledgeHit) -> str:
+def _where(hit: KnowledgeHit) -> str:
     page = f", page {hit.page}" if hit.page is not None else ""
     return f"{hit.source}, chunk {hit.position + 1}, characters {hit.start}-{hit.end}{page}"
 
@@ -82,7 +82,7 @@ class KnowledgeProvider(ToolProvider):
         bases = _bases(call.parameters)
         query: str = call.arguments["query"]
         limit = call.arguments.get("limit", DEFAULT_RESULTS)
-        hits = await db.asearch_knowledge(call.tenant, bases, query, limit=limit)
+        hits = await asearch_knowledge(call.tenant, bases, query, limit=limit)
         if not hits:
             text = f"no passages match {query!r}"
         else:

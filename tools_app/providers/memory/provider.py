@@ -1,5 +1,5 @@
 """`memory`: facts a tenant's agents keep across sessions (`memory_store`, `memory_recall`,
-`memory_forget`), in the database with full-text search (tools_app.db: FTS5 on SQLite, text
+`memory_forget`), in the database with full-text search (memory/db.py: FTS5 on SQLite, text
 search on PostgreSQL). Scoped by the trusted tenant of the call and the binding's optional
 `parameters.space`; the model's arguments can name neither.
 """
@@ -14,9 +14,9 @@ from pydantic import Field
 
 from runners.protocol import ToolDescriptor
 
-from .. import db
-from .base import ProviderCall, ProviderEnvironment, ToolProvider
-from .options import CommonOptions, parse_options, select_operations
+from ..base import ProviderCall, ProviderEnvironment, ToolProvider
+from ..options import CommonOptions, parse_options, select_operations
+from .db import acount_memories, adelete_memory, arecall_memories, astore_memory
 
 __all__ = ["MAX_MEMORY_BYTES", "MAX_RECALL", "MemoryOptions", "MemoryProvider"]
 
@@ -106,19 +106,19 @@ class MemoryProvider(ToolProvider):
             size = len(content.encode())
             if size > MAX_MEMORY_BYTES:
                 return _error(f"memory too large: {size} bytes; a memory holds at most {MAX_MEMORY_BYTES} bytes")
-            if await db.acount_memories(call.tenant, space) >= self.settings.max_memories:
+            if await acount_memories(call.tenant, space) >= self.settings.max_memories:
                 return _error(f"memory full: at most {self.settings.max_memories} memories; forget some first")
-            stored = await db.astore_memory(call.tenant, space, content, session_id=call.session_id)
+            stored = await astore_memory(call.tenant, space, content, session_id=call.session_id)
             return {
                 "content": [{"type": "text", "text": f"stored memory {stored.id}"}],
                 "structured_content": {"id": stored.id, "created_at": stored.created_at},
             }
         if call.operation == "memory_recall":
             limit = arguments.get("limit", MAX_RECALL)
-            hits = await db.arecall_memories(call.tenant, space, arguments["query"], limit=limit)
+            hits = await arecall_memories(call.tenant, space, arguments["query"], limit=limit)
             memories = [{"id": hit.id, "content": hit.content, "created_at": hit.created_at} for hit in hits]
             return {"content": [], "structured_content": {"memories": memories}}
-        forgotten = await db.adelete_memory(call.tenant, space, arguments["id"])
+        forgotten = await adelete_memory(call.tenant, space, arguments["id"])
         if not forgotten:
             return _error(f"no memory {arguments['id']}")
         return {"content": [{"type": "text", "text": f"forgot memory {arguments['id']}"}]}
