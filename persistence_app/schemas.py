@@ -3,23 +3,16 @@ Imported only by persistence_app.api and the URL wiring."""
 
 from __future__ import annotations
 
-from ninja import Schema
-from pydantic import ConfigDict
-
-from foundation.wire import DateTime
+from foundation.wire import DateTime, StrictSchema, WireSchema
 
 __all__ = ["Restore", "SyncStatus"]
 
 
-class Restore(Schema):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class Restore(StrictSchema):
     checkpoint: str
 
 
-class SyncStatus(Schema):
-    model_config = ConfigDict(extra="forbid")
-
+class SyncStatus(WireSchema):
     history_bytes: int
     resume_offset: int
     pending: bool
