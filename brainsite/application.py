@@ -23,7 +23,7 @@ from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app.app_object import PersistenceAppObject
-from persistence_app.service import ArchiveService
+from persistence_app.archiving import ArchiveService
 from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
@@ -80,6 +80,17 @@ class BrainApp:
             providers=self.providers,
         )
         self.executors = executor_hub(config.limits)
+        # built before the engine, which gets it as its archive hooks
+        self.archive: ArchiveService | None = None
+        if config.persistence is not None:
+            self.archive = ArchiveService(
+                config.persistence,
+                Path(config.data_dir).resolve(),
+                os.environ,
+                session_bytes=config.limits.session_bytes,
+                dispatch=_celery_dispatch(),
+                telemetry=self.telemetry,
+            )
         self.engine = Engine(
             config,
             secrets,
@@ -90,6 +101,7 @@ class BrainApp:
             binding_credentials=BindingCredentials(
                 CredentialVault.configured(config.credential_keys, secrets), required=self._credential_bindings
             ),
+            archive=self.archive,
         )
         children = EngineChildSessions(self.engine)
         for provider in self.providers.values():
@@ -99,15 +111,6 @@ class BrainApp:
         self.knowledge_jobs = KnowledgeJobs(
             JobBudgets.from_environment(os.environ), broker_send=_celery_send(KNOWLEDGE_TASK)
         )
-        self.archive: ArchiveService | None = None
-        if config.persistence is not None:
-            self.archive = ArchiveService(
-                config.persistence,
-                self.engine.data_dir,
-                os.environ,
-                dispatch=_celery_dispatch(),
-                telemetry=self.telemetry,
-            )
 
     def _credential_bindings(self, session_id: str) -> list[str]:
         """The aliases a loaded session was created with credentials for: a call of one whose
@@ -119,7 +122,7 @@ class BrainApp:
         await database_sync_to_async(sessions_db.mirror_config_tokens)(self.config, self.secrets.tokens)
         await database_sync_to_async(tools_db.mirror_config_bindings)(self.config.tools)
         if self.archive is not None:
-            await self.archive.start(self.engine)  # before the engine: loading settles sessions
+            await self.archive.start()  # before the engine: loading settles sessions
         await self.engine.start()
         await self.knowledge_jobs.start()
 

@@ -14,8 +14,8 @@ from foundation.errors import Unsupported
 from foundation.principal import principal_of, require_manage
 from foundation.wire import SessionId
 from persistence_app.app_object import PersistenceAppObject, request_brain
-from persistence_app.service import ArchiveService
-from sessions_app import services
+from persistence_app.archiving import ArchiveService
+from sessions_app.operations import check_session_id
 
 from .schemas import Restore, SyncStatus
 
@@ -41,7 +41,7 @@ async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
-    record = await services.get_session(brain.engine, principal, id)
+    record = await brain.engine.session_record(principal.tenant, check_session_id(principal, id))
     return await _archive(brain).flush(record.id)
 
 
@@ -50,7 +50,8 @@ async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
 )
 async def sync_status(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     brain = request_brain(request)
-    record = await services.get_session(brain.engine, principal_of(request), id)
+    principal = principal_of(request)
+    record = await brain.engine.session_record(principal.tenant, check_session_id(principal, id))
     return await _archive(brain).status(record.id)
 
 
@@ -65,9 +66,9 @@ async def restore_session(request: HttpRequest, id: SessionId, body: Restore) ->
     brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
-    session_id = services.check_session_id(principal, id)
+    session_id = check_session_id(principal, id)
     if brain.archive is None:
-        await services.get_session(brain.engine, principal, session_id)  # 404 before 422, as elsewhere
+        await brain.engine.session_record(principal.tenant, session_id)  # 404 before 422, as elsewhere
     record = await _archive(brain).restore(brain.engine, principal.tenant, session_id, body.checkpoint)
     # the Session schema belongs to the sessions app's wiring: render its wire form directly
     return HttpResponse(orjson.dumps(record.as_wire()), content_type="application/json")

@@ -9,16 +9,15 @@ from typing import Protocol, cast
 from django.http import HttpRequest
 
 from foundation.app_object import request_app_object
-from sessions_app.runtime.engine import Engine
 
-from .service import ArchiveService
+from .archiving import ArchiveService, LiveSessions
 
 __all__ = ["PersistenceAppObject", "request_brain"]
 
 
 class PersistenceAppObject(Protocol):
     @property
-    def engine(self) -> Engine: ...
+    def engine(self) -> LiveSessions: ...
 
     @property
     def archive(self) -> ArchiveService | None: ...

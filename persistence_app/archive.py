@@ -209,7 +209,8 @@ class _Uploads:
 
     def _result(self, future: Future[None]) -> None:
         try:
-            future.result(timeout=max(0.0, self.deadline - monotonic()))
+            # no deadline waits without a timeout: an infinite one overflows the lock's wait
+            future.result(timeout=None if math.isinf(self.deadline) else max(0.0, self.deadline - monotonic()))
         except TimeoutError:
             raise PublishDeadline("the publish passed its deadline waiting for the archive") from None
 

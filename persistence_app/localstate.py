@@ -1,9 +1,10 @@
 """A session's local files as the archive sees them: what to publish, what was uploaded, and
-how a restored checkpoint is written back to disk.
+how a restored checkpoint is written back to disk. The directory's layout is
+sessions_app.storage's; this module decides what of it is published:
 
-    sessions/<id>/events.jsonl        published up to its last whole line
-    sessions/<id>/checkpoints.jsonl   its last entry names the native files and their sizes
-    sessions/<id>/uploaded.json       what the archive has (replaced atomically)
+    the event log         published up to its last whole line
+    the checkpoint journal its last entry names the native files and their sizes
+    uploaded.json         what the archive has (replaced atomically)
 
 Blocking file I/O, no Django.
 """
@@ -12,17 +13,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NotRequired, TypedDict
+from typing import NotRequired, TypedDict
 
 import orjson
 
 from persistence_app.archive import ArchiveError, LocalFile, Manifest, UploadedFile, read_file
 from persistence_app.stores.base import ObjectStore
-from sessions_app.runtime.checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
+from sessions_app.storage import EVENT_LOG, NATIVE, CheckpointEntry, CheckpointError, SessionFiles, history_size
 from tools_app.vault import recovery_digest
 
 __all__ = [
@@ -34,9 +34,6 @@ __all__ = [
     "snapshot",
     "write_uploaded",
 ]
-
-UPLOADED = "uploaded.json"
-TAIL_SCAN_BYTES = 64 << 10
 
 
 class Uploaded(TypedDict):
@@ -56,45 +53,26 @@ class LocalSnapshot:
     files: list[LocalFile]
 
 
-def history_size(path: Path) -> int:
-    """events.jsonl's size cut after its last newline: a line being appended is not published."""
-    with path.open("rb") as handle:
-        end = handle.seek(0, os.SEEK_END)
-        position = end
-        while position > 0:
-            step = min(TAIL_SCAN_BYTES, position)
-            position -= step
-            handle.seek(position)
-            newline = handle.read(step).rfind(b"\n")
-            if newline >= 0:
-                return position + newline + 1
-    return 0
-
-
 def snapshot(directory: Path) -> LocalSnapshot:
     """The files a publish of this session uploads now. Raises ArchiveError when the session
     has no checkpoint journal, OSError on a disk failure."""
-    entry = CheckpointStore(directory).last()
+    files = SessionFiles(directory)
+    entry = files.checkpoints.last()
     if entry is None:
-        raise ArchiveError(f"session {directory.name} has no checkpoint to publish")
-    events = directory / "events.jsonl"
-    history = history_size(events)
+        raise ArchiveError(f"session {files.name} has no checkpoint to publish")
+    history = files.history_bytes()
     if history < entry["offset"]:
-        raise ArchiveError(f"session {directory.name}: the event log is shorter than its last checkpoint")
-    files = [LocalFile("events.jsonl", str(events), history)]
-    native = directory / "native"
+        raise ArchiveError(f"session {files.name}: the event log is shorter than its last checkpoint")
+    local = [LocalFile(EVENT_LOG, str(files.event_log), history)]
     for item in entry["files"]:
-        files.append(LocalFile(f"native/{item['path']}", str(native / item["path"]), item["size"]))
-    return LocalSnapshot(history_bytes=history, native_checkpoint=entry, files=files)
+        local.append(LocalFile(f"{NATIVE}/{item['path']}", str(files.native / item["path"]), item["size"]))
+    return LocalSnapshot(history_bytes=history, native_checkpoint=entry, files=local)
 
 
 def read_uploaded(directory: Path) -> Uploaded | None:
     """uploaded.json, or None when missing or unreadable (the next publish starts new generations)."""
-    try:
-        value = orjson.loads((directory / UPLOADED).read_bytes())
-    except (OSError, orjson.JSONDecodeError):
-        return None
-    if not isinstance(value, dict) or not isinstance(value.get("files"), dict):
+    value = SessionFiles(directory).read_uploaded()
+    if value is None or not isinstance(value.get("files"), dict):
         return None
     uploaded: Uploaded = value  # type: ignore[assignment]  # written by write_uploaded only
     return uploaded
@@ -102,12 +80,7 @@ def read_uploaded(directory: Path) -> Uploaded | None:
 
 def write_uploaded(directory: Path, value: Uploaded) -> None:
     """Replace uploaded.json atomically and durably."""
-    temporary = directory / f".{UPLOADED}.{secrets.token_hex(4)}"
-    with temporary.open("wb") as handle:
-        handle.write(orjson.dumps(value))
-        handle.flush()
-        os.fsync(handle.fileno())
-    temporary.replace(directory / UPLOADED)
+    SessionFiles(directory).write_uploaded(value)
 
 
 def _write_file(path: Path, chunks: Iterator[bytes]) -> None:
@@ -125,21 +98,27 @@ def materialize(store: ObjectStore, manifest: Manifest, target: Path) -> None:
     native files, a one-line checkpoints.jsonl and uploaded.json. The files get new generations
     on their next publish: their archived generations may have grown elsewhere since."""
     session_id = manifest["session"]["id"]
-    native: dict[str, Any] = manifest["native_checkpoint"]
+    native: dict[str, object] = dict(manifest["native_checkpoint"])
     listed = native.get("files")
-    expected: dict[str, object] = {"events.jsonl": manifest["history_bytes"]}
+    expected: dict[str, object] = {EVENT_LOG: manifest["history_bytes"]}
     if isinstance(listed, list):
-        expected |= {f"native/{item.get('path')}": item.get("size") for item in listed if isinstance(item, dict)}
+        expected |= {f"{NATIVE}/{item.get('path')}": item.get("size") for item in listed if isinstance(item, dict)}
     actual: dict[str, object] = {name: entry["size"] for name, entry in manifest["files"].items()}
     if actual != expected:
         raise ArchiveError(f"checkpoint {manifest['checkpoint']}: its files do not match its native checkpoint")
     target.mkdir(mode=0o700)
     try:
-        (target / "native").mkdir(mode=0o700)
+        files = SessionFiles(target)
+        files.native.mkdir(mode=0o700)
         for name, file_entry in manifest["files"].items():
             _write_file(target / name, read_file(store, session_id, file_entry))
-        journal = orjson.dumps(native) + b"\n"
-        _write_file(target / "checkpoints.jsonl", iter([journal]))
+        # the restored journal must be one the runtime can load and restore from
+        try:
+            entry = files.write_journal(orjson.dumps(native))
+        except CheckpointError as exc:
+            raise ArchiveError(f"checkpoint {manifest['checkpoint']}: {exc}") from exc
+        if entry is None:
+            raise ArchiveError(f"checkpoint {manifest['checkpoint']} holds no native checkpoint entry")
         write_uploaded(
             target,
             {
@@ -152,13 +131,6 @@ def materialize(store: ObjectStore, manifest: Manifest, target: Path) -> None:
                 "credentials_sha256": recovery_digest(manifest.get("credentials") or []),
             },
         )
-        # the restored journal must be one the runtime can load and restore from
-        try:
-            entry = CheckpointStore(target).last()
-        except CheckpointError as exc:
-            raise ArchiveError(f"checkpoint {manifest['checkpoint']}: {exc}") from exc
-        if entry is None:
-            raise ArchiveError(f"checkpoint {manifest['checkpoint']} holds no native checkpoint entry")
     except BaseException:
         with contextlib.suppress(OSError):
             _remove_tree(target)

@@ -23,12 +23,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app import db, localstate
 from persistence_app.sync import Outcome, Publisher, Result
+from sessions_app.storage import CheckpointError, SessionStorage
 
 __all__ = ["Dispatch", "SyncScheduler", "unsynced_sessions"]
 
@@ -56,33 +56,22 @@ class _Parked:
     due: float  # time.monotonic() of the next try
 
 
-def unsynced_sessions(sessions_dir: Path) -> list[str]:
-    """Local sessions whose events or checkpoint are newer than what uploaded.json records."""
+def unsynced_sessions(storage: SessionStorage) -> list[str]:
+    """Local sessions whose events or checkpoint are newer than what uploaded.json records
+    (`<id>-replaced-<ID>` directories and strays are not sessions)."""
     found = []
-    try:
-        entries = list(sessions_dir.iterdir())
-    except FileNotFoundError:
-        return []
-    for directory in entries:
-        name = directory.name
-        if len(name) != 32 or not directory.is_dir():
-            continue  # `<id>-replaced-<ID>` directories and strays
-        uploaded = localstate.read_uploaded(directory)
+    for name in storage.session_ids():
+        files = storage.files(name)
+        uploaded = localstate.read_uploaded(files.directory)
         if uploaded is None:
             found.append(name)
             continue
         try:
-            history = localstate.history_size(directory / "events.jsonl")
-        except OSError:
+            history = files.history_bytes()
+            last = files.last_checkpoint_id()
+        except (OSError, CheckpointError):
             continue
-        journal = directory / "checkpoints.jsonl"
-        from sessions_app.runtime.checkpoints import CheckpointError, CheckpointStore
-
-        try:
-            last = CheckpointStore(directory).last() if journal.exists() else None
-        except CheckpointError:
-            continue
-        if history != uploaded["history_bytes"] or (last is not None and last["id"] != uploaded["native_checkpoint"]):
+        if history != uploaded["history_bytes"] or (last is not None and last != uploaded["native_checkpoint"]):
             found.append(name)
     return sorted(found)
 
@@ -187,9 +176,9 @@ class SyncScheduler:
             self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def _run(self) -> None:
-        sessions_dir = self.publisher.sessions_dir
+        storage = self.publisher.storage
         try:
-            found = await asyncio.to_thread(unsynced_sessions, sessions_dir)
+            found = await asyncio.to_thread(unsynced_sessions, storage)
         except Exception:  # supervision boundary: a failed scan must not keep readiness down
             logger.exception("sync startup scan failed")
             found = []
@@ -198,7 +187,7 @@ class SyncScheduler:
         except Exception:  # supervision boundary: as above
             logger.exception("sync startup scan failed")
             failed = []
-        local = set(found) | {session_id for session_id in failed if (sessions_dir / session_id).is_dir()}
+        local = set(found) | {session_id for session_id in failed if storage.directory(session_id).is_dir()}
         for session_id in sorted(local):
             self.mark_dirty(session_id)
         self._scanned = True

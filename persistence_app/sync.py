@@ -36,7 +36,7 @@ from persistence_app.discovery import DiscoveryIndex, TenantMismatch
 from persistence_app.stores.base import MAX_OBJECT_BYTES, ObjectStore, StoreError
 from sessions_app.db import get_session_by_id
 from sessions_app.records import SessionRecord
-from sessions_app.runtime.checkpoints import CheckpointError
+from sessions_app.storage import CheckpointError, SessionStorage
 from tools_app.db import recovery_records
 from tools_app.vault import recovery_digest
 
@@ -106,7 +106,7 @@ class Publisher:
     ) -> None:
         self.store = store
         self.data_dir = data_dir
-        self.sessions_dir = data_dir / "sessions"
+        self.storage = SessionStorage(data_dir)
         self.index = index
         self.timeout = timeout_seconds
         self._sleep = sleep
@@ -180,7 +180,7 @@ class Publisher:
             if not locked:
                 return Result(Outcome.BUSY)
             epoch = current_epoch(session_id)
-            directory = self.sessions_dir / session_id
+            directory = self.storage.directory(session_id)
             snapshot = localstate.snapshot(directory)
             uploaded = localstate.read_uploaded(directory)
             entry = snapshot.native_checkpoint

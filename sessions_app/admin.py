@@ -1,5 +1,5 @@
 """Admin: tenants, API tokens (created here: shown once, stored as SHA-256), and sessions (read-only,
-with their transcripts; interrupted and closed through sessions_app.services)."""
+with their transcripts; interrupted and closed through sessions_app.operations)."""
 
 from __future__ import annotations
 
@@ -28,14 +28,15 @@ from django.utils.safestring import SafeString
 from foundation.app_object import SCOPE_KEY
 from foundation.errors import BrainError, CursorUnavailable
 
-from . import db, services
+from . import db, operations
 from .app_object import SessionsAppObject, brain_of
 from .auth import tokens_of
-from .eventlog import EventLog, decode_cursor
+from .eventlog import decode_cursor
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
+from .operations import SESSION_ID
 from .records import Principal, SessionRecord, SessionStatus
 from .runtime.engine import Engine
-from .services import SESSION_ID
+from .storage import SessionFiles, SessionStorage
 from .transcript import measure_session, read_transcript
 
 T = TypeVar("T")
@@ -110,7 +111,7 @@ class ApiTokenAdmin(admin.ModelAdmin[ApiToken]):
 @admin.register(Session)
 class SessionAdmin(admin.ModelAdmin[Session]):
     """Sessions, read-only: what a session is, its files, and its transcript from the event log.
-    Interrupting and closing go through the runtime's own use-cases (sessions_app.services), as the
+    Interrupting and closing go through the runtime's own use-cases (sessions_app.operations), as the
     API's interrupt and close do, after a confirmation page."""
 
     list_display = ("id", "tenant", "status", "harness", "model", "created_at", "updated_at")
@@ -195,21 +196,21 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         return super().render_change_form(request, context, add, change, form_url, obj)
 
     def _session_context(self, request: HttpRequest, obj: Session) -> dict[str, Any]:
-        directory = _session_directory(request, obj.id)
+        files = _session_files(request, obj.id)
         context: dict[str, Any] = {
-            "sizes": measure_session(directory, checkpoint_offset=obj.checkpoint_offset),
+            "sizes": measure_session(files.directory, checkpoint_offset=obj.checkpoint_offset),
             "can_control": self.has_control_permission(request) and obj.status != SessionStatus.CLOSED,
             "transcript": None,
             "transcript_error": "",
         }
         before, after = request.GET.get("before", ""), request.GET.get("after", "")
         try:
-            context["transcript"] = read_transcript(directory / "events.jsonl", before=before, after=after)
+            context["transcript"] = read_transcript(files.event_log, before=before, after=after)
         except FileNotFoundError:
             context["transcript_error"] = "This server has no event log for the session."
         except CursorUnavailable:
             context["transcript_error"] = "That position is not in this session's event log."
-            context["transcript"] = read_transcript(directory / "events.jsonl")
+            context["transcript"] = read_transcript(files.event_log)
         return context
 
     # -- raw JSON ------------------------------------------------------------------------------
@@ -246,7 +247,7 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         or only the event `at` a cursor; up to RAW_PAGE_EVENTS (`limit`) events, fewer past
         RAW_PAGE_BYTES."""
         obj = self._viewable(request, object_id)
-        log = EventLog(_session_directory(request, obj.id) / "events.jsonl", max_bytes=0)
+        log = _session_files(request, obj.id).open_log(max_bytes=0)
         at, after = request.GET.get("at", ""), request.GET.get("after", "")
         raw_limit = request.GET.get("limit", "")
         limit = int(raw_limit) if raw_limit.isdigit() and 1 <= int(raw_limit) <= RAW_PAGE_EVENTS else RAW_PAGE_EVENTS
@@ -326,7 +327,7 @@ CONTROLS = {
     "interrupt": Control(
         name="interrupt",
         title="Interrupt",
-        operation=services.interrupt_session,
+        operation=operations.interrupt_session,
         explanation="A running turn stops and the session becomes interrupted; it waits for a resume "
         "through the API. A session without a running turn is left as it is.",
         requested="Interrupt requested: a running turn stops",
@@ -335,7 +336,7 @@ CONTROLS = {
     "close": Control(
         name="close",
         title="Close",
-        operation=services.close_session,
+        operation=operations.close_session,
         explanation="A closed session accepts no more input, its streams end and its executor tokens "
         "are revoked; a running turn stops first. Its history stays readable. This cannot be undone.",
         requested="Close requested: the session closes as soon as no turn runs",
@@ -376,13 +377,13 @@ def _live_record(request: HttpRequest, session_id: str) -> SessionRecord | None:
     return brain.engine.loaded_record(session_id) if brain is not None else None
 
 
-def _session_directory(request: HttpRequest, session_id: str) -> Path:
+def _session_files(request: HttpRequest, session_id: str) -> SessionFiles:
     brain = _brain(request)
     if not SESSION_ID.fullmatch(session_id):  # ids come from the database; a path never takes anything else
         raise Http404("session not found")
     if brain is not None:
-        return brain.engine.session_dir(session_id)
-    return Path(settings.DATA_DIR) / "sessions" / session_id
+        return brain.engine.storage.files(session_id)
+    return SessionStorage(Path(settings.DATA_DIR)).files(session_id)
 
 
 def _json_response(value: Any, *, status: int = 200) -> HttpResponse:

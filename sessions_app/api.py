@@ -1,4 +1,4 @@
-"""Routes of the sessions API: parse, authorize, call services. No ORM, no runtime internals.
+"""Routes of the sessions API: parse, authorize, call operations. No ORM, no runtime internals.
 Send and event pages return pre-encoded bytes (an `HttpResponse`, which ninja passes through
 untouched): their declared schemas document the wire at no cost per request."""
 
@@ -16,7 +16,7 @@ from foundation.errors import InvalidRequest
 from foundation.principal import principal_of, require_manage, require_write
 from foundation.wire import SESSION_ID_PATTERN, SessionId
 
-from . import services
+from . import operations
 from .app_object import request_brain
 from .eventlog import Event as LoggedEvent
 from .schemas import (
@@ -41,7 +41,7 @@ ApprovalId = Annotated[
     Path(description="The approval_id of an approval.requested event."),
 ]
 
-# Query parameters are parsed by `_limit` and services (out-of-range limits are 400 with the
+# Query parameters are parsed by `_limit` and operations (out-of-range limits are 400 with the
 # spec's message, bad cursors 409), so they are published here rather than declared to ninja.
 _LIMIT_PARAMETER = {
     "in": "query",
@@ -96,7 +96,7 @@ def _event_response(event: LoggedEvent) -> HttpResponse:
     return HttpResponse(event.wire(), status=202, content_type="application/json")
 
 
-def _page_response(page: services.EventPage) -> HttpResponse:
+def _page_response(page: operations.EventPage) -> HttpResponse:
     body = b'{"events":[' + b",".join(event.wire() for event in page.events) + b'],"next_cursor":'
     return HttpResponse(body + orjson.dumps(page.next_cursor) + b"}", content_type="application/json")
 
@@ -111,7 +111,7 @@ def _traceparent(request: HttpRequest) -> str:
     "/sessions", response={201: Session}, operation_id="create", summary="Create a session", exclude_unset=True
 )
 async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int, dict[str, Any]]:
-    record = await services.create_session(
+    record = await operations.create_session(
         request_brain(request).engine,
         principal_of(request),
         harness=body.harness,
@@ -132,13 +132,13 @@ async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int
 async def list_sessions(request: HttpRequest) -> dict[str, Any]:
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
-    records = await services.list_sessions(engine, principal_of(request), after=after, limit=_limit(request))
+    records = await operations.list_sessions(engine, principal_of(request), after=after, limit=_limit(request))
     return {"sessions": [record.as_wire() for record in records]}
 
 
 @router.get("/sessions/{id}", response={200: Session}, operation_id="get", summary="Get a session", exclude_unset=True)
 async def get_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
-    record = await services.get_session(request_brain(request).engine, principal_of(request), id)
+    record = await operations.get_session(request_brain(request).engine, principal_of(request), id)
     return record.as_wire()
 
 
@@ -150,9 +150,9 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
     if body.type == "user.interrupt":
         if body.model_fields_set - {"type"}:
             raise InvalidRequest("user.interrupt accepts no other fields")
-        await services.interrupt_session(engine, principal, id)
+        await operations.interrupt_session(engine, principal, id)
         return HttpResponse(INTERRUPT_REQUESTED, status=202, content_type="application/json")
-    event = await services.send_message(
+    event = await operations.send_message(
         engine,
         principal,
         id,
@@ -174,7 +174,7 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
 async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
-    page = await services.read_events(engine, principal_of(request), id, after=after, limit=_limit(request))
+    page = await operations.read_events(engine, principal_of(request), id, after=after, limit=_limit(request))
     return _page_response(page)
 
 
@@ -188,14 +188,14 @@ async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:
 async def resume_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     principal = principal_of(request)
     require_manage(principal)
-    return (await services.resume_session(request_brain(request).engine, principal, id)).as_wire()
+    return (await operations.resume_session(request_brain(request).engine, principal, id)).as_wire()
 
 
 @router.post("/sessions/{id}/close", response={202: Status}, operation_id="close", summary="Close a session")
 async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[str, str]]:
     principal = principal_of(request)
     require_manage(principal)
-    await services.close_session(request_brain(request).engine, principal, id)
+    await operations.close_session(request_brain(request).engine, principal, id)
     return 202, {"status": "close_requested"}
 
 
@@ -216,7 +216,7 @@ async def decide_approval(
     principal = principal_of(request)
     require_write(principal)
     engine = request_brain(request).engine
-    approval = await services.decide_approval(
+    approval = await operations.decide_approval(
         engine, principal, id, approval_id, decision=body.decision, reason=body.reason
     )
     return approval.as_wire()

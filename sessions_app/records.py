@@ -1,4 +1,4 @@
-"""Plain values passed between db, runtime and services: no ORM objects leave db.py."""
+"""Plain values passed between db, runtime and operations: no ORM objects leave db.py."""
 
 from __future__ import annotations
 

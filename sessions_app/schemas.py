@@ -59,7 +59,7 @@ class CreateSession(StrictSchema):
 
 class Input(StrictSchema):
     """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400, but the
-    reserved "steer" is in it so that services can answer 422 `unsupported` (spec)."""
+    reserved "steer" is in it so that operations can answer 422 `unsupported` (spec)."""
 
     type: Literal["user.message", "user.interrupt"]
     text: str | None = None

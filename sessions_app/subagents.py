@@ -16,7 +16,7 @@ from foundation.errors import BrainError
 from tools_app.providers.base import ProviderError
 from tools_app.providers.subagents import ChildOutcome, ChildRefused, ChildSpec
 
-from . import services
+from . import operations
 from .eventlog import EventLog
 from .records import Principal, SessionStatus
 from .runtime.engine import Engine
@@ -96,7 +96,7 @@ class EngineChildSessions:
             raise ChildRefused(f"this turn has already started {spec.max_per_turn} sub-agents (max_children_per_turn)")
         self._live[spec.tenant] = live + 1
         try:
-            record = await services.create_session(
+            record = await operations.create_session(
                 engine,
                 principal,
                 harness=spec.harness,
@@ -112,7 +112,7 @@ class EngineChildSessions:
                 raise ProviderError(f"the sub-agent's session was not created: {exc.message}", reached=False) from exc
             raise
         try:
-            event = await services.send_message(engine, principal, record.id, text=spec.text, key=None, delivery=None)
+            event = await operations.send_message(engine, principal, record.id, text=spec.text, key=None, delivery=None)
         except BaseException as exc:
             self._uncount(spec.tenant)
             if isinstance(exc, BrainError):

@@ -17,6 +17,7 @@ import orjson
 from foundation.errors import CursorUnavailable
 
 from .eventlog import EventLog, decode_cursor, encode_cursor
+from .storage import SessionFiles
 
 __all__ = ["Entry", "SessionSizes", "TranscriptPage", "measure_session", "read_transcript"]
 
@@ -74,12 +75,13 @@ class SessionSizes:
 
 def measure_session(directory: Path, *, checkpoint_offset: int) -> SessionSizes:
     """Sizes of a session's files on this server (a few stat calls; native/ bounded)."""
+    files = SessionFiles(directory)
     try:
-        log_bytes = (directory / "events.jsonl").stat().st_size
+        log_bytes = files.event_log.stat().st_size
     except FileNotFoundError:
         return SessionSizes(-1, 0, 0, 0, native_complete=True)
     native_bytes = native_files = entries = 0
-    pending = [directory / "native"]
+    pending = [files.native]
     while pending and entries < MAX_NATIVE_ENTRIES:
         try:
             scanned = list(os.scandir(pending.pop()))

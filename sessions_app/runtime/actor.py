@@ -8,21 +8,14 @@ the engine only as a SessionHost.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from contextlib import AbstractAsyncContextManager, nullcontext
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
-
-import orjson
+from typing import Any
 
 from foundation.errors import BrainError, Conflict, NotFound, Overloaded
-from foundation.hostconfig import Limits
 from foundation.logs import logger
 from foundation.telemetry import Telemetry, TurnTrace
-from runners.protocol import NativeFile
 from sessions_app.eventlog import (
     LIVE_ONLY,
     MAX_RECORD_BYTES,
@@ -35,113 +28,59 @@ from sessions_app.eventlog import (
     public_message,
 )
 from sessions_app.harness.host import HostLost, RunnerError
-from sessions_app.harness.pool import Attachment, HostUnavailable
+from sessions_app.harness.pool import Attachment
 from sessions_app.records import ApprovalRecord, SessionRecord, SessionStatus
+from sessions_app.storage import CheckpointError, Recovered, SessionFiles
 from tools_app.registry import ToolResult, error_result
 
 from .approvals import decided_event
-from .checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
-from .pubsub import Subscriber
-from .recovery import Recovered
+from .idempotency import IdempotencyKeys
+from .pubsub import Fanout, Subscriber
+from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure, turn_failure
 from .toolcalls import ToolCalls
+from .turn_records import TurnRecords
 from .turnslots import TurnSlot
 
-__all__ = [
-    "RESTART_MESSAGE",
-    "RUNNING_MARKER",
-    "PendingInput",
-    "SessionActor",
-    "SessionHost",
-    "TurnFailure",
-]
+__all__ = ["RESTART_MESSAGE", "SessionActor"]
 
 INTERRUPT_GRACE_SECONDS = 5.0  # a runner that ignores `interrupt` this long loses its attachment
 CHECKPOINT_TIMEOUT_SECONDS = 30.0
 # Room kept in the log for the running turn's last events when a send is near session_bytes.
 LOG_RESERVE_BYTES = MAX_RECORD_BYTES
 QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
-RUNNING_MARKER = "running"  # in the session directory while a turn may run; restarts settle these
 RESTART_MESSAGE = "turn interrupted: server restarted"
-
-
-class SessionHost(Protocol):
-    """What an actor needs of the runtime that loaded it."""
-
-    @property
-    def draining(self) -> bool: ...
-
-    @property
-    def limits(self) -> Limits: ...
-
-    def turn_slot(self) -> AbstractAsyncContextManager[TurnSlot]: ...
-
-    async def attach(self, actor: SessionActor) -> Attachment: ...
-
-    async def detach(self, actor: SessionActor) -> None: ...
-
-    def release(self, actor: SessionActor) -> None:
-        """Detach in the background."""
-
-    def attachment_of(self, actor: SessionActor) -> Attachment | None: ...
-
-    def forget_attachment(self, actor: SessionActor) -> None: ...
-
-    def mark_dirty(self, actor: SessionActor) -> None: ...
-
-    def mark_settled(self, actor: SessionActor) -> None: ...
-
-    def track(self, task: asyncio.Task[Any]) -> None: ...
-
-
-class TurnFailure(Exception):
-    """Why a turn stopped early: a session.error code and message."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-@dataclass(slots=True)
-class PendingInput:
-    id: str
-    text: str
-    traceparent: str = ""  # W3C trace context of the request that sent it
-    accepted: float = 0.0  # time.monotonic() when it was accepted
 
 
 class SessionActor:
     def __init__(
         self,
-        host: SessionHost,
+        host: SessionHost[SessionActor],
         record: SessionRecord,
         *,
-        directory: Path,
+        files: SessionFiles,
         log: EventLog,
         tool_calls: ToolCalls,
         telemetry: Telemetry,
     ) -> None:
         self._host = host
         self.record = record
-        self.directory = directory
+        self.files = files
         self.log = log
-        self.checkpoints = CheckpointStore(directory)
+        self.checkpoints = TurnRecords(files, log, telemetry)
         self.queue: deque[PendingInput] = deque()
         self.current: PendingInput | None = None
         self.turn_id = ""
-        self.subscribers: set[Subscriber] = set()
-        self.keys: dict[str, int] = {}  # idempotency key -> offset of its user.message
+        self.subscribers = Fanout()
+        self._keys = IdempotencyKeys(log)
         self.task: asyncio.Task[None] | None = None
         self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
         self._failure: TurnFailure | None = None
         self._tool_calls = tool_calls
         self._telemetry = telemetry
         self._trace: TurnTrace | None = None  # the running turn's, while telemetry is on
-        self._reported_log_size = log.size  # event log bytes already counted in brain.transcript.bytes
-        self._native_sizes: dict[str, int] | None = None  # native file sizes of the last checkpoint
         self._marked_running = False  # whether the running marker is on disk
         self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
-        self._children_spawned = 0  # sub-agent sessions the running turn started
+        self._spawns = SpawnCount()  # sub-agent sessions the running turn started
 
     # -- state -------------------------------------------------------------------------------
 
@@ -188,19 +127,13 @@ class SessionActor:
             self._host.mark_settled(self)
             self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
         if status == SessionStatus.CLOSED:
-            for subscriber in list(self.subscribers):
-                subscriber.close()  # spec: streams end when the session is closed
-            self.subscribers.clear()
+            self.subscribers.close_all()  # spec: streams end when the session is closed
 
     def _mark_running(self, running: bool) -> None:
         """Create or remove the running marker: two syscalls, and none when nothing changes."""
         if running == self._marked_running:
             return
-        marker = self.directory / RUNNING_MARKER
-        if running:
-            os.close(os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        else:
-            marker.unlink(missing_ok=True)
+        self.files.mark_running(running)
         self._marked_running = running
 
     # -- loading -----------------------------------------------------------------------------
@@ -208,7 +141,7 @@ class SessionActor:
     def settle_after_load(self, recovered: Recovered) -> None:
         """Adopt what recovery rebuilt from the log; a turn that was running when the server
         died comes back interrupted, and its queued inputs are cancelled."""
-        self.keys = dict(recovered.keys)
+        self._keys.adopt(recovered.keys)
         status = SessionStatus(recovered.status)
         if recovered.last_checkpoint is not None:
             last = recovered.last_checkpoint
@@ -254,11 +187,7 @@ class SessionActor:
         if type_ not in LIVE_ONLY:
             self.log.append(event)
         if self.subscribers:
-            frame = event.sse_frame()
-            for subscriber in list(self.subscribers):
-                subscriber.offer(frame, len(frame))
-                if subscriber.closed:
-                    self.subscribers.discard(subscriber)
+            self.subscribers.publish(event.sse_frame())
         return event
 
     def subscribe(self, subscriber: Subscriber) -> int:
@@ -280,10 +209,8 @@ class SessionActor:
         data: dict[str, Any] = {"type": "user.message", "text": text, "delivery": "queue"}
         if key is not None:
             data["key"] = key
-            previous = self._keyed_event(key)
+            previous = self._keys.previous(key, data)
             if previous is not None:
-                if orjson.loads(previous.line)["data"] != data:
-                    raise Conflict("idempotency key was used with a different message")
                 return previous
         limits = self._host.limits
         if self._host.draining:
@@ -299,19 +226,11 @@ class SessionActor:
             detail = str(exc) if isinstance(exc, LogWriteFailed | RecordTooLarge) else "event log write failed"
             raise BrainError(f"the message was not accepted: {detail}") from exc
         if key is not None:
-            self.keys[key] = event.offset
+            self._keys.remember(key, event.offset)
         self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic()))
         if self.status == SessionStatus.IDLE:
             self._start_next()
         return event
-
-    def _keyed_event(self, key: str) -> Event | None:
-        """The user.message that used `key`: one seek and one line read, cheap on the loop."""
-        offset = self.keys.get(key)
-        if offset is None:
-            return None
-        events = self.log.read(offset, limit=1)
-        return events[0] if events else None
 
     def _start_next(self) -> None:
         pending = self.queue.popleft()
@@ -372,18 +291,12 @@ class SessionActor:
             raise Conflict(f"cannot resume a {self.status} session")
         await self._host.detach(self)
         try:
-            await asyncio.to_thread(self._restore_last_checkpoint)
+            await asyncio.to_thread(self.checkpoints.restore_last)
         except (CheckpointError, OSError) as exc:
             logger.error("resume failed", extra={"session_id": self.id, "error": str(exc)})
             raise BrainError(f"cannot restore the last checkpoint: {exc}") from exc
         if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
             self._set_status(SessionStatus.IDLE)
-
-    def _restore_last_checkpoint(self) -> None:
-        last = self.checkpoints.last()
-        if last is None:
-            raise CheckpointError("the checkpoint journal is missing or unreadable")
-        self.checkpoints.restore(last)
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -395,18 +308,15 @@ class SessionActor:
     def claim_child_spawn(self, *, limit: int) -> bool:
         """Count one more sub-agent session started by the running turn; False (and nothing
         counted) when it has started `limit` already or no turn runs."""
-        if self.task is None or self._children_spawned >= limit:
-            return False
-        self._children_spawned += 1
-        return True
+        return self.task is not None and self._spawns.claim(limit)
 
     def unclaim_child_spawn(self) -> None:
         """A counted spawn that did not start a session."""
-        self._children_spawned = max(0, self._children_spawned - 1)
+        self._spawns.unclaim()
 
     async def _run_turn(self, pending: PendingInput) -> None:
         failure: TurnFailure | None = None
-        self._children_spawned = 0
+        self._spawns = SpawnCount()
         trace = self._trace = self._telemetry.start_turn(
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
         )
@@ -425,21 +335,14 @@ class SessionActor:
                     failure = self._stopped_failure()
                 else:
                     reported = await attachment.request("checkpoint", None, timeout=CHECKPOINT_TIMEOUT_SECONDS)
-                    await self._record_checkpoint(reported)
+                    entry = await self.checkpoints.record(reported, measure=trace is not None)
+                    self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
         except asyncio.CancelledError:
             if not self._stop_reason:
                 raise
             failure = self._stopped_failure()
-        except TurnFailure as exc:
-            failure = exc
-        except RunnerError as exc:
-            code = "provider_error" if exc.code == "provider_error" else "brain_error"
-            failure = self._failure or TurnFailure(code, exc.message or f"harness reported {exc.code}")
-        except (HostLost, HostUnavailable, CheckpointError, OSError, RecordTooLarge, TimeoutError) as exc:
-            failure = self._failure or TurnFailure("brain_error", public_message(exc))
         except Exception as exc:  # supervision boundary: an unexpected bug fails this turn only
-            logger.exception("turn crashed", extra={"session_id": self.id})
-            failure = TurnFailure("brain_error", f"internal error: {type(exc).__name__}")
+            failure = turn_failure(exc, earlier=self._failure, session_id=self.id)
         finally:
             self.task = None
             self.current = None
@@ -447,7 +350,7 @@ class SessionActor:
             if trace is not None:
                 self._trace = None
                 trace.end(failure.code if failure is not None else "")
-                self._record_log_growth()
+                self.checkpoints.count_log_growth()
         if failure is None:
             self._finish_turn(pending)
         else:
@@ -504,33 +407,6 @@ class SessionActor:
         self.record.status = SessionStatus.FAILED
         self.record.updated_at = now_rfc3339()
         self._host.mark_dirty(self)
-
-    async def _record_checkpoint(self, reported: Any) -> None:
-        if self._trace is not None and self._native_sizes is None:  # first checkpoint since loading
-            last = await asyncio.to_thread(self.checkpoints.last)
-            self._native_sizes = {item["path"]: item["size"] for item in last["files"]} if last else {}
-        # one thread hop for the checks, the journal line and both fsyncs
-        entry = await asyncio.to_thread(self._persist_checkpoint, reported, offset=self.log.size)
-        self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
-        if self._native_sizes is not None:
-            self._record_native_growth(entry["files"])
-
-    def _persist_checkpoint(self, reported: Any, *, offset: int) -> CheckpointEntry:
-        """In a worker thread: the log up to `offset` on disk, then the checkpoint naming it."""
-        self.log.sync()
-        return self.checkpoints.record(new_id(), offset=offset, time=now_rfc3339(), reported=reported)
-
-    def _record_log_growth(self) -> None:
-        size = self.log.size
-        self._telemetry.record_transcript_bytes(size - self._reported_log_size)
-        self._reported_log_size = size
-
-    def _record_native_growth(self, files: list[NativeFile]) -> None:
-        """Count the bytes native files grew by since the previous checkpoint."""
-        previous = self._native_sizes or {}
-        sizes = {item["path"]: item["size"] for item in files}
-        self._native_sizes = sizes
-        self._telemetry.record_native_bytes(sum(max(0, size - previous.get(path, 0)) for path, size in sizes.items()))
 
     # -- harness callbacks (AttachmentHandler) -----------------------------------------------
 

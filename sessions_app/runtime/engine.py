@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -21,31 +21,28 @@ from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams, ProviderOptions, ToolDescriptor
 from sessions_app import db
-from sessions_app.eventlog import CorruptLog, EventLog, new_id, now_rfc3339
+from sessions_app.eventlog import CorruptLog, new_id, now_rfc3339
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord, SessionStatus
+from sessions_app.storage import CheckpointError, SessionStorage
 from tools_app.bindings import CredentialSource, SessionBindings, no_credentials
 from tools_app.executors import ExecutorHub
 from tools_app.providers.registry import ProviderRegistry
 from tools_app.registry import ToolRegistry
 
-from .actor import RUNNING_MARKER, SessionActor
+from .actor import SessionActor
 from .approvals import Approvals
-from .checkpoints import CheckpointError, CheckpointStore
 from .pubsub import SubscriberSlots
-from .recovery import recover
 from .residency import Residency
 from .session_reads import OwnSession
 from .toolcalls import ToolCalls
 from .turnslots import TurnSlot, TurnSlots
 
 __all__ = [
-    "ColdLoader",
+    "ArchiveHooks",
     "Engine",
-    "RemoteLister",
     "SessionDamaged",
     "Stats",
-    "SyncHook",
     "executor_hub",
     "new_session_record",
 ]
@@ -61,19 +58,21 @@ class SessionDamaged(BrainError):
     """A session whose log or checkpoint journal does not decode: it alone cannot load (500)."""
 
 
-class SyncHook(Protocol):
-    """Background sync as the engine sees it (persistence_app's scheduler)."""
+class ArchiveHooks(Protocol):
+    """External persistence as the engine sees it (persistence_app's ArchiveService), given to
+    the engine when it is built."""
 
-    def mark_dirty(self, session_id: str) -> None: ...
+    def mark_dirty(self, session_id: str) -> None:
+        """The session's state changed: it is due for background sync."""
 
     @property
-    def full(self) -> bool: ...
+    def backlog_full(self) -> bool: ...
 
+    async def cold_load(self, tenant: str, session_id: str) -> bool:
+        """Load a session that is not on local disk from the archive into it: True when it did."""
 
-# Loads a session that is not on local disk from the archive into it: True when it did.
-ColdLoader = Callable[[str, str], Awaitable[bool]]
-# Sessions other servers published, from the discovery index: (tenant, after, limit).
-RemoteLister = Callable[[str, str, int], Awaitable[list[SessionRecord]]]
+    async def list_remote(self, tenant: str, after: str, limit: int) -> list[SessionRecord]:
+        """Sessions other servers published, from the discovery index."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +97,7 @@ class Engine:
         executors: ExecutorHub | None = None,
         providers: ProviderRegistry | None = None,
         binding_credentials: CredentialSource = no_credentials,
+        archive: ArchiveHooks | None = None,
     ) -> None:
         self.config = config
         self.executors = executors if executors is not None else executor_hub(config.limits)
@@ -107,11 +107,11 @@ class Engine:
         self.registry = registry
         self.telemetry = telemetry
         self.data_dir = Path(config.data_dir).resolve()
-        self.sessions_dir = self.data_dir / "sessions"
+        self.storage = SessionStorage(self.data_dir)
         self.actors: dict[str, SessionActor] = {}
         self.subscriber_slots = SubscriberSlots(config.limits.subscribers)
         self._draining = False
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.residency = Residency(
             config.harnesses,
             workroot=self.data_dir / "hosts",
@@ -125,9 +125,7 @@ class Engine:
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
         self._streams_closed = asyncio.Event()
-        self.sync: SyncHook | None = None
-        self.cold_loader: ColdLoader | None = None
-        self.remote_lister: RemoteLister | None = None
+        self._archive = archive
         self._offline: set[str] = set()  # sessions being replaced by a restore
 
     @property
@@ -141,10 +139,9 @@ class Engine:
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        self.storage.ensure()
         shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
-        markers = await asyncio.to_thread(lambda: list(self.sessions_dir.glob(f"*/{RUNNING_MARKER}")))
-        marked = [marker.parent.name for marker in markers]
+        marked = await asyncio.to_thread(self.storage.marked_running)
         for record in await db.aclaim_running_sessions(marked):
             with contextlib.suppress(NotFound, Overloaded, SessionDamaged):  # a damaged one stays unloaded
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
@@ -154,7 +151,7 @@ class Engine:
             self.executors.expire_unbound(), name="brain-executor-expiry"
         )
 
-    def track(self, task: asyncio.Task[Any]) -> None:
+    def track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -167,8 +164,7 @@ class Engine:
         if turns:
             await asyncio.wait(turns, timeout=SHUTDOWN_TURN_SECONDS)
         for actor in self.actors.values():
-            for subscriber in list(actor.subscribers):
-                subscriber.close()
+            actor.subscribers.close_all()
         self._streams_closed.set()
         await self.residency.close()
         for task in (self._executor_expiry, self._flusher):
@@ -192,14 +188,14 @@ class Engine:
 
     def mark_settled(self, actor: SessionActor) -> None:
         """The session settled: its new state is due for background sync."""
-        if self.sync is not None:
-            self.sync.mark_dirty(actor.id)
+        if self._archive is not None:
+            self._archive.mark_dirty(actor.id)
 
     def check_writes(self) -> None:
         """429 while shutting down or while the sync backlog is full (spec)."""
         if self._draining:
             raise Overloaded("server is shutting down")
-        if self.sync is not None and self.sync.full:
+        if self._archive is not None and self._archive.backlog_full:
             raise Overloaded("the checkpoint upload backlog is full")
 
     async def flush(self) -> None:
@@ -222,25 +218,21 @@ class Engine:
 
     # -- sessions ----------------------------------------------------------------------------
 
-    def session_dir(self, session_id: str) -> Path:
-        return self.sessions_dir / session_id
-
     async def create(self, record: SessionRecord) -> SessionRecord:
         """Persist a new idle session with its creation checkpoint (offset 0)."""
         self.check_writes()
-        directory = self.session_dir(record.id)
-        (directory / "native").mkdir(parents=True, exist_ok=False)
-        (directory / "events.jsonl").touch()
+        files = self.storage.files(record.id)
+        files.create()
         await asyncio.to_thread(
-            CheckpointStore(directory).record,
+            files.checkpoints.record,
             record.checkpoint["id"],
             offset=0,
             time=record.checkpoint["time"],
             reported=[],
         )
         await db.acreate_session(record)
-        if self.sync is not None:
-            self.sync.mark_dirty(record.id)
+        if self._archive is not None:
+            self._archive.mark_dirty(record.id)
         return record
 
     async def get_actor(self, tenant: str, session_id: str) -> SessionActor:
@@ -275,7 +267,7 @@ class Engine:
     async def _load(self, tenant: str, session_id: str) -> SessionActor:
         record = await db.aget_session(tenant, session_id)
         cold = False
-        if record is None and self.cold_loader is not None and await self.cold_loader(tenant, session_id):
+        if record is None and self._archive is not None and await self._archive.cold_load(tenant, session_id):
             cold = True
             record = await db.aget_session(tenant, session_id)
         if record is None:
@@ -283,10 +275,10 @@ class Engine:
         # no call waits in a session being loaded: approvals a stopped server left pending are over
         abandoned = await db.acancel_pending_approvals(session_id, reason=ABANDONED_APPROVAL_REASON)
         await self._make_room()
-        directory = self.session_dir(session_id)
-        log = EventLog(directory / "events.jsonl", max_bytes=self.limits.session_bytes)
+        files = self.storage.files(session_id)
+        log = files.open_log(max_bytes=self.limits.session_bytes)
         try:
-            recovered = await asyncio.to_thread(recover, directory, log)
+            recovered = await asyncio.to_thread(files.recover, log)
         except CorruptLog as exc:
             log.close()
             logger.error("session log damaged", extra={"session_id": session_id, "offset": exc.offset})
@@ -307,9 +299,7 @@ class Engine:
             sequential=self._tool_execution(record.harness) == "sequential",
             approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
-        actor = SessionActor(
-            self, record, directory=directory, log=log, tool_calls=tool_calls, telemetry=self.telemetry
-        )
+        actor = SessionActor(self, record, files=files, log=log, tool_calls=tool_calls, telemetry=self.telemetry)
         self.actors[session_id] = actor
         for approval in abandoned:
             actor.record_abandoned_approval(approval)
@@ -372,20 +362,26 @@ class Engine:
         self._offline.add(session_id)
         try:
             if actor is not None:
-                for subscriber in list(actor.subscribers):
-                    subscriber.close()
-                actor.subscribers.clear()
+                actor.subscribers.close_all()
                 self._dirty.pop(session_id, None)
                 await self.unload(actor)
             yield
         finally:
             self._offline.discard(session_id)
 
+    async def session_record(self, tenant: str, session_id: str) -> SessionRecord:
+        """A tenant's session, loaded: NotFound otherwise."""
+        return (await self.get_actor(tenant, session_id)).record
+
     async def land_restored(self, tenant: str, session_id: str) -> SessionRecord:
         """Load a freshly restored session and settle it interrupted: it waits for a resume."""
         actor = await self.get_actor(tenant, session_id)
         actor.settle_restored()
         return actor.record
+
+    async def remote_sessions(self, tenant: str, after: str, limit: int) -> list[SessionRecord]:
+        """Sessions other servers published (the discovery index); [] without persistence."""
+        return await self._archive.list_remote(tenant, after, limit) if self._archive is not None else []
 
     def loaded_record(self, session_id: str) -> SessionRecord | None:
         actor = self.actors.get(session_id)
@@ -408,7 +404,7 @@ class Engine:
             provider["api"] = settings.api
         return {
             "session_id": actor.id,
-            "dir": str(actor.checkpoints.native),
+            "dir": actor.checkpoints.native,
             "config": config,
             "tools": actor.record.descriptors,
             "provider": provider,

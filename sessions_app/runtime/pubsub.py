@@ -7,7 +7,7 @@ from collections import deque
 
 from foundation.errors import Overloaded
 
-__all__ = ["EVENT_OVERHEAD_BYTES", "Subscriber", "SubscriberSlots"]
+__all__ = ["EVENT_OVERHEAD_BYTES", "Fanout", "Subscriber", "SubscriberSlots"]
 
 EVENT_OVERHEAD_BYTES = 256  # spec: each buffered event accounts for len(data) + 256 bytes
 
@@ -59,6 +59,36 @@ class Subscriber:
         except TimeoutError:
             return False
         return True
+
+
+class Fanout:
+    """One session's live subscribers: each frame is offered to all; an overflowed one leaves."""
+
+    __slots__ = ("_subscribers",)
+
+    def __init__(self) -> None:
+        self._subscribers: set[Subscriber] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._subscribers)
+
+    def add(self, subscriber: Subscriber) -> None:
+        self._subscribers.add(subscriber)
+
+    def discard(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    def publish(self, frame: bytes) -> None:
+        for subscriber in list(self._subscribers):
+            subscriber.offer(frame, len(frame))
+            if subscriber.closed:
+                self._subscribers.discard(subscriber)
+
+    def close_all(self) -> None:
+        """End every stream (the session closed, is replaced, or the server stops)."""
+        for subscriber in self._subscribers:
+            subscriber.close()
+        self._subscribers.clear()
 
 
 class SubscriberSlots:

@@ -9,7 +9,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from foundation.hostconfig import Harness
 from foundation.telemetry import Telemetry
@@ -52,7 +52,7 @@ class Residency:
         workroot: Path,
         max_resident: int,
         telemetry: Telemetry,
-        track: Callable[[asyncio.Task[Any]], None],
+        track: Callable[[asyncio.Task[None]], None],
     ) -> None:
         self.pools = {
             name: HostPool(name, harness, workroot=workroot, telemetry=telemetry) for name, harness in harnesses.items()

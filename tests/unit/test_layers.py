@@ -22,8 +22,8 @@ SERVER = ("django", "channels", "ninja", "daphne", "celery", FLOOR, WIRING_PACKA
 # The project's URL and ASGI wiring: the only importers of api, consumers and schemas modules.
 WIRING = frozenset({"brainsite.urls", "brainsite.asgi", "brainsite.api", "brainsite.api_urls", "brainsite.apihandler"})
 # Modules that must never see a request or a Schema.
-PURE_MODULES = frozenset({"eventlog", "services", "registry", "sync", "archive", "records"})
-PURE_PACKAGES = frozenset({"runtime", "harness", "transports", "stores"})
+PURE_MODULES = frozenset({"eventlog", "operations", "registry", "sync", "archive", "records"})
+PURE_PACKAGES = frozenset({"runtime", "harness", "transports", "stores", "storage"})
 ORM_MODULES = frozenset({"db", "models", "admin"})
 
 
@@ -143,7 +143,7 @@ def test_the_walker_finds_every_package_and_resolves_relative_imports() -> None:
     # then
     assert {name.split(".")[0] for name in modules} == set(PACKAGES)
     assert modules["sessions_app.db"].imports_module("sessions_app.models")
-    assert modules["sessions_app.runtime.checkpoints"].imports_module("runners.protocol")
+    assert modules["sessions_app.storage.checkpoints"].imports_module("runners.protocol")
     assert modules["sessions_app.db"].imports_module("django.db")
     assert modules["sessions_app.db"].uses_manager is True
     assert modules["sessions_app.eventlog"].uses_manager is False
@@ -207,8 +207,8 @@ def test_the_pure_modules_include_the_runtime_services_and_eventlog() -> None:
     pure = {module.name for module in _modules() if _is_pure(module)}
 
     # then
-    assert {"sessions_app.eventlog", "sessions_app.services", "sessions_app.runtime.actor"} <= pure
-    assert {"sessions_app.runtime.engine", "sessions_app.runtime.pubsub", "sessions_app.runtime.checkpoints"} <= pure
+    assert {"sessions_app.eventlog", "sessions_app.operations", "sessions_app.runtime.actor"} <= pure
+    assert {"sessions_app.runtime.engine", "sessions_app.runtime.pubsub", "sessions_app.storage.checkpoints"} <= pure
 
 
 def test_only_db_models_admin_and_migrations_import_models() -> None:
@@ -362,6 +362,21 @@ def test_tools_app_never_imports_sessions_app() -> None:
         if module.app == "tools_app"
         for target in module.imports
         if target.startswith("sessions_app")
+    )
+
+    # then
+    assert violations == []
+
+
+def test_persistence_never_imports_the_session_runtime() -> None:
+    # when: it reaches session directories through sessions_app.storage, and the engine through
+    # the narrow protocol persistence_app.archiving.LiveSessions the application object fills
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if module.app == "persistence_app"
+        for target in module.imports
+        if target == "sessions_app.runtime" or target.startswith("sessions_app.runtime.")
     )
 
     # then

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sessions_app.runtime.checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
+from sessions_app.storage.checkpoints import CheckpointEntry, CheckpointError, CheckpointStore
 
 TIME = "2026-10-15T12:00:00.000000Z"
 CONVERSATION = [{"path": "conversation.jsonl", "size": 6, "append_only": True}]

@@ -9,8 +9,8 @@ import orjson
 import pytest
 
 from sessions_app.eventlog import CorruptLog, Event, EventLog
-from sessions_app.runtime.checkpoints import CheckpointError, CheckpointStore
-from sessions_app.runtime.recovery import Recovered, recover
+from sessions_app.storage.checkpoints import CheckpointError, CheckpointStore
+from sessions_app.storage.recovery import Recovered, recover
 
 A = "a" * 32
 B = "b" * 32

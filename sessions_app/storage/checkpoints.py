@@ -18,7 +18,10 @@ import orjson
 
 from runners.protocol import FrameError, NativeFile, validate_native_files
 
-__all__ = ["MAX_NATIVE_FILES", "CheckpointEntry", "CheckpointError", "CheckpointStore"]
+__all__ = ["JOURNAL", "MAX_NATIVE_FILES", "NATIVE", "CheckpointEntry", "CheckpointError", "CheckpointStore"]
+
+JOURNAL = "checkpoints.jsonl"
+NATIVE = "native"
 
 # Bounds the open/fstat work of recording a checkpoint (done on the event loop) and the size of
 # one journal line; a harness needs a handful of files to restore a conversation.
@@ -38,7 +41,7 @@ class CheckpointEntry(TypedDict):
     """One line of checkpoints.jsonl."""
 
     id: str
-    offset: int  # events.jsonl size when the checkpoint was taken
+    offset: int  # the event log's size when the checkpoint was taken
     time: str
     files: list[NativeFile]
 
@@ -90,11 +93,11 @@ class CheckpointStore:
 
     @property
     def native(self) -> Path:
-        return self.directory / "native"
+        return self.directory / NATIVE
 
     @property
     def _journal(self) -> Path:
-        return self.directory / "checkpoints.jsonl"
+        return self.directory / JOURNAL
 
     def _inside_native(self, relative: str) -> Path:
         native = self.native.resolve()

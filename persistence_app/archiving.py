@@ -9,8 +9,9 @@ import os
 import secrets
 import time
 from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
 from foundation.hostconfig import Persistence
@@ -25,11 +26,25 @@ from persistence_app.stores.base import ObjectMissing, ObjectStore, StoreError
 from persistence_app.sync import Outcome, Publisher, commit_lock
 from sessions_app import db as sessions_db
 from sessions_app.records import SessionRecord, SessionStatus
-from sessions_app.runtime.engine import Engine
+from sessions_app.storage import SessionStorage
 from tools_app import db as tools_db
 from tools_app.vault import SealedCredential, parse_recovery_records
 
-__all__ = ["ArchiveService"]
+__all__ = ["ArchiveService", "LiveSessions"]
+
+
+class LiveSessions(Protocol):
+    """The session runtime as persistence sees it (sessions_app's Engine): persistence never
+    imports the runtime; the application object hands it in."""
+
+    async def session_record(self, tenant: str, session_id: str) -> SessionRecord:
+        """A tenant's session, loaded (404 otherwise)."""
+
+    def offline(self, tenant: str, session_id: str) -> AbstractAsyncContextManager[None]:
+        """The session out of service while the block replaces its files."""
+
+    async def land_restored(self, tenant: str, session_id: str) -> SessionRecord:
+        """Load a freshly restored session, settled to wait for a resume."""
 
 
 class ArchiveService:
@@ -39,12 +54,16 @@ class ArchiveService:
         data_dir: Path,
         environ: Mapping[str, str],
         *,
+        session_bytes: int,
         dispatch: Dispatch | None = None,
         telemetry: Telemetry | None = None,
     ) -> None:
         self.settings = settings
         self.data_dir = data_dir
-        self.sessions_dir = data_dir / "sessions"
+        self.storage = SessionStorage(data_dir)
+        # what one manifest may describe: its event log up to limits.session_bytes (the most a
+        # local log may hold), and as much again for the harness's native files
+        self.max_history_bytes, self.max_total_bytes = session_bytes, 2 * session_bytes
         self.store: ObjectStore = open_store(settings, environ)
         self.index = DiscoveryIndex(environ[settings.postgres_env]) if settings.postgres_env else None
         self.publisher = Publisher(
@@ -58,16 +77,19 @@ class ArchiveService:
             dispatch=dispatch,
             telemetry=telemetry,
         )
-        self._engine: Engine | None = None
 
-    async def start(self, engine: Engine) -> None:
-        self._engine = engine
+    async def start(self) -> None:
         await asyncio.to_thread(self.remove_stale_staging)
-        engine.sync = self.scheduler
-        engine.cold_loader = self.cold_load
-        if self.index is not None:
-            engine.remote_lister = self.list_indexed
         await self.scheduler.start()
+
+    # -- the engine's hooks (sessions_app.runtime.engine.ArchiveHooks) -----------------------
+
+    def mark_dirty(self, session_id: str) -> None:
+        self.scheduler.mark_dirty(session_id)
+
+    @property
+    def backlog_full(self) -> bool:
+        return self.scheduler.full
 
     async def close(self) -> None:
         await self.scheduler.close()
@@ -112,25 +134,18 @@ class ArchiveService:
 
     # -- restore and cold load -----------------------------------------------------------------
 
-    def _budget(self, engine: Engine) -> tuple[int, int]:
-        """What one manifest may describe: its event log up to limits.session_bytes (the most a
-        local log may hold), and as much again for the harness's native files."""
-        session_bytes = engine.limits.session_bytes
-        return session_bytes, 2 * session_bytes
-
-    async def _manifest(self, engine: Engine, session_id: str, checkpoint: str) -> archive.Manifest:
+    async def _manifest(self, session_id: str, checkpoint: str) -> archive.Manifest:
         """The checked manifest. NotFound when missing; archive.InvalidManifest when malformed
         or over budget (the caller picks its 4xx); BrainError with a generic reason when the
         archive cannot be read."""
-        max_history, max_total = self._budget(engine)
         try:
             return await asyncio.to_thread(
                 archive.read_manifest,
                 self.store,
                 session_id,
                 checkpoint,
-                max_history_bytes=max_history,
-                max_total_bytes=max_total,
+                max_history_bytes=self.max_history_bytes,
+                max_total_bytes=self.max_total_bytes,
             )
         except ObjectMissing as exc:
             raise NotFound(f"checkpoint {checkpoint} of session {session_id} not found") from exc
@@ -140,12 +155,12 @@ class ArchiveService:
         except StoreError as exc:
             raise _unreadable(session_id, exc) from exc
 
-    async def restore(self, engine: Engine, tenant: str, session_id: str, checkpoint: str) -> SessionRecord:
+    async def restore(self, engine: LiveSessions, tenant: str, session_id: str, checkpoint: str) -> SessionRecord:
         """Replace the local session with `checkpoint` from the archive; it lands interrupted
         (closed when the checkpoint was taken after a close). A closed session is never
         reopened: a checkpoint from before its close is 409."""
         try:
-            manifest = await self._manifest(engine, session_id, checkpoint)
+            manifest = await self._manifest(session_id, checkpoint)
         except archive.InvalidManifest as exc:
             raise InvalidRequest(exc.reason) from exc
         if manifest["session"]["tenant"] != tenant:
@@ -153,15 +168,13 @@ class ArchiveService:
         local = await sessions_db.aget_session_by_id(session_id)
         if local is not None and local.tenant != tenant:
             raise Forbidden("the session belongs to another tenant")
-        if not _closed(manifest) and await self._closed_since(engine, local, session_id, checkpoint):
+        if not _closed(manifest) and await self._closed_since(local, session_id, checkpoint):
             raise Conflict(REOPEN_REFUSED)
         async with engine.offline(tenant, session_id):
-            await self._install(engine, manifest, replace=True)
+            await self._install(manifest, replace=True)
         return await engine.land_restored(tenant, session_id)
 
-    async def _closed_since(
-        self, engine: Engine, local: SessionRecord | None, session_id: str, checkpoint: str
-    ) -> bool:
+    async def _closed_since(self, local: SessionRecord | None, session_id: str, checkpoint: str) -> bool:
         """Whether the session was closed after `checkpoint`: its local row says so, or the
         archive's `latest` is a checkpoint of the closed session (another server closed it)."""
         if local is not None and local.status == SessionStatus.CLOSED.value:
@@ -170,7 +183,7 @@ class ArchiveService:
             latest = await asyncio.to_thread(archive.read_latest, self.store, session_id)
             if latest == checkpoint:
                 return False
-            return _closed(await self._manifest(engine, session_id, latest))
+            return _closed(await self._manifest(session_id, latest))
         except (NotFound, ObjectMissing, archive.InvalidManifest):
             return False  # no usable `latest`: nothing says the session was closed
         except StoreError as exc:
@@ -180,10 +193,8 @@ class ArchiveService:
         """Load a session this server does not have from the archive's `latest` (the engine asks
         when the local database has no row). Another tenant's session is simply not found; a
         `latest` that is not a valid checkpoint is 409 conflict."""
-        if (self.sessions_dir / session_id).exists():
+        if self.storage.files(session_id).exists():
             return False
-        engine = self._engine
-        assert engine is not None, "cold loads start with the engine"
         try:
             if self.index is not None:
                 owner = await asyncio.to_thread(self.index.owner, session_id)
@@ -198,18 +209,18 @@ class ArchiveService:
         except StoreError as exc:
             raise _unreadable(session_id, exc) from exc
         try:
-            manifest = await self._manifest(engine, session_id, checkpoint)
+            manifest = await self._manifest(session_id, checkpoint)
         except archive.InvalidManifest as exc:
             raise Conflict(f"the archived state of session {session_id} cannot be loaded: {exc.reason}") from exc
         if manifest["session"]["tenant"] != tenant:
             return False
         if await sessions_db.aget_session_by_id(session_id) is not None:
             return False  # another tenant's local session, or one created meanwhile
-        await self._install(engine, manifest, replace=False)
+        await self._install(manifest, replace=False)
         logger.info("session loaded from the archive", extra={"session_id": session_id, "checkpoint": checkpoint})
         return True
 
-    async def _install(self, engine: Engine, manifest: archive.Manifest, *, replace: bool) -> None:
+    async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:
         """Write the checkpoint beside the session, swap it in, then import its row. Everything
         that can be refused is checked before the first byte is written; a failure after the
         swap puts the old directory back, so directory and row never disagree."""
@@ -228,7 +239,7 @@ class ArchiveService:
             native_checkpoint=str(manifest["native_checkpoint"]["id"]),
             time=manifest["time"],
         )
-        staging = self.sessions_dir / f"{STAGING_PREFIX}{session_id}.restoring-{secrets.token_hex(8)}"
+        staging = self.storage.directory(f"{STAGING_PREFIX}{session_id}.restoring-{secrets.token_hex(8)}")
         try:
             await asyncio.to_thread(localstate.materialize, self.store, manifest, staging)
         except ObjectMissing as exc:
@@ -252,12 +263,12 @@ class ArchiveService:
         await tools_db.aimport_credentials(record.tenant, session_id, credentials)
         await asyncio.to_thread(db.record_publication, session_id, session["tenant"], time.time_ns(), publication)
         if aside is not None:
-            await asyncio.to_thread(self._prune_replaced, session_id, engine)
+            await asyncio.to_thread(self._prune_replaced, session_id)
 
     def _swap_in(self, session_id: str, tenant: str, staging: Path, *, replace: bool) -> Path | None:
         """Under the commit lock: fence in-flight publishes, keep the old directory aside as
         `<id>-replaced-<ID>`, move the restored one in. Returns the directory kept aside."""
-        target = self.sessions_dir / session_id
+        target = self.storage.directory(session_id)
         aside = None
         with commit_lock(self.data_dir, session_id):
             db.bump_epoch(session_id, tenant)
@@ -265,7 +276,7 @@ class ArchiveService:
                 if not replace:
                     _remove(staging)
                     raise Conflict("the session appeared on local disk while it was being loaded")
-                aside = self.sessions_dir / f"{session_id}{REPLACED_INFIX}{secrets.token_hex(8)}"
+                aside = self.storage.directory(f"{session_id}{REPLACED_INFIX}{secrets.token_hex(8)}")
                 target.rename(aside)
                 os.utime(aside)  # its mtime orders the kept directories, newest first
                 logger.info("session directory replaced", extra={"session_id": session_id, "kept_as": aside.name})
@@ -274,26 +285,25 @@ class ArchiveService:
 
     def _swap_back(self, session_id: str, aside: Path | None) -> None:
         """Undo _swap_in after the row could not be imported: the old directory (or none) again."""
-        target = self.sessions_dir / session_id
+        target = self.storage.directory(session_id)
         with commit_lock(self.data_dir, session_id):
-            failed = self.sessions_dir / f"{STAGING_PREFIX}{session_id}.failed-{secrets.token_hex(8)}"
+            failed = self.storage.directory(f"{STAGING_PREFIX}{session_id}.failed-{secrets.token_hex(8)}")
             target.rename(failed)
             if aside is not None:
                 aside.rename(target)
         _remove(failed)
         logger.warning("restore rolled back", extra={"session_id": session_id})
 
-    def _prune_replaced(self, session_id: str, engine: Engine) -> None:
+    def _prune_replaced(self, session_id: str) -> None:
         """Keep the newest `keep_replaced` directories a restore set aside for this session, and
         fewer when together they hold more than a session's budget (the newest always stays):
         they count in the session's size on this server."""
-        _, budget = self._budget(engine)
+        budget = self.max_total_bytes
         prefix = f"{session_id}{REPLACED_INFIX}"
         kept: list[tuple[float, Path]] = []
-        with os.scandir(self.sessions_dir) as entries:
-            for entry in entries:
-                if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
-                    kept.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+        for entry in self.storage.entries():
+            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+                kept.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
         kept.sort(reverse=True)
         total = 0
         for index, (_, path) in enumerate(kept):
@@ -305,17 +315,14 @@ class ArchiveService:
 
     def remove_stale_staging(self) -> None:
         """Directories a restore was writing when the server stopped: never a session's."""
-        try:
-            entries = [path for path in self.sessions_dir.iterdir() if path.name.startswith(STAGING_PREFIX)]
-        except FileNotFoundError:
-            return
-        for path in entries:
-            if ".restoring-" in path.name or ".failed-" in path.name:
-                _remove(path)
+        for entry in self.storage.entries():
+            name = entry.name
+            if name.startswith(STAGING_PREFIX) and (".restoring-" in name or ".failed-" in name):
+                _remove(Path(entry.path))
 
     # -- discovery -----------------------------------------------------------------------------
 
-    async def list_indexed(self, tenant: str, after: str, limit: int) -> list[SessionRecord]:
+    async def list_remote(self, tenant: str, after: str, limit: int) -> list[SessionRecord]:
         """Sessions the discovery index knows (other servers' included); [] when it is down."""
         if self.index is None:
             return []

@@ -1,4 +1,5 @@
-"""Use-cases of the sessions API. Called by api.py and consumers.py; never sees a request."""
+"""The sessions API's operations (create, read, list, send, interrupt, resume, close, approve,
+stream). Called by api.py, consumers.py and the admin; never sees a request."""
 
 from __future__ import annotations
 
@@ -172,10 +173,9 @@ async def list_sessions(engine: Engine, principal: Principal, *, after: str, lim
     servers (local rows win), in id order."""
     records = await db.alist_sessions(principal.tenant, after=after, limit=limit, only=principal.session)
     merged = {record.id: engine.loaded_record(record.id) or record for record in records}
-    if engine.remote_lister is not None:
-        for remote in await engine.remote_lister(principal.tenant, after, limit):
-            if remote.id not in merged and (not principal.session or remote.id == principal.session):
-                merged[remote.id] = remote
+    for remote in await engine.remote_sessions(principal.tenant, after, limit):
+        if remote.id not in merged and (not principal.session or remote.id == principal.session):
+            merged[remote.id] = remote
     return [merged[session_id] for session_id in sorted(merged)[:limit]]
 
 
