@@ -418,3 +418,68 @@ def test_the_layer_rules_see_function_level_imports() -> None:
     # then
     assert modules["brainsite.management.commands.runbrain"].imports_module("brainsite.asgi")
     assert modules["sessions_app.api"].imports_module("foundation.errors")
+
+
+# --- every module that should be pure, and the size of a module -----------------------------
+
+# The leaves of an app that face HTTP: routes, wire schemas, consumers, the admin, bearer auth
+# and the request -> application object accessor. Every other module of an app never sees a
+# request or a Schema (HOUSE_STYLE: domain code never sees a request object).
+REQUEST_FACING = frozenset({"api", "schemas", "consumers", "admin", "auth", "app_object"})
+# The floor's request-facing modules: the schema bases, the principal of a request, the accessor.
+FLOOR_REQUEST_FACING = frozenset({"foundation.wire", "foundation.principal", "foundation.app_object"})
+REQUEST_TYPES = ("ninja", "django.http", "brainsite.api")
+MAX_MODULE_LINES = 450  # a module a maintainer can hold in mind; split it by concern past this
+# Modules still over MAX_MODULE_LINES while they are being split; nothing may join this list.
+OVER_MAX_LINES = frozenset(
+    {"persistence_app/archive.py", "sessions_app/runtime/actor.py", "sessions_app/runtime/engine.py"}
+)
+
+
+def _should_be_pure(module: Module) -> bool:
+    if module.app == FLOOR:
+        return module.name not in FLOOR_REQUEST_FACING
+    return module.app in APPS and not module.in_migrations and module.leaf not in REQUEST_FACING
+
+
+def test_every_module_but_the_request_facing_ones_never_sees_a_request_or_a_schema() -> None:
+    # given
+    forbidden = (*REQUEST_TYPES, *(f"{app}.{leaf}" for app in APPS for leaf in ("api", "schemas", "consumers")))
+
+    # when
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if _should_be_pure(module)
+        for target in forbidden
+        if module.imports_module(target)
+    )
+
+    # then
+    assert violations == []
+
+
+def test_the_pure_rule_covers_the_floor_and_every_app_module_but_the_request_facing_ones() -> None:
+    # when
+    pure = {module.name for module in _modules() if _should_be_pure(module)}
+
+    # then
+    assert {"foundation.errors", "foundation.hostconfig.model", "foundation.rfc3339", "foundation.streaming"} <= pure
+    assert {"sessions_app.eventlog", "sessions_app.records", "tools_app.registry", "persistence_app.sync"} <= pure
+    assert {"persistence_app.scheduler", "tools_app.executors", "sessions_app.runtime.engine"} <= pure
+    assert pure.isdisjoint({"sessions_app.api", "tools_app.consumers", "persistence_app.schemas", "foundation.wire"})
+    assert pure.isdisjoint({"sessions_app.admin", "sessions_app.auth", "tools_app.app_object"})
+
+
+def test_no_production_module_is_over_450_lines() -> None:
+    # when
+    over = sorted(
+        f"{path} has {lines} lines"
+        for module in _modules()
+        if not module.in_migrations
+        for path, lines in [(module.path.relative_to(ROOT).as_posix(), len(module.path.read_text().splitlines()))]
+        if lines > MAX_MODULE_LINES and path not in OVER_MAX_LINES
+    )
+
+    # then
+    assert over == []
