@@ -32,9 +32,9 @@ from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.app_object import ToolsAppObject
 from tools_app.credentials import BindingCredentials
-from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
+from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
