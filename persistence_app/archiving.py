@@ -16,7 +16,6 @@ from typing import Any, Protocol
 from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
 from foundation.hostconfig import Persistence
 from foundation.logs import logger
-from foundation.rfc3339 import now_rfc3339
 from foundation.telemetry import Telemetry
 from persistence_app import archive, db, localstate
 from persistence_app.discovery import DiscoveryIndex
@@ -28,7 +27,7 @@ from sessions_app import db as sessions_db
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.storage import SessionStorage
 from tools_app import db as tools_db
-from tools_app.vault import SealedCredential, parse_recovery_records
+from tools_app.vault import parse_recovery_records
 
 __all__ = ["ArchiveService", "LiveSessions"]
 
@@ -177,7 +176,7 @@ class ArchiveService:
     async def _closed_since(self, local: SessionRecord | None, session_id: str, checkpoint: str) -> bool:
         """Whether the session was closed after `checkpoint`: its local row says so, or the
         archive's `latest` is a checkpoint of the closed session (another server closed it)."""
-        if local is not None and local.status == SessionStatus.CLOSED.value:
+        if local is not None and local.status == SessionStatus.CLOSED:
             return True
         try:
             latest = await asyncio.to_thread(archive.read_latest, self.store, session_id)
@@ -231,7 +230,10 @@ class ArchiveService:
         except ValueError as exc:
             problem = f"checkpoint {manifest['checkpoint']} holds invalid credential records: {exc}"
             raise InvalidRequest(problem) from None
-        record = _restored_record(manifest, credentials)
+        # every credential binding has a record, live or revoked
+        record = SessionRecord.from_manifest(
+            session, manifest["native_checkpoint"], credential_bindings=sorted(credentials)
+        )
         publication = db.Publication(
             checkpoint=manifest["checkpoint"],
             history_bytes=manifest["history_bytes"],
@@ -331,28 +333,9 @@ class ArchiveService:
         except StoreError as exc:
             logger.warning("discovery index unavailable", extra={"error": str(exc)})
             return []
-        return [record for row in rows if (record := _indexed_record(tenant, row)) is not None]
+        return [record for row in rows if (record := SessionRecord.from_index(tenant, row)) is not None]
 
 
-def _indexed_record(tenant: str, row: dict[str, Any]) -> SessionRecord | None:
-    try:
-        return SessionRecord(
-            id=str(row["id"]),
-            tenant=tenant,
-            harness=str(row["harness"]),
-            config=dict(row["config"]),
-            descriptors=list(row.get("descriptors") or []),
-            status=str(row.get("status") or SessionStatus.INTERRUPTED.value),
-            created_at=str(row["created_at"]),
-            updated_at=str(row.get("updated_at") or row["created_at"]),
-            checkpoint=dict(row.get("checkpoint") or {}),
-            credential_bindings=[str(alias) for alias in row.get("credential_bindings") or []],
-        )
-    except (KeyError, TypeError, ValueError):
-        return None
-
-
-MAX_SUBAGENT_DEPTH = 32767  # the column's range; a manifest's depth outside it is not trusted
 MAX_RECOVERY_RECORDS = 64  # one per binding; a session has far fewer bindings
 STAGING_PREFIX = "."  # restores write beside the sessions under a hidden name
 REPLACED_INFIX = "-replaced-"  # spec: the replaced directory is kept as <id>-replaced-<ID>
@@ -363,7 +346,7 @@ REOPEN_REFUSED = (
 
 
 def _closed(manifest: archive.Manifest) -> bool:
-    return bool(manifest["session"].get("status") == SessionStatus.CLOSED.value)
+    return bool(manifest["session"].get("status") == SessionStatus.CLOSED)
 
 
 def _unreadable(session_id: str, exc: StoreError) -> BrainError:
@@ -387,41 +370,6 @@ def _tree_bytes(path: Path) -> int:
             elif item.is_file(follow_symlinks=False):
                 total += item.stat(follow_symlinks=False).st_size
     return total
-
-
-def _restored_record(manifest: archive.Manifest, credentials: Mapping[str, SealedCredential]) -> SessionRecord:
-    session = manifest["session"]
-    native = manifest["native_checkpoint"]
-    now = now_rfc3339()
-    try:
-        sessions_db.parse_time(str(session.get("created_at")))
-        created_at = str(session["created_at"])
-    except ValueError:
-        created_at = now
-    try:
-        sessions_db.parse_time(str(native.get("time")))
-        checkpoint_time = str(native["time"])
-    except ValueError:
-        checkpoint_time = now
-    return SessionRecord(
-        id=session["id"],
-        tenant=session["tenant"],
-        harness=str(session.get("harness", "")),
-        config=dict(session.get("config") or {}),
-        descriptors=list(session.get("descriptors") or []),
-        status=(SessionStatus.CLOSED if _closed(manifest) else SessionStatus.INTERRUPTED).value,
-        created_at=created_at,
-        updated_at=now,
-        checkpoint={"id": str(native.get("id", "")), "offset": int(native.get("offset", 0)), "time": checkpoint_time},
-        credential_bindings=sorted(credentials),  # every credential binding has a record, live or revoked
-        parent_session=str(session.get("parent_session") or ""),  # archives from before sub-agents lack them
-        parent_call=str(session.get("parent_call") or ""),
-        depth=_depth(session.get("depth")),
-    )
-
-
-def _depth(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SUBAGENT_DEPTH else 0
 
 
 def _remove(path: Path) -> None:

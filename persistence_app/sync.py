@@ -206,7 +206,7 @@ class Publisher:
                 record_publication(session_id, record.tenant, seq, publication)
                 return Result(Outcome.UNCHANGED, publication)
             checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
-            session = _session_fields(record)
+            session = record.as_manifest()
             deadline = started + self.timeout + _unsent_bytes(snapshot.files, uploaded) / DEADLINE_BYTES_PER_SECOND
             published = archive.publish(
                 self.store,
@@ -253,23 +253,6 @@ class Publisher:
                 self.index.put(_index_entry(record), checkpoint)
             record_publication(session_id, record.tenant, seq, publication)
             return Result(Outcome.PUBLISHED, publication, published.bytes_sent)
-
-
-def _session_fields(record: SessionRecord) -> dict[str, Any]:
-    """What a server with an empty data dir needs to recreate the session's record."""
-    return {
-        "id": record.id,
-        "tenant": record.tenant,
-        "harness": record.harness,
-        "config": record.config,
-        "descriptors": record.descriptors,
-        "created_at": record.created_at,
-        "status": record.status,  # a restore never reopens a closed session from an older checkpoint
-        "credential_bindings": record.credential_bindings,
-        "parent_session": record.parent_session,
-        "parent_call": record.parent_call,
-        "depth": record.depth,
-    }
 
 
 def _unsent_bytes(files: list[archive.LocalFile], uploaded: localstate.Uploaded | None) -> int:

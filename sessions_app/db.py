@@ -50,7 +50,7 @@ def _record(row: Session) -> SessionRecord:
         harness=row.harness,
         config=row.config,
         descriptors=row.descriptors,
-        status=row.status,
+        status=SessionStatus(row.status),
         created_at=_format_time(row.created_at),
         updated_at=_format_time(row.updated_at),
         checkpoint={
@@ -106,24 +106,7 @@ def find_grant(digest: str) -> Principal | None:
 def create_session(record: SessionRecord) -> None:
     created = parse_time(record.created_at)
     Tenant.objects.get_or_create(name=record.tenant)
-    Session.objects.create(
-        id=record.id,
-        tenant_id=record.tenant,
-        harness=record.harness,
-        model=record.config["model"],
-        config=record.config,
-        descriptors=record.descriptors,
-        status=record.status,
-        created_at=created,
-        updated_at=created,
-        checkpoint_id=record.checkpoint["id"],
-        checkpoint_offset=record.checkpoint["offset"],
-        checkpoint_time=parse_time(record.checkpoint["time"]),
-        credential_bindings=record.credential_bindings,
-        parent_session=record.parent_session,
-        parent_call=record.parent_call,
-        depth=record.depth,
-    )
+    Session.objects.create(id=record.id, **{**record.row_fields(), "updated_at": created})
 
 
 def get_session(tenant: str, session_id: str) -> SessionRecord | None:
@@ -145,26 +128,7 @@ def import_session(record: SessionRecord) -> bool:
         if existing is not None and existing != record.tenant:
             return False
         Tenant.objects.get_or_create(name=record.tenant)
-        Session.objects.update_or_create(
-            id=record.id,
-            defaults={
-                "tenant_id": record.tenant,
-                "harness": record.harness,
-                "model": str(record.config.get("model", "")),
-                "config": record.config,
-                "descriptors": record.descriptors,
-                "status": record.status,
-                "created_at": parse_time(record.created_at),
-                "updated_at": parse_time(record.updated_at),
-                "checkpoint_id": record.checkpoint["id"],
-                "checkpoint_offset": record.checkpoint["offset"],
-                "checkpoint_time": parse_time(record.checkpoint["time"]),
-                "credential_bindings": record.credential_bindings,
-                "parent_session": record.parent_session,
-                "parent_call": record.parent_call,
-                "depth": record.depth,
-            },
-        )
+        Session.objects.update_or_create(id=record.id, defaults=record.row_fields())
     return True
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from foundation.errors import Forbidden, InvalidRequest, NotFound, Unsupported
 from tools_app import db as tools_db
@@ -14,11 +14,11 @@ from tools_app.bindings import check_bindings
 from tools_app.vault import CredentialVault, SealedCredential
 
 from . import db
-from .eventlog import Event, EventLog
-from .records import ApprovalRecord, Principal, SessionRecord
+from .eventlog import Event, EventLog, new_id
+from .records import ApprovalRecord, Principal, SessionConfig, SessionRecord
 from .runtime.actor import SessionActor
 from .runtime.approvals import MAX_REASON_CHARS
-from .runtime.engine import Engine, new_session_record
+from .runtime.engine import Engine
 from .runtime.pubsub import Subscriber
 
 __all__ = [
@@ -107,8 +107,13 @@ async def create_session(
         raise Forbidden("a requested tool is not available to this tenant")
     if bindings.bindings:
         config["bindings"] = bindings.bindings
-    record = new_session_record(
-        tenant=principal.tenant, harness=harness, config=config, descriptors=[*descriptors, *bindings.descriptors]
+    record = SessionRecord.new(
+        id=new_id(),
+        checkpoint=new_id(),
+        tenant=principal.tenant,
+        harness=harness,
+        config=cast(SessionConfig, config),  # checked above and by the request's schema
+        descriptors=[*descriptors, *bindings.descriptors],
     )
     if parent is not None:
         record.parent_session, record.parent_call, record.depth = parent.id, parent_call, parent.depth + 1

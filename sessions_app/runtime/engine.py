@@ -19,11 +19,11 @@ from foundation.errors import BrainError, Conflict, NotFound, Overloaded
 from foundation.hostconfig import HostConfig, Limits, Secrets
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
-from runners.protocol import OpenParams, ProviderOptions, ToolDescriptor
+from runners.protocol import OpenParams, ProviderOptions
 from sessions_app import db
-from sessions_app.eventlog import CorruptLog, new_id, now_rfc3339
+from sessions_app.eventlog import CorruptLog
 from sessions_app.harness.pool import Attachment
-from sessions_app.records import SessionRecord, SessionStatus
+from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError, SessionStorage
 from tools_app.bindings import CredentialSource, SessionBindings, no_credentials
 from tools_app.executors import ExecutorHub
@@ -44,7 +44,6 @@ __all__ = [
     "SessionDamaged",
     "Stats",
     "executor_hub",
-    "new_session_record",
 ]
 
 # Status rows reach the database at most this long after a change. Crash recovery does not
@@ -203,7 +202,7 @@ class Engine:
             return
         records, self._dirty = list(self._dirty.values()), {}
         # copies: the actors keep changing their records while the thread writes
-        snapshot = [dataclasses.replace(r, checkpoint=dict(r.checkpoint)) for r in records]
+        snapshot = [dataclasses.replace(r, checkpoint=r.checkpoint.copy()) for r in records]
         try:
             await db.asave_session_states(snapshot)
         except Exception:  # supervision boundary: keep the rows for the next flush
@@ -405,7 +404,7 @@ class Engine:
         return {
             "session_id": actor.id,
             "dir": actor.checkpoints.native,
-            "config": config,
+            "config": dict(config),
             "tools": actor.record.descriptors,
             "provider": provider,
         }
@@ -442,20 +441,3 @@ class Engine:
 def executor_hub(limits: Limits) -> ExecutorHub:
     """The process's runtime executors, with the tenant share and expiry of `limits`."""
     return ExecutorHub(tenant_share=limits.tenant_executors, unbound_seconds=limits.unbound_executor_seconds)
-
-
-def new_session_record(
-    *, tenant: str, harness: str, config: dict[str, Any], descriptors: list[ToolDescriptor]
-) -> SessionRecord:
-    now = now_rfc3339()
-    return SessionRecord(
-        id=new_id(),
-        tenant=tenant,
-        harness=harness,
-        config=config,
-        descriptors=descriptors,
-        status=SessionStatus.IDLE.value,
-        created_at=now,
-        updated_at=now,
-        checkpoint={"id": new_id(), "offset": 0, "time": now},
-    )

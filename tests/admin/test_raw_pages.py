@@ -12,7 +12,7 @@ from sessions_app import admin as sessions_admin
 from sessions_app import db
 from sessions_app.eventlog import Event, EventLog
 from sessions_app.models import Tenant
-from sessions_app.records import SessionRecord
+from sessions_app.records import SessionRecord, SessionStatus
 
 SESSION_ID = "5" * 32
 TIME = "2026-10-15T12:00:00.000000Z"
@@ -30,7 +30,7 @@ def session_log(settings: pytest.FixtureRequest, tmp_path: Path) -> EventLog:
             harness="instant",
             config={"model": "openai/m", "tools": []},
             descriptors=[],
-            status="idle",
+            status=SessionStatus.IDLE,
             created_at=TIME,
             updated_at=TIME,
             checkpoint={"id": "c" * 32, "offset": 0, "time": TIME},

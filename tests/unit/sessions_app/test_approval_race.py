@@ -11,9 +11,9 @@ from asgiref.sync import async_to_sync
 
 from foundation.errors import Conflict
 from sessions_app import db
-from sessions_app.records import ApprovalStatus
+from sessions_app.eventlog import new_id
+from sessions_app.records import ApprovalStatus, SessionRecord
 from sessions_app.runtime.approvals import Approvals
-from sessions_app.runtime.engine import new_session_record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,7 +30,14 @@ class Turn:
 
 
 def test_an_approval_landing_as_its_call_is_cancelled_leaves_the_row_cancelled(monkeypatch: Any) -> None:
-    record = new_session_record(tenant="acme", harness="instant", config={"model": "a/b", "tools": []}, descriptors=[])
+    record = SessionRecord.new(
+        id=new_id(),
+        checkpoint=new_id(),
+        tenant="acme",
+        harness="instant",
+        config={"model": "a/b", "tools": []},
+        descriptors=[],
+    )
     db.create_session(record)
 
     async def scenario() -> tuple[Any, str, asyncio.Task[Any]]:

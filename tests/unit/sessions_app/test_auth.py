@@ -24,7 +24,7 @@ from foundation.hostconfig import HostConfig, parse_host_config
 from sessions_app import db
 from sessions_app.auth import MAX_AUTHORIZATION_CHARS, MAX_PENDING_LOOKUPS, UNKNOWN_ENTRIES, TokenCache
 from sessions_app.models import ApiToken, Session, Tenant, TokenSource
-from sessions_app.records import Principal, SessionRecord
+from sessions_app.records import Principal, SessionRecord, SessionStatus
 from tests.support.admin_client import BrainAdminClient
 
 ALICE_TOKEN = "alice-token-0123456789abcdef"
@@ -102,9 +102,9 @@ def _create_session() -> None:
             id=SESSION_ID,
             tenant="acme",
             harness="pi",
-            config={"model": "openai/gpt-4.1-mini"},
+            config={"model": "openai/gpt-4.1-mini", "tools": []},
             descriptors=[],
-            status="idle",
+            status=SessionStatus.IDLE,
             created_at="2026-10-15T12:00:00.000000Z",
             updated_at="2026-10-15T12:00:00.000000Z",
             checkpoint={"id": "c" * 32, "offset": 0, "time": "2026-10-15T12:00:00.000000Z"},
