@@ -42,7 +42,9 @@ async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
     principal = principal_of(request)
     require_manage(principal)
     record = await brain.engine.session_record(principal.tenant, check_session_id(principal, id))
-    return await _archive(brain).flush(record.id)
+    archive = _archive(brain)
+    await brain.engine.flush()  # the published record carries the session's current status
+    return await archive.flush(record.id)
 
 
 @router.get(

@@ -39,6 +39,9 @@ class LiveSessions(Protocol):
     async def session_record(self, tenant: str, session_id: str) -> SessionRecord:
         """A tenant's session, loaded (404 otherwise)."""
 
+    async def flush(self) -> None:
+        """Write the rows of sessions that changed now (the runtime writes them behind)."""
+
     def offline(self, tenant: str, session_id: str) -> AbstractAsyncContextManager[None]:
         """The session out of service while the block replaces its files."""
 
@@ -158,6 +161,7 @@ class ArchiveService:
         """Replace the local session with `checkpoint` from the archive; it lands interrupted
         (closed when the checkpoint was taken after a close). A closed session is never
         reopened: a checkpoint from before its close is 409."""
+        await engine.flush()  # a close a moment ago is in the row the checks below read
         try:
             manifest = await self._manifest(session_id, checkpoint)
         except archive.InvalidManifest as exc:
