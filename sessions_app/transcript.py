@@ -278,7 +278,7 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
     return "other", type_ or "event", _json(data), "", False
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if not isinstance(content, list):
         return _json(content)
     parts = []
@@ -292,11 +292,11 @@ def _content_text(content: Any) -> str:
     return "\n".join(parts)
 
 
-def _string(value: Any) -> str:
+def _string(value: object) -> str:
     return value if isinstance(value, str) else _json(value)
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     if value is None:
         return ""
     try:
@@ -305,5 +305,5 @@ def _json(value: Any) -> str:
         return repr(value)
 
 
-def _join(**fields: Any) -> str:
+def _join(**fields: object) -> str:
     return " · ".join(f"{name.replace('_', ' ')} {value}" for name, value in fields.items() if value)

@@ -190,15 +190,15 @@ def _md5(data: bytes) -> str:
     return base64.b64encode(hashlib.md5(data, usedforsecurity=False).digest()).decode("ascii")
 
 
-def _code(exc: Any) -> str:
+def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
-def _status(exc: Any) -> int:
+def _status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
 
 
-def _client_error(operation: str, bucket: str, key: str, exc: Any) -> StoreError:
+def _client_error(operation: str, bucket: str, key: str, exc: ClientError) -> StoreError:
     code, status = _code(exc), _status(exc)
     retryable = code in RETRYABLE_CODES or status >= 500 or status in RETRYABLE_STATUSES
     if code == "NoSuchBucket":
