@@ -6,7 +6,7 @@ command stream (SSE here, WebSocket in tools_app.consumers), replies and close.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Literal, NoReturn
 
 from django.http import HttpRequest
 from ninja import Path, Query, Router
@@ -32,15 +32,17 @@ ExecutorId = Annotated[
 ]
 
 # Commands arrive as SSE frames whose `data:` is a Command.
-_EVENT_STREAM: dict[str, Any] = {"responses": {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}}}
+_EVENT_STREAM: dict[str, object] = {
+    "responses": {200: {"content": {"text/event-stream": {"schema": {"type": "string"}}}}}
+}
 # A WebSocket upgrade has no body.
-_UPGRADE: dict[str, Any] = {"responses": {101: {"content": {}}}}
+_UPGRADE: dict[str, object] = {"responses": {101: {"content": {}}}}
 
 
 @router.get(
     "/catalog", response={200: ToolCatalog}, operation_id="catalog", summary="List available tools", exclude_unset=True
 )
-async def catalog(request: HttpRequest) -> dict[str, Any]:
+async def catalog(request: HttpRequest) -> dict[str, object]:
     return {"tools": await request_brain(request).registry.acatalog_for(principal_of(request).tenant)}
 
 
@@ -59,9 +61,9 @@ async def list_tasks(
     after: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = 50,
     status: Annotated[Literal["", "pending", "in_progress", "completed", "cancelled"], Query()] = "",
-) -> dict[str, Any]:
+) -> dict[str, object]:
     rows = await tasks_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
-    page: dict[str, Any] = {"tasks": [row.as_dict() for row in rows]}
+    page: dict[str, object] = {"tasks": [row.as_dict() for row in rows]}
     if len(rows) == limit:
         page["next_after"] = rows[-1].id
     return page

@@ -43,7 +43,7 @@ class ToolsAppObject(Protocol):
     def executors(self) -> ExecutorHub: ...
 
 
-def brain_of(scope: Mapping[str, Any]) -> ToolsAppObject:
+def brain_of(scope: Mapping[str, object]) -> ToolsAppObject:
     return cast(ToolsAppObject, app_object_of(scope))
 
 

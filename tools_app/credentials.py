@@ -5,7 +5,6 @@ to the next call. Anything short of the value stops the call; it never runs with
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
-from typing import Any
 
 from . import db
 from .vault import CredentialUnavailable, CredentialVault, SealedCredential
@@ -39,7 +38,7 @@ class BindingCredentials:
     def __repr__(self) -> str:
         return f"BindingCredentials({self._vault!r})"
 
-    async def __call__(self, tenant: str, session_id: str, alias: str) -> Any:
+    async def __call__(self, tenant: str, session_id: str, alias: str) -> object:
         sealed = await self._load(tenant, session_id, alias)
         if sealed is None and alias not in self._required(session_id):
             return None

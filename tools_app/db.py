@@ -94,8 +94,8 @@ def binding_config(row: ToolBinding) -> ToolBindingConfig:
     return ToolBindingConfig.model_validate(binding_fields(row))
 
 
-def binding_fields(row: ToolBinding) -> dict[str, Any]:
-    fields: dict[str, Any] = {
+def binding_fields(row: ToolBinding) -> dict[str, object]:
+    fields: dict[str, object] = {
         "name": row.name,
         "tenants": row.tenants,
         "timeout_seconds": row.timeout_seconds,
@@ -161,7 +161,7 @@ def _sealed(row: Mapping[str, Any]) -> SealedCredential:
     return SealedCredential(row["version"], row["key_id"], row["nonce"], row["ciphertext"])
 
 
-def _sealed_fields(sealed: SealedCredential) -> dict[str, Any]:
+def _sealed_fields(sealed: SealedCredential) -> dict[str, object]:
     return {
         "version": sealed.version,
         "key_id": sealed.key_id,

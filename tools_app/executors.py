@@ -19,7 +19,6 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
@@ -62,7 +61,7 @@ class Connection:
     commands: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(MAX_QUEUED_COMMANDS))
     closed: asyncio.Event = field(default_factory=asyncio.Event)
 
-    def push(self, command: dict[str, Any]) -> bool:
+    def push(self, command: dict[str, object]) -> bool:
         if self.closed.is_set():
             return False
         try:
@@ -97,8 +96,8 @@ class Connection:
 class _Call:
     id: str
     connection: str
-    future: asyncio.Future[Any]
-    progress: Callable[[Any], None]
+    future: asyncio.Future[object]
+    progress: Callable[[object], None]
 
 
 @dataclass(eq=False)
@@ -123,7 +122,7 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
 
 
-def normalized_tools(tools: list[ToolDescriptor]) -> list[dict[str, Any]]:
+def normalized_tools(tools: list[ToolDescriptor]) -> list[dict[str, object]]:
     """Descriptors compared by content, in name order (a rebind must match what was saved)."""
     return sorted((dict(tool) for tool in tools), key=lambda tool: str(tool.get("name")))
 
@@ -277,10 +276,10 @@ class ExecutorHub:
         *,
         call_id: str,
         tool: str,
-        arguments: Any,
-        scope: dict[str, Any],
-        progress: Callable[[Any], None],
-    ) -> Any:
+        arguments: object,
+        scope: dict[str, str],
+        progress: Callable[[object], None],
+    ) -> object:
         """Dispatch one call and wait for its result object. Raises ExecutorUnavailable before
         dispatch, CallLost after it; cancellation sends a `cancel` command and propagates."""
         if executor is None or executor.closed:
@@ -290,7 +289,7 @@ class ExecutorHub:
             raise ExecutorUnavailable("the runtime executor is not connected")
         if len(executor.calls) >= MAX_CALLS_PER_EXECUTOR:
             raise ExecutorUnavailable(f"the runtime executor already runs {MAX_CALLS_PER_EXECUTOR} calls")
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
         command = {
             "type": "call",
             "connection": connection.id,
@@ -313,7 +312,7 @@ class ExecutorHub:
                 future.cancel()
 
     def reply(
-        self, executor: Executor, *, connection: str, call_id: str, progress: Any = None, result: Any = None
+        self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
     ) -> None:
         """Progress or the one result of a call, from the connection it was dispatched on."""
         current = executor.connection

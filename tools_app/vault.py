@@ -16,7 +16,7 @@ import hashlib
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 import orjson
 from cryptography.exceptions import InvalidTag
@@ -118,7 +118,7 @@ class CredentialVault:
     def key_ids(self) -> frozenset[str]:
         return frozenset(self._ciphers)
 
-    def seal(self, tenant: str, session_id: str, alias: str, value: Any) -> SealedCredential:
+    def seal(self, tenant: str, session_id: str, alias: str, value: object) -> SealedCredential:
         """Encrypt a JSON value under the active key. ValueError when the value does not
         encode as JSON or exceeds MAX_CREDENTIAL_BYTES."""
         try:
@@ -132,7 +132,7 @@ class CredentialVault:
         ciphertext = self._ciphers[self.active].encrypt(nonce, plaintext, aad)
         return SealedCredential(RECORD_VERSION, self.active, _b64(nonce), _b64(ciphertext))
 
-    def open(self, sealed: SealedCredential | None, tenant: str, session_id: str, alias: str) -> Any:
+    def open(self, sealed: SealedCredential | None, tenant: str, session_id: str, alias: str) -> object:
         """The decrypted value; CredentialUnavailable when there is none to use."""
         where = f"the credential of binding {alias!r}"
         if sealed is None:
@@ -192,7 +192,7 @@ def recovery_digest(records: Sequence[RecoveryRecord]) -> str:
 RECOVERY_KEYS = RecoveryRecord.__required_keys__
 
 
-def parse_recovery_records(raw: Any, *, max_records: int) -> dict[str, SealedCredential]:
+def parse_recovery_records(raw: object, *, max_records: int) -> dict[str, SealedCredential]:
     """A manifest's `credentials`, checked field by field, by alias. ValueError when they are
     not what a publish writes (a damaged or hostile archive)."""
     if not isinstance(raw, list) or len(raw) > max_records:

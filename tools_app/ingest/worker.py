@@ -14,7 +14,7 @@ import signal
 import sys
 from pathlib import Path
 from types import FrameType
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import orjson
 
@@ -47,7 +47,7 @@ def apply_budgets(*, cpu_seconds: int, memory_bytes: int) -> None:
     os.nice(WORKER_NICENESS)
 
 
-def _write(out: BinaryIO, frame: dict[str, Any]) -> None:
+def _write(out: BinaryIO, frame: dict[str, object]) -> None:
     out.write(orjson.dumps(frame) + b"\n")
     out.flush()
 

@@ -122,9 +122,9 @@ class ProviderCall:
     alias: str
     operation: str  # the operation's name, without the alias prefix
     arguments: dict[str, Any]  # the model's arguments, already checked against the descriptor
-    parameters: Any  # the binding's parameters, as bind() accepted them (None when the binding has none)
-    credential: Any | None  # the binding's private credential, decrypted; None without one
-    progress: Callable[[Any], None]
+    parameters: object  # the binding's parameters, as bind() accepted them (None when the binding has none)
+    credential: object  # the binding's private credential, decrypted; None without one
+    progress: Callable[[object], None]
     session: SessionView | None = None  # the calling session, for providers with reads_session
     effects: TurnEffects | None = None  # for providers with turn_events
 
@@ -141,7 +141,7 @@ class ToolProvider(ABC):
     turn_events: ClassVar[frozenset[str]] = frozenset()  # event types its calls may record (TurnEffects)
 
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         self.name = name
         self.options = options
@@ -163,7 +163,7 @@ class ToolProvider(ABC):
         """Whether `tenant` may bind this provider (default: every tenant the options list in
         `tenants`, or all when the options name none)."""
         tenants = self.options.get("tenants")
-        return tenants is None or tenant in tenants
+        return tenants is None or (isinstance(tenants, list) and tenant in tenants)
 
     def check_host_config(self, config: HostConfig) -> None:  # noqa: B027  # optional: most providers need no check
         """Check the options against the host config at startup (harnesses, model providers,
@@ -174,14 +174,14 @@ class ToolProvider(ABC):
         return self.timeout_seconds
 
     @abstractmethod
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         """Descriptors (unprefixed names) for `operations` (all when empty); raise ValueError
         with a message for the client when the operations or parameters are not acceptable,
         ProviderError when the operations cannot be established now (discovery failed). It
         performs no action, and runs again when a saved session is loaded."""
 
     @abstractmethod
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         """The raw result object ({content, structured_content?, is_error?}); raise
         ProviderError when there is none."""
 

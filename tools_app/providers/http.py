@@ -90,7 +90,7 @@ async def send_provider_call(
 
 class HttpProvider(ToolProvider):
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(HttpOptions, options)
@@ -100,11 +100,11 @@ class HttpProvider(ToolProvider):
         self._descriptors = {operation.name: operation.descriptor() for operation in self.settings.operations}
         self._transport = HttpSseTransport()
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         self._parameters.check(parameters)
         return select_operations(self._descriptors, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         operation = self._operations[call.operation]
         return await send_provider_call(
             self._transport,

@@ -97,7 +97,7 @@ class McpProvider(ToolProvider):
     """Tools of a remote MCP server over Streamable HTTP."""
 
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings: _McpOptions = self._parse(options)
@@ -109,7 +109,7 @@ class McpProvider(ToolProvider):
         self._discovery = asyncio.Lock()
         self._transport = self._make_transport()
 
-    def _parse(self, options: Mapping[str, Any]) -> _McpOptions:
+    def _parse(self, options: Mapping[str, object]) -> _McpOptions:
         settings = parse_options(McpOptions, options)
         self._url = settings.url
         self._token = self.environment.secret(settings.token_env) if settings.token_env else ""
@@ -153,11 +153,11 @@ class McpProvider(ToolProvider):
             raise ProviderError(f"the MCP server has no tool named {', '.join(missing)}", reached=False)
         return {name: _descriptor(remote[name]) for name in self.settings.tools}
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         self._parameters.check(parameters)
         return select_operations(await self._operations(), operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         return await send_provider_call(
             self._transport,
             call,
@@ -175,7 +175,7 @@ class McpStdioProvider(McpProvider):
     """Tools of an MCP server the provider runs itself, one owned process per operation, in a
     private directory under `<data_dir>/providers/<name>/`."""
 
-    def _parse(self, options: Mapping[str, Any]) -> _McpOptions:
+    def _parse(self, options: Mapping[str, object]) -> _McpOptions:
         settings = parse_options(McpStdioOptions, options)
         missing = [name for name in settings.env if not self.environment.environ.get(name)]
         if missing:

@@ -114,7 +114,7 @@ class CommonOptions(StrictOptions):
 M = TypeVar("M", bound=BaseModel)
 
 
-def parse_options(model: type[M], options: Mapping[str, Any]) -> M:
+def parse_options(model: type[M], options: Mapping[str, object]) -> M:
     """Options decoded strictly; ValueError naming the first option at fault."""
     try:
         return model.model_validate(dict(options))
@@ -132,7 +132,7 @@ class ParameterCheck:
     def __init__(self, schema: dict[str, Any] | None) -> None:
         self._validator: Validator = compile_schema(schema if schema is not None else {"type": "object"})
 
-    def check(self, parameters: Any) -> None:
+    def check(self, parameters: object) -> None:
         problem = first_error(self._validator, {} if parameters is None else parameters)
         if problem is not None:
             where = "/".join(str(part) for part in problem.absolute_path)

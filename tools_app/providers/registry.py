@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 from foundation.logs import logger
 
@@ -51,7 +50,7 @@ class ProviderRegistry(Mapping[str, ToolProvider]):
                 logger.exception("tool provider did not close cleanly", extra={"provider": name})
 
 
-def _provider_class(name: str, path: Any) -> type[ToolProvider]:
+def _provider_class(name: str, path: object) -> type[ToolProvider]:
     where = f"{SETTING}.{name}.class"
     if not isinstance(path, str) or "." not in path:
         raise ProviderConfigError(f"{where}: must be a dotted path to a ToolProvider class")
@@ -68,7 +67,7 @@ def _provider_class(name: str, path: Any) -> type[ToolProvider]:
     return cls
 
 
-def load_providers(spec: Any, *, environment: ProviderEnvironment) -> ProviderRegistry:
+def load_providers(spec: object, *, environment: ProviderEnvironment) -> ProviderRegistry:
     """Import and build every configured provider, or raise ProviderConfigError for the first
     that cannot be installed."""
     if spec is None:

@@ -59,7 +59,7 @@ class SessionReadsProvider(ToolProvider):
     reads_session = True
 
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(SessionReadsOptions, options)
@@ -67,12 +67,12 @@ class SessionReadsProvider(ToolProvider):
             raise ValueError("parameters_schema: session_reads bindings take no parameters")
         self._served = _operations(self.settings.max_events)
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         if parameters not in (None, {}):
             raise ValueError("parameters: session_reads bindings take no parameters")
         return select_operations(self._served, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         if call.session is None:
             raise ProviderError("the calling session is not readable here", reached=False)
         if call.operation == "status":
@@ -85,7 +85,7 @@ class SessionReadsProvider(ToolProvider):
             return {"content": [{"type": "text", "text": str(exc)}], "is_error": True}
         return {"content": [], "structured_content": self._page(events, after=after, next_cursor=next_cursor)}
 
-    def _page(self, events: list[dict[str, Any]], *, after: str, next_cursor: str) -> dict[str, Any]:
+    def _page(self, events: list[dict[str, object]], *, after: str, next_cursor: str) -> dict[str, object]:
         """The page cut to max_output_bytes (the result is rendered twice: structured and as
         text), keeping whole events; next_cursor continues after the last one kept. An event
         larger than a page on its own comes without its data, marked `truncated`."""

@@ -59,7 +59,7 @@ _QUESTION = {
     "else": {"not": {"required": ["options"]}},
 }
 _COMMON = {"output_type": True, "title": _TEXT, "description": _TEXT}
-PAYLOAD_SCHEMAS: dict[str, dict[str, Any]] = {
+PAYLOAD_SCHEMAS: dict[str, dict[str, object]] = {
     "summary_table": {
         "type": "object",
         "properties": {
@@ -150,19 +150,19 @@ class StructuredOutputProvider(ToolProvider):
     turn_events: ClassVar[frozenset[str]] = frozenset({STRUCTURED_OUTPUT_EVENT})
 
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(CommonOptions, options)
         if self.settings.parameters_schema is not None:
             raise ValueError("parameters_schema: structured output bindings take no parameters")
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         if parameters not in (None, {}):
             raise ValueError("parameters: structured output bindings take no parameters")
         return select_operations(OPERATIONS, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         if call.effects is None:
             raise ProviderError("this tool cannot show output here", reached=False)
         payload = call.arguments

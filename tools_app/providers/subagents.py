@@ -13,7 +13,7 @@ import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import Field, field_validator, model_validator
 
@@ -157,13 +157,13 @@ def _descriptor(name: str, profile: SubagentProfile) -> ToolDescriptor:
     }
 
 
-def _error(text: str, structured: dict[str, Any]) -> dict[str, Any]:
+def _error(text: str, structured: Mapping[str, object]) -> dict[str, object]:
     return {"content": [{"type": "text", "text": text}], "structured_content": structured, "is_error": True}
 
 
 class SubagentProvider(ToolProvider):
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(SubagentOptions, options)
@@ -202,12 +202,12 @@ class SubagentProvider(ToolProvider):
             return self.timeout_seconds
         return profile.timeout_seconds
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         if parameters not in (None, {}):
             raise ValueError("parameters: sub-agent bindings take no parameters")
         return select_operations(self._served, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         """1. refuse beyond max_depth; 2. create and start the child (refused at
         max_children_per_turn or max_live_per_tenant); 3. wait for it to settle
         (on cancellation, a deadline or the parent's interrupt, interrupt the child and re-raise);

@@ -9,7 +9,6 @@ import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from foundation.rest_templates import RestTemplate
 
@@ -43,7 +42,7 @@ class BindingScope:
 
     alias: str
     operation: str
-    parameters: Any  # as the binding was accepted; None when it has none
+    parameters: object  # as the binding was accepted; None when it has none
 
     def __repr__(self) -> str:
         return f"BindingScope(alias={self.alias!r}, operation={self.operation!r})"
@@ -59,8 +58,8 @@ class OutboundCall:
     tenant: str
     session_id: str
     call_id: str
-    arguments: dict[str, Any]
-    progress: Callable[[Any], None]
+    arguments: dict[str, object]
+    progress: Callable[[object], None]
     max_output_bytes: int
     header_timeout: float  # seconds until response headers must have arrived
     traceparent: str = ""
@@ -77,7 +76,7 @@ class Transport(ABC):
     """Sends one call and returns the tool's raw result object (validated by the registry)."""
 
     @abstractmethod
-    async def call(self, call: OutboundCall) -> Any: ...
+    async def call(self, call: OutboundCall) -> object: ...
 
     async def aclose(self) -> None:  # noqa: B027  # optional hook: transports without pools have nothing to close
         pass

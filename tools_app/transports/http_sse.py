@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import orjson
@@ -46,7 +45,7 @@ def make_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.Asyn
 def _envelope(call: OutboundCall) -> bytes:
     """The call body. A provider binding's call also names the binding's alias, the operation
     and the binding's parameters (`{}` when it has none), trusted values beside the arguments."""
-    body: dict[str, Any] = {"tenant_id": call.tenant, "session_id": call.session_id, "call_id": call.call_id}
+    body: dict[str, object] = {"tenant_id": call.tenant, "session_id": call.session_id, "call_id": call.call_id}
     if call.inspection_token:
         body["inspection_token"] = call.inspection_token
         body["brain_url"] = call.brain_url
@@ -115,7 +114,7 @@ class PooledHttpTransport(Transport):
 class HttpSseTransport(PooledHttpTransport):
     """Brain's tool envelope over HTTP: a JSON answer, or progress and a result over SSE."""
 
-    async def call(self, call: OutboundCall) -> Any:
+    async def call(self, call: OutboundCall) -> object:
         client = self._pooled_client()
         headers = {"Content-Type": "application/json", "Accept": ACCEPT}
         if call.token:
@@ -138,7 +137,7 @@ class HttpSseTransport(PooledHttpTransport):
         except httpx.HTTPError as exc:
             raise TransportError(f"tool transport failed: {type(exc).__name__}", reached=True) from exc
 
-    async def _read(self, response: httpx.Response, call: OutboundCall) -> Any:
+    async def _read(self, response: httpx.Response, call: OutboundCall) -> object:
         if not 200 <= response.status_code < 300:
             # The body of a non-2xx answer is ignored: handled failures come as 200 + is_error.
             raise TransportError(f"tool returned HTTP {response.status_code}", reached=True)
@@ -155,7 +154,7 @@ class HttpSseTransport(PooledHttpTransport):
         raise TransportError(f"tool returned unsupported content type {media_type or 'none'!r}", reached=True)
 
 
-def _parse_json(raw: bytes | str, what: str) -> Any:
+def _parse_json(raw: bytes | str, what: str) -> object:
     """The tool's JSON under the same rules as runner frames: an integer beyond 64 bits, a lone
     surrogate or a non-finite number is refused, never silently changed."""
     try:
@@ -164,7 +163,7 @@ def _parse_json(raw: bytes | str, what: str) -> Any:
         raise TransportError(f"tool {what} is not valid JSON: {exc}", reached=True) from None
 
 
-async def _read_stream(response: httpx.Response, call: OutboundCall, budget: _Budget) -> Any:
+async def _read_stream(response: httpx.Response, call: OutboundCall, budget: _Budget) -> object:
     """Zero or more `progress` events, then the `result` event's data (the call ends there)."""
     pending = b""
     event = ""

@@ -176,9 +176,9 @@ class _CallSession(ClientSession):
         return super()._intercept_notification(method, params)
 
 
-def convert_result(result: types.CallToolResult) -> dict[str, Any]:
+def convert_result(result: types.CallToolResult) -> dict[str, object]:
     """MCP result -> Brain result. Unsupported content types fail the call (the tool did run)."""
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, object]] = []
     for block in result.content:
         if isinstance(block, types.TextContent):
             content.append({"type": "text", "text": block.text})
@@ -186,7 +186,7 @@ def convert_result(result: types.CallToolResult) -> dict[str, Any]:
             content.append({"type": "image", "data": block.data, "mime_type": block.mime_type})
         else:
             raise TransportError(f"MCP tool returned unsupported {block.type!r} content", reached=True)
-    converted: dict[str, Any] = {}
+    converted: dict[str, object] = {}
     if result.structured_content is not None:
         converted["structured_content"] = result.structured_content
         if not any(block["type"] == "text" for block in content):
@@ -292,7 +292,7 @@ class McpTransport(Transport):
             raise TransportError(f"the MCP tool list exceeds {call.max_output_bytes} bytes", reached=False)
         return tools
 
-    async def call(self, call: OutboundCall) -> Any:
+    async def call(self, call: OutboundCall) -> object:
         scope = anyio.CancelScope()
         meter = OutputMeter(call.max_output_bytes, scope)
         try:
@@ -300,7 +300,7 @@ class McpTransport(Transport):
         finally:
             self.end_session(call, meter)
 
-    async def _call(self, call: OutboundCall, scope: anyio.CancelScope, meter: OutputMeter) -> Any:
+    async def _call(self, call: OutboundCall, scope: anyio.CancelScope, meter: OutputMeter) -> object:
         stage = {"sent": False, "elicited": False}
 
         async def elicit(context: Any, params: Any) -> types.ErrorData:
@@ -308,7 +308,7 @@ class McpTransport(Transport):
             scope.cancel()
             return types.ErrorData(code=types.INVALID_REQUEST, message="Brain tools cannot ask for user input")
 
-        result: Any = None
+        result: object = None
         try:
             with scope:
                 async with (
@@ -322,7 +322,7 @@ class McpTransport(Transport):
                         raise TransportError(
                             f"MCP server did not answer initialize within {call.header_timeout:g} s", reached=False
                         ) from None
-                    meta: dict[str, Any] = {
+                    meta: dict[str, object] = {
                         "progressToken": call.call_id,
                         SCOPE_META_KEY: {
                             "tenant_id": call.tenant,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-from typing import Any
 
 import httpx
 import orjson
@@ -34,7 +33,7 @@ NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol,
 class RestTransport(PooledHttpTransport):
     """Plain REST calls filled from the binding's templates."""
 
-    async def call(self, call: OutboundCall) -> Any:
+    async def call(self, call: OutboundCall) -> object:
         if call.rest is None:
             raise TransportError("the binding has no REST request", reached=False, permanent=True)
         try:
@@ -96,7 +95,7 @@ def _media_type(response: httpx.Response) -> str:
     return content_type.split(";", 1)[0].strip().lower()
 
 
-async def _result(response: httpx.Response, limit: int) -> Any:
+async def _result(response: httpx.Response, limit: int) -> object:
     """The tool result of an answer: 2xx is the body, 4xx an error result (the service refused;
     nothing happened), anything else a TransportError with an unknown outcome."""
     status = response.status_code

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from runners.protocol import ToolDescriptor
 
+from ...invocation.results import CallResult
 from ..base import ProviderCall, ProviderEnvironment, ToolProvider
 from ..options import CommonOptions, parse_options, select_operations
 from .db import MAX_KNOWLEDGE_RESULTS, KnowledgeHit, asearch_knowledge
@@ -48,7 +48,7 @@ OPERATIONS: dict[str, ToolDescriptor] = {
 }
 
 
-def _bases(parameters: Any) -> list[str]:
+def _bases(parameters: object) -> list[str]:
     if not isinstance(parameters, dict) or set(parameters) != {"bases"}:
         raise ValueError("parameters: knowledge bindings take {bases: [knowledge base names]}")
     bases = parameters["bases"]
@@ -67,18 +67,18 @@ def _where(hit: KnowledgeHit) -> str:
 
 class KnowledgeProvider(ToolProvider):
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(KnowledgeOptions, options)
         if self.settings.parameters_schema is not None:
             raise ValueError("parameters_schema: knowledge bindings take {bases} only")
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         _bases(parameters)
         return select_operations(OPERATIONS, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> CallResult:
         bases = _bases(call.parameters)
         query: str = call.arguments["query"]
         limit = call.arguments.get("limit", DEFAULT_RESULTS)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from pydantic import Field
 
@@ -70,7 +69,7 @@ OPERATIONS: dict[str, ToolDescriptor] = {
 }
 
 
-def _space(parameters: Any) -> str:
+def _space(parameters: object) -> str:
     if parameters is None:
         return ""
     if not isinstance(parameters, dict) or not parameters.keys() <= {"space"}:
@@ -81,24 +80,24 @@ def _space(parameters: Any) -> str:
     return space
 
 
-def _error(message: str) -> dict[str, Any]:
+def _error(message: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": message}], "is_error": True}
 
 
 class MemoryProvider(ToolProvider):
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(MemoryOptions, options)
         if self.settings.parameters_schema is not None:
             raise ValueError("parameters_schema: memory bindings take {space} only")
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         _space(parameters)
         return select_operations(OPERATIONS, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         space = _space(call.parameters)
         arguments = call.arguments
         if call.operation == "memory_store":

@@ -6,7 +6,6 @@ the call scopes every action: another tenant's task is "no such task", never a d
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from runners.protocol import ToolDescriptor
 
@@ -48,29 +47,29 @@ OPERATIONS: dict[str, ToolDescriptor] = {
 REQUIRED = {"create": ("title",), "create_subtask": ("parent_id", "title"), "update_status": ("task_id", "status")}
 
 
-def _error(message: str) -> dict[str, Any]:
+def _error(message: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": message}], "is_error": True}
 
 
-def _task(row: TaskRow, summary: str) -> dict[str, Any]:
+def _task(row: TaskRow, summary: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": summary}], "structured_content": {"task": row.as_dict()}}
 
 
 class TasksProvider(ToolProvider):
     def __init__(
-        self, name: str, options: Mapping[str, Any], *, environment: ProviderEnvironment | None = None
+        self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
         self.settings = parse_options(CommonOptions, options)
         if self.settings.parameters_schema is not None:
             raise ValueError("parameters_schema: task bindings take no parameters")
 
-    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: Any) -> list[ToolDescriptor]:
+    async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         if parameters not in (None, {}):
             raise ValueError("parameters: task bindings take no parameters")
         return select_operations(OPERATIONS, operations)
 
-    async def handle(self, call: ProviderCall) -> Any:
+    async def handle(self, call: ProviderCall) -> object:
         arguments = call.arguments
         action = arguments["action"]
         missing = [key for key in REQUIRED.get(action, ()) if key not in arguments]
@@ -101,7 +100,7 @@ class TasksProvider(ToolProvider):
             status=arguments.get("status", ""),
             parent_id=arguments.get("parent_id"),
         )
-        page: dict[str, Any] = {"tasks": [row.as_dict() for row in rows]}
+        page: dict[str, object] = {"tasks": [row.as_dict() for row in rows]}
         if len(rows) == limit:
             page["next_after"] = rows[-1].id
         return {"content": [], "structured_content": page}
