@@ -229,8 +229,10 @@ async def decide_approval(
         raise InvalidRequest("decision must be approve or reject")
     if reason is not None and len(reason) > MAX_REASON_CHARS:
         raise InvalidRequest(f"reason exceeds {MAX_REASON_CHARS} characters")
-    actor = await _actor(engine, principal, session_id)
-    return await actor.decide_approval(
+    approvals = (await _actor(engine, principal, session_id)).approvals
+    if approvals is None:
+        raise NotFound("approval not found")
+    return await approvals.decide(
         approval_id.lower(),
         approve=decision == "approve",
         decided_by=principal.label or f"a token of tenant {principal.tenant}",

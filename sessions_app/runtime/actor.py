@@ -13,7 +13,7 @@ from collections import deque
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from foundation.errors import BrainError, Conflict, NotFound, Overloaded
+from foundation.errors import BrainError, Conflict, Overloaded
 from foundation.logs import logger
 from foundation.telemetry import Telemetry, TurnTrace
 from sessions_app.eventlog import (
@@ -31,9 +31,9 @@ from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import ApprovalRecord, SessionRecord, SessionStatus
 from sessions_app.storage import CheckpointError, Recovered, SessionFiles
-from tools_app.registry import ToolResult, error_result
+from tools_app.invocation import CallResult, error_result
 
-from .approvals import decided_event
+from .approvals import Approvals, decided_event
 from .idempotency import IdempotencyKeys
 from .pubsub import Fanout, Subscriber
 from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure, turn_failure
@@ -167,12 +167,10 @@ class SessionActor:
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
 
-    async def decide_approval(self, approval_id: str, *, approve: bool, decided_by: str, reason: str) -> ApprovalRecord:
-        """A person's decision on one of this session's waiting tool calls (Approvals.decide)."""
-        approvals = self._tool_calls.approvals
-        if approvals is None:
-            raise NotFound("approval not found")
-        return await approvals.decide(approval_id, approve=approve, decided_by=decided_by, reason=reason)
+    @property
+    def approvals(self) -> Approvals | None:
+        """Where this session's tool calls wait for a person's decision (None: none may wait)."""
+        return self._tool_calls.approvals
 
     def settle_restored(self) -> None:
         """A session restored from the archive comes back interrupted (closed stays closed)."""
@@ -422,7 +420,7 @@ class SessionActor:
         if self._trace is not None:
             self._trace.output()
 
-    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> ToolResult:
+    async def on_tool_call(self, turn: str, params: dict[str, Any]) -> CallResult:
         if turn != self.turn_id or self.current is None or self._stop_reason:
             return error_result("the turn of this tool call is over")
         return await self._tool_calls.call(self, params, traceparent=self.current.traceparent, trace=self._trace)
@@ -448,6 +446,3 @@ class SessionActor:
         if self._failure is None:
             self._failure = failure
             self._stop("interrupt")
-
-    def __repr__(self) -> str:
-        return f"<SessionActor {self.id} {self.status}>"
