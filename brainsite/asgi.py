@@ -1,6 +1,7 @@
 """ASGI entry: request IDs and security headers on every response, the body limit, the lazy
-runtime start (Daphne has no lifespan), routing of SSE streams to the Channels consumer, and the
-static files in front of the admin.
+runtime start (Daphne has no lifespan), in a fleet the forwarding of session requests to their
+owner (fleet_app.routing), routing of SSE streams to the Channels consumer, and the static files
+in front of the admin.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
+from fleet_app.routing import FleetRouter, leases_of  # noqa: E402
 from foundation import telemetry  # noqa: E402
 from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
@@ -54,6 +56,7 @@ class BrainHttpMiddleware:
         self.api_app = api_app
         self.stream_app = stream_app
         self.commands_app = commands_app
+        self.fleet = FleetRouter()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         brain = await self.launcher.started()
@@ -82,6 +85,12 @@ class BrainHttpMiddleware:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await self._reject_too_large(send_with_headers, request_id)
                 return
+        leases = leases_of(brain)
+        if leases is not None:  # a fleet: session requests go to their owner
+            routed = await self.fleet.route(brain, leases, scope, receive, send, limit=limit)
+            if routed is None:
+                return
+            receive = routed
         match = _EVENTS_PATH.match(scope.get("path", ""))
         if match and scope.get("method") == "GET" and self._wants_stream(scope):
             scope["url_route"] = {"kwargs": {"id": match.group(1)}}

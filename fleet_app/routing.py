@@ -1,0 +1,304 @@
+"""Routing session requests to their owner: the ASGI layer in front of the session routes.
+
+A request for `/sessions/{id}...` that lands on an instance other than the session's live owner
+is forwarded to the owner, signed with the fleet secret, and the owner's status, headers and
+body are streamed back byte for byte (SSE included, so cursors and Last-Event-ID work through
+any instance). On the owner a signed request is verified before anything in it is trusted (the
+client's address in `brain-fleet-client`); a signed request is never forwarded again: when the
+receiving instance is not the owner either, it answers 503 and the first instance's client
+retries. A session with no live owner is served where the request lands (the engine acquires
+its lease). `POST /sessions` and every other route are served locally.
+
+Nothing here runs without a `cluster` block: the app object then has no `leases` and the
+caller skips this layer after one attribute check. No Django; the lease manager and the secret
+come from the app object through the narrow protocols below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Protocol
+
+import httpx
+
+from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_envelope
+
+from .forwarding import OwnerUnreachable, fleet_client, forward_request
+from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
+
+__all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
+
+logger = logging.getLogger("brain.fleet")
+
+Scope = MutableMapping[str, Any]
+Message = dict[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+# `/sessions/{id}` and everything under it; `/sessions` itself (create, list) is served locally.
+SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
+CLIENT_HEADER = b"brain-fleet-client"
+SIGNATURE = SIGNATURE_HEADER.encode()
+# While the client's socket holds this much unsent, stop reading the owner (the owner's own
+# write deadline then drops a stuck stream); past the deadline the client is dropped here too.
+SOCKET_HIGH_WATER = 256 * 1024
+WRITE_DEADLINE_SECONDS = 15.0
+CONGESTION_POLL_SECONDS = 0.01
+
+
+class OwnerUnavailable(BrainError):
+    """The session's owner cannot serve it now (unreachable while its lease is live, or the
+    request reached an instance that is not the owner): retry in a moment, through any instance."""
+
+    code = "unavailable"
+    status = 503
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+class LeaseOwnerView(Protocol):
+    @property
+    def instance(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+
+
+class LeaseView(Protocol):
+    """What routing needs of fleet_app.leases.LeaseManager."""
+
+    @property
+    def instance(self) -> str: ...
+    def held_epoch(self, session_id: str) -> int | None: ...
+    async def owner_of(self, session_id: str) -> LeaseOwnerView | None: ...
+
+
+def leases_of(brain: object) -> LeaseView | None:
+    """The app object's lease manager; None without a `cluster` block (no routing at all)."""
+    leases: LeaseView | None = getattr(brain, "leases", None)
+    return leases
+
+
+def fleet_secret_of(brain: object) -> bytes:
+    """The fleet secret's key from the app object (a FleetSecret or bytes), else from its secrets."""
+    secret = getattr(brain, "fleet_secret", None) or getattr(getattr(brain, "secrets", None), "fleet_secret", None)
+    key = getattr(secret, "key", secret)
+    if not isinstance(key, bytes) or not key:
+        raise RuntimeError("the app object has leases but no fleet_secret")
+    return key
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _target(scope: Scope) -> bytes:
+    raw = scope.get("raw_path") or scope.get("path", "").encode()
+    query = scope.get("query_string", b"")
+    return bytes(raw) + (b"?" + bytes(query) if query else b"")
+
+
+async def _respond(send: Send, scope: Scope, error: BrainError) -> None:
+    request_id = str(scope.get("brain_request_id", ""))
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"x-request-id", request_id.encode()),
+        (b"x-content-type-options", b"nosniff"),
+        *((name.lower().encode(), value.encode()) for name, value in error.headers().items()),
+    ]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": error_envelope(error, request_id)})
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes | None:
+    """The whole request body, or None when the client went away; _BodyTooLarge past `limit`."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise _BodyTooLarge()
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replaying(body: bytes, receive: Receive) -> Receive:
+    """A receive that gives the already-read body once, then the client's own messages."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if pending:
+            pending = False
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
+class FleetRouter:
+    """One per process: the replay guard of signed requests this instance admitted and the
+    HTTP client to the other instances."""
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.replay = ReplayGuard()
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self.forwarded = 0  # requests this instance sent to an owner
+
+    @property
+    def client(self) -> httpx.AsyncClient:
+        if self._client is None:
+            self._client = fleet_client(transport=self._transport)
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    async def route(
+        self, brain: object, leases: LeaseView, scope: Scope, receive: Receive, send: Send, *, limit: int
+    ) -> Receive | None:
+        """Forward or refuse the request (None: answered here), or the receive to serve it
+        locally with (the body replayed when this layer had to read it)."""
+        signed = _header(scope, SIGNATURE) is not None
+        match = SESSION_PATH.match(scope.get("path", ""))
+        if not signed and match is None:
+            return receive
+        if not signed and match is not None and leases.held_epoch(match.group(1)) is not None:
+            return receive  # ours: the common case costs no query
+        try:
+            body = await _read_body(receive, limit)
+        except _BodyTooLarge:
+            await _respond(send, scope, PayloadTooLarge("request body exceeds the size limit"))
+            return None
+        if body is None:
+            return None  # the client went away
+        if signed and not self._admit(brain, leases, scope, body):
+            await _respond(send, scope, Unauthorized("fleet request signature refused"))
+            return None
+        if match is None:
+            return _replaying(body, receive)
+        session_id = match.group(1)
+        try:
+            owner = await leases.owner_of(session_id)
+        except Exception:  # the database: without it nobody can tell who owns the session
+            logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
+            await _respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
+            return None
+        if owner is None or owner.instance == leases.instance:
+            return _replaying(body, receive)
+        if signed:  # a second hop could loop between two instances that disagree: the first retries
+            await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
+            return None
+        await self._forward(brain, leases, owner, scope, receive, send, body)
+        return None
+
+    def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+        try:
+            sender = verify_request(
+                fleet_secret_of(brain),
+                receiver=leases.instance,
+                method=str(scope.get("method", "")),
+                target=_target(scope),
+                body=body,
+                headers=headers,
+                now=time.time(),
+                replay=self.replay,
+            )
+        except FleetAuthError as exc:
+            logger.warning("fleet request refused", extra={"reason": exc.reason, "path": scope.get("path", "")})
+            return False
+        client = headers.get(CLIENT_HEADER.decode(), "")
+        scope["client"] = (client, 0) if client else scope.get("client")
+        scope["brain_fleet_sender"] = sender
+        return True
+
+    async def _forward(
+        self,
+        brain: object,
+        leases: LeaseView,
+        owner: LeaseOwnerView,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+    ) -> None:
+        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+        client = scope.get("client") or ("", 0)
+        self.forwarded += 1
+        started = False
+        relay = asyncio.current_task()
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:  # the client going away ends the owner's response too
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+            if relay is not None:
+                relay.cancel()
+
+        watcher = asyncio.create_task(watch())
+        try:
+            async with forward_request(
+                self.client,
+                secret=fleet_secret_of(brain),
+                sender=leases.instance,
+                owner=owner.instance,
+                owner_url=owner.url,
+                method=str(scope.get("method", "GET")),
+                target=_target(scope),
+                headers=headers,
+                body=body,
+                client_address=str(client[0] or ""),
+            ) as answer:
+                await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+                started = True
+                async for chunk in answer.body:
+                    await self._write(scope, send, chunk)
+                await send({"type": "http.response.body", "body": b""})
+        except OwnerUnreachable as exc:
+            logger.warning("fleet owner unreachable", extra={"owner": owner.instance, "error": str(exc)})
+            if not started:
+                await _respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
+        except (httpx.TransportError, TimeoutError):
+            # Mid-body: the response was already started, so the client must see a cut
+            # connection, not a short body that looks complete; SSE clients reconnect.
+            abort = scope.get("brain_abort_connection")
+            if abort is not None:
+                abort()
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+        finally:
+            watcher.cancel()
+
+    @staticmethod
+    async def _write(scope: Scope, send: Send, chunk: bytes) -> None:
+        pending = scope.get("brain_pending_bytes")
+        if pending is not None and pending() > SOCKET_HIGH_WATER:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + WRITE_DEADLINE_SECONDS
+            while pending() > SOCKET_HIGH_WATER:
+                if loop.time() > deadline:
+                    raise TimeoutError
+                await asyncio.sleep(CONGESTION_POLL_SECONDS)
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
