@@ -4,7 +4,15 @@ Synchronous (worker threads and Celery workers, never the event loop). Imports n
 Exception tree::
 
     StoreError (.retryable, .reason)
-     └── ObjectMissing (get of an absent key; never retryable)
+     ├── ObjectMissing (get of an absent key; never retryable)
+     └── Fenced (a fenced write of an older epoch than the stored object's; never retryable)
+
+Fenced writes (`put_fenced`, for `latest`): the object is a JSON object recording the lease
+epoch of its writer; a write is refused when the stored object records a higher epoch, and it
+is conditional on the version read (S3 If-Match on the ETag, GCS if_generation_match, a rename
+under an advisory lock), so a former owner that lost its lease can never replace its
+successor's object, and `latest` never goes back. Epoch 0 (one instance, no fleet) is refused
+only by an object a fleet wrote.
 
 An error's message is for the log: it may name endpoints, buckets, hosts, users and paths. Its
 `reason` is what clients see (GET /sync, API errors): one of the stable REASON_* sentences,
@@ -13,7 +21,10 @@ which name no part of the infrastructure.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol
+
+import orjson
 
 __all__ = [
     "MAX_OBJECT_BYTES",
@@ -21,15 +32,19 @@ __all__ = [
     "REASON_CREDENTIALS",
     "REASON_DENIED",
     "REASON_FAILED",
+    "REASON_FENCED",
     "REASON_INDEX",
     "REASON_NO_BUCKET",
     "REASON_TIMEOUT",
     "REASON_TOO_LARGE",
     "REASON_UNREACHABLE",
+    "Fenced",
     "ObjectMissing",
     "ObjectStore",
     "StoreError",
     "check_size",
+    "recorded_epoch",
+    "write_fenced",
     "join_key",
     "normalize_prefix",
     "reason_status",
@@ -49,6 +64,9 @@ REASON_CORRUPTED = "an archive transfer was corrupted"
 REASON_TOO_LARGE = "an archive object is over the size limit"
 REASON_FAILED = "the archive request failed"
 REASON_INDEX = "the discovery index is unavailable"
+REASON_FENCED = "another instance owns the session now"
+# A fenced write re-reads after losing a race; past this many races it is a retryable failure.
+FENCE_ATTEMPTS = 8
 
 
 def reason_status(status: int) -> str:
@@ -74,6 +92,16 @@ class ObjectMissing(StoreError):
         super().__init__(message, retryable=retryable, reason=reason)
 
 
+class Fenced(StoreError):
+    """A fenced write carrying an older epoch than the stored object's: the writer lost its
+    lease, and nothing it writes may replace its successor's."""
+
+    def __init__(self, message: str, *, stored: int, epoch: int) -> None:
+        super().__init__(message, retryable=False, reason=REASON_FENCED)
+        self.stored = stored
+        self.epoch = epoch
+
+
 class ObjectStore(Protocol):
     def put(self, key: str, data: bytes, *, immutable: bool) -> None:
         """Store `data` under `key`. `immutable=True` never overwrites: when the key exists the
@@ -83,6 +111,12 @@ class ObjectStore(Protocol):
 
     def get(self, key: str) -> bytes:
         """The object's bytes; ObjectMissing when absent, StoreError otherwise."""
+        ...
+
+    def put_fenced(self, key: str, data: bytes, *, epoch: int) -> None:
+        """Replace `key` with `data`, a JSON object whose "epoch" is `epoch`, unless the stored
+        object records a higher epoch (Fenced); conditional on the version read, so a writer
+        that slipped in between is seen on the re-read."""
         ...
 
     def barrier(self) -> None:
@@ -127,3 +161,43 @@ def check_size(key: str, data: bytes) -> None:
     if len(data) > MAX_OBJECT_BYTES:
         message = f"object {key!r} is {len(data)} bytes, over the {MAX_OBJECT_BYTES} byte limit"
         raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
+
+
+def recorded_epoch(data: bytes) -> int:
+    """The epoch a fenced object records: 0 for an object written without one (one instance,
+    or before the fleet), or that is not a JSON object with a non-negative integer "epoch"."""
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return 0
+    epoch = value.get("epoch") if isinstance(value, dict) else None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) and epoch > 0 else 0
+
+
+def write_fenced(
+    key: str,
+    data: bytes,
+    epoch: int,
+    *,
+    read: Callable[[], tuple[bytes, object] | None],
+    write: Callable[[object | None], bool],
+) -> None:
+    """The fenced write every store shares: `read` gives the stored object and its version
+    (None when absent), `write(version)` replaces it only if it is still that version (None:
+    only if still absent) and says whether it did. Fenced when the stored epoch is higher."""
+    if epoch < 0 or recorded_epoch(data) != epoch:
+        raise StoreError(f"fenced object {key!r} must record epoch {epoch}", retryable=False)
+    check_size(key, data)
+    for _ in range(FENCE_ATTEMPTS):
+        current = read()
+        version = None
+        if current is not None:
+            stored = recorded_epoch(current[0])
+            if stored > epoch:
+                raise Fenced(
+                    f"{key!r} records epoch {stored}, refusing a write of epoch {epoch}", stored=stored, epoch=epoch
+                )
+            version = current[1]
+        if write(version):
+            return
+    raise StoreError(f"fenced write of {key!r} lost {FENCE_ATTEMPTS} races in a row", retryable=True)

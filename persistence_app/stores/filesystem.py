@@ -10,22 +10,33 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import fcntl
 import os
 import secrets
 import stat
 from pathlib import Path
 
-from .base import MAX_OBJECT_BYTES, ObjectMissing, StoreError, check_size, join_key, normalize_prefix
+from .base import (
+    MAX_OBJECT_BYTES,
+    ObjectMissing,
+    StoreError,
+    check_size,
+    join_key,
+    normalize_prefix,
+    write_fenced,
+)
 
 __all__ = ["FilesystemStore"]
 
 DIRECTORY_MODE = 0o700  # archive files hold transcripts: owner only, whatever the umask
 FILE_MODE = 0o600
+LOCK_PREFIX = ".lock-"  # a fenced object's advisory lock file, beside it (flock: per open file, NFS emulates it)
 TEMP_PREFIX = ".tmp-"  # temp files live beside their object so link/rename never cross devices
 READ_CHUNK_BYTES = 1 << 20
 
 _DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO planted under the root must not hang the worker
+_LOCK_FLAGS = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -74,6 +85,42 @@ class FilesystemStore:
                     self._unsynced = True
                 else:
                     os.fsync(directory)  # the new directory entry is durable before we report success
+            finally:
+                os.close(directory)
+        except OSError as exc:
+            raise _store_error("put", key, exc) from exc
+
+    def put_fenced(self, key: str, data: bytes, *, epoch: int) -> None:
+        """Read, check the epoch and rename into place under an exclusive flock on a file
+        beside the object, which every instance mounting the directory takes."""
+        *parents, leaf = join_key(self._prefix, key).split("/")
+        check_size(key, data)
+        try:
+            self.barrier()
+            directory = self._open_directory(parents, create=True)
+            try:
+                lock = os.open(LOCK_PREFIX + leaf, _LOCK_FLAGS, FILE_MODE, dir_fd=directory)
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX)
+
+                    def read() -> tuple[bytes, object] | None:
+                        try:
+                            descriptor = os.open(leaf, _READ_FLAGS, dir_fd=directory)
+                        except FileNotFoundError:
+                            return None
+                        try:
+                            return _read_regular_file(descriptor, key), None
+                        finally:
+                            os.close(descriptor)
+
+                    def write(version: object | None) -> bool:
+                        self._write(directory, leaf, data, immutable=False)
+                        os.fsync(directory)
+                        return True
+
+                    write_fenced(key, data, epoch, read=read, write=write)
+                finally:
+                    os.close(lock)  # releases the lock
             finally:
                 os.close(directory)
         except OSError as exc:

@@ -38,6 +38,7 @@ from .base import (
     join_key,
     normalize_prefix,
     reason_status,
+    write_fenced,
 )
 
 __all__ = ["GCSStore", "open_gcs_store"]
@@ -95,6 +96,47 @@ class GCSStore:
             raise _store_error("put", self._bucket.name, key, exc) from exc
         except _STORE_ERRORS as exc:
             raise _store_error("put", self._bucket.name, key, exc) from exc
+
+    def put_fenced(self, key: str, data: bytes, *, epoch: int) -> None:
+        """if_generation_match on the generation read (0 when absent): GCS refuses with 412
+        when another writer replaced the object in between, and the loop reads again. The
+        content is read after the generation, so it is that generation's or a newer one's; a
+        newer one's higher epoch is rightly refused, a lower one loses the precondition."""
+        name = join_key(self._prefix, key)
+
+        def read() -> tuple[bytes, object] | None:
+            try:
+                blob = self._bucket.get_blob(name, timeout=TIMEOUT_SECONDS, retry=RETRY)
+            except GoogleAPICallError as exc:
+                raise _store_error("get", self._bucket.name, key, exc) from exc
+            except _STORE_ERRORS as exc:
+                raise _store_error("get", self._bucket.name, key, exc) from exc
+            if blob is None:
+                return None
+            try:
+                return self.get(key), int(blob.generation)
+            except ObjectMissing:
+                return None
+
+        def write(version: object | None) -> bool:
+            generation = 0 if version is None else version
+            try:
+                self._bucket.blob(name).upload_from_string(
+                    data,
+                    content_type=CONTENT_TYPE,
+                    timeout=TIMEOUT_SECONDS,
+                    retry=RETRY,
+                    if_generation_match=generation,
+                )
+            except GoogleAPICallError as exc:
+                if exc.code == http.client.PRECONDITION_FAILED:
+                    return False
+                raise _store_error("put", self._bucket.name, key, exc) from exc
+            except _STORE_ERRORS as exc:
+                raise _store_error("put", self._bucket.name, key, exc) from exc
+            return True
+
+        write_fenced(key, data, epoch, read=read, write=write)
 
     def get(self, key: str) -> bytes:
         name = join_key(self._prefix, key)

@@ -45,6 +45,7 @@ from .base import (
     join_key,
     normalize_prefix,
     reason_status,
+    write_fenced,
 )
 
 __all__ = ["S3Store", "open_s3_store"]
@@ -107,6 +108,40 @@ class S3Store:
             raise _client_error("put", self._bucket, key, exc) from exc
         except BotoCoreError as exc:
             raise _transport_error("put", self._bucket, key, exc) from exc
+
+    def put_fenced(self, key: str, data: bytes, *, epoch: int) -> None:
+        """If-Match on the ETag read (If-None-Match: * when absent): S3 refuses with 412 when
+        another writer replaced the object in between, and the loop reads again."""
+        name = join_key(self._prefix, key)
+
+        def read() -> tuple[bytes, object] | None:
+            try:
+                response = self._client.get_object(Bucket=self._bucket, Key=name)
+                body = response["Body"]
+                try:
+                    return _read_bounded(body, key), response["ETag"]
+                finally:
+                    body.close()
+            except ClientError as exc:
+                if _code(exc) in MISSING_OBJECT_CODES:
+                    return None
+                raise _client_error("get", self._bucket, key, exc) from exc
+            except BotoCoreError as exc:
+                raise _transport_error("get", self._bucket, key, exc) from exc
+
+        def write(version: object | None) -> bool:
+            conditions = {"IfNoneMatch": "*"} if version is None else {"IfMatch": str(version)}
+            try:
+                self._client.put_object(Bucket=self._bucket, Key=name, Body=data, ContentMD5=_md5(data), **conditions)
+            except ClientError as exc:
+                if _status(exc) == PRECONDITION_FAILED or _code(exc) == "ConditionalRequestConflict":
+                    return False
+                raise _client_error("put", self._bucket, key, exc) from exc
+            except BotoCoreError as exc:
+                raise _transport_error("put", self._bucket, key, exc) from exc
+            return True
+
+        write_fenced(key, data, epoch, read=read, write=write)
 
     def get(self, key: str) -> bytes:
         name = join_key(self._prefix, key)
