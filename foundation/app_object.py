@@ -5,7 +5,7 @@ attributes that app uses), so no app imports the wiring that builds it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import cast
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
@@ -15,7 +15,7 @@ __all__ = ["SCOPE_KEY", "app_object_of", "request_app_object"]
 SCOPE_KEY = "brain"  # the ASGI scope entry that carries the application object
 
 
-def app_object_of(scope: Mapping[str, Any]) -> object:
+def app_object_of(scope: Mapping[str, object]) -> object:
     """The application object the ASGI entry attached to a scope."""
     app: object = scope[SCOPE_KEY]
     return app

@@ -7,9 +7,8 @@ Imports no Django: the host config checks templates before settings load.
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote, urlsplit
 
 import orjson
@@ -62,7 +61,7 @@ class RestTemplate:
     url: str
     query: tuple[tuple[str, str], ...] = ()
     headers: tuple[tuple[str, str], ...] = ()
-    body: Any = None  # a JSON template; None sends no body
+    body: object = None  # a JSON template; None sends no body
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +93,7 @@ def _has_braces(text: str) -> bool:
     return "{{" in text or "}}" in text
 
 
-def _check_body(value: Any, properties: Collection[str], depth: int) -> None:
+def _check_body(value: object, properties: Collection[str], depth: int) -> None:
     if depth > MAX_BODY_DEPTH:
         raise TemplateError("body", f"nests deeper than {MAX_BODY_DEPTH} levels")
     if isinstance(value, str):
@@ -147,7 +146,7 @@ def check_rest_template(template: RestTemplate, properties: Collection[str]) -> 
 # -- filling (each call) --------------------------------------------------------------------------
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     """An argument's text: a string as it is, null as nothing, anything else as its JSON."""
     if isinstance(value, str):
         return value
@@ -160,7 +159,7 @@ _ABSENT = object()  # an optional argument the call left out
 _NOT_WHOLE = object()  # a text that is more than one lone placeholder
 
 
-def _whole(text: str, arguments: Mapping[str, Any]) -> Any:
+def _whole(text: str, arguments: Mapping[str, object]) -> object:
     """The argument a text that is exactly one placeholder names (_ABSENT when not given), or
     _NOT_WHOLE."""
     match = PLACEHOLDER.fullmatch(text)
@@ -169,7 +168,7 @@ def _whole(text: str, arguments: Mapping[str, Any]) -> Any:
     return arguments.get(match.group(1), _ABSENT)
 
 
-def _substitute(text: str, arguments: Mapping[str, Any], encode: Any = None) -> str:
+def _substitute(text: str, arguments: Mapping[str, object], encode: Callable[[str], str] | None = None) -> str:
     def replace(match: re.Match[str]) -> str:
         value = _text(arguments.get(match.group(1)))
         return encode(value) if encode is not None else value
@@ -181,7 +180,7 @@ def _segment(value: str) -> str:
     return quote(value, safe="")  # "/", "?", "#", "@" and ":" are encoded: one argument, one segment
 
 
-def _fill_path(path: str, arguments: Mapping[str, Any]) -> str:
+def _fill_path(path: str, arguments: Mapping[str, object]) -> str:
     segments = []
     for segment in path.split("/"):
         names = PLACEHOLDER.findall(segment)
@@ -195,7 +194,7 @@ def _fill_path(path: str, arguments: Mapping[str, Any]) -> str:
     return "/".join(segments)
 
 
-def _fill_query(template: RestTemplate, query: str, arguments: Mapping[str, Any]) -> str:
+def _fill_query(template: RestTemplate, query: str, arguments: Mapping[str, object]) -> str:
     pairs: list[str] = []
     for pair in query.split("&") if query else ():
         name, separator, value = pair.partition("=")
@@ -209,7 +208,7 @@ def _fill_query(template: RestTemplate, query: str, arguments: Mapping[str, Any]
     return "&".join(pairs)
 
 
-def _fill_body(value: Any, arguments: Mapping[str, Any]) -> Any:
+def _fill_body(value: object, arguments: Mapping[str, object]) -> object:
     if isinstance(value, str):
         whole = _whole(value, arguments)
         if whole is not _NOT_WHOLE:
@@ -223,7 +222,7 @@ def _fill_body(value: Any, arguments: Mapping[str, Any]) -> Any:
     return value
 
 
-def fill_request(template: RestTemplate, arguments: Mapping[str, Any]) -> FilledRequest:
+def fill_request(template: RestTemplate, arguments: Mapping[str, object]) -> FilledRequest:
     """The request for one call's (already validated) arguments.
 
     A value that is exactly `{{name}}` is left out when the argument is (a query parameter, a

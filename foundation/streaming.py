@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from channels.exceptions import StopConsumer
 from channels.generic.http import AsyncHttpConsumer
@@ -24,9 +23,10 @@ SSE_HEADERS = [
 ]
 
 
-def request_header(scope: Mapping[str, Any], name: bytes) -> str | None:
+def request_header(scope: Mapping[str, object], name: bytes) -> str | None:
     """The first request header called `name` (lower-case bytes, as ASGI spells it), or None."""
-    for key, value in scope.get("headers", ()):
+    headers = scope.get("headers", ())
+    for key, value in headers if isinstance(headers, Iterable) else ():
         if key == name:
             return bytes(value).decode("latin-1")
     return None

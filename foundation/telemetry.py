@@ -14,12 +14,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from foundation.logs import logger
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import Counter, Histogram, UpDownCounter
+    from opentelemetry.context import Context
+    from opentelemetry.metrics import Counter, Histogram, Meter, UpDownCounter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
@@ -62,7 +63,7 @@ class _Instruments:
     native_bytes: Counter
     sync_duration: Histogram
     sync_failures: Counter
-    meter: Any
+    meter: Meter
 
 
 def _build_instruments() -> _Instruments | None:
@@ -227,7 +228,7 @@ class Telemetry:
             return None
         from opentelemetry.propagate import extract
 
-        parent: Any = extract({"traceparent": traceparent}) if traceparent else None
+        parent: Context | None = extract({"traceparent": traceparent}) if traceparent else None
         span = instruments.tracer.start_span(
             "session.execute", context=parent, attributes={"session.id": session_id, "brain.harness": harness}
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Protocol
 from urllib.parse import quote
 
 import re2
@@ -34,7 +34,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import extend, validator_for
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
-from referencing.jsonschema import DRAFT202012, specification_with
+from referencing.jsonschema import DRAFT202012, Schema, specification_with
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -54,13 +54,37 @@ REFERENCE_KEYWORDS = ("$ref", "$dynamicRef", "$recursiveRef")
 PATTERN_CACHE = 1024
 
 
-def _refuse_retrieval(uri: str) -> Resource[Any]:
+class _Program(Protocol):
+    """A compiled RE2 pattern (the binding ships no types)."""
+
+    def search(self, text: str, /) -> object | None: ...
+
+
+class _Resolver(Protocol):
+    """What the reference check uses of referencing's resolver."""
+
+    def lookup(self, ref: str) -> object: ...
+
+    def in_subresource(self, subresource: Resource[Schema]) -> _Resolver: ...
+
+
+class _Walker(Protocol):
+    """What a keyword check uses of the validator running it."""
+
+    def is_type(self, instance: object, type: str) -> bool: ...
+
+    def descend(
+        self, instance: object, schema: object, path: str | None = None, schema_path: str | None = None
+    ) -> Iterator[ValidationError]: ...
+
+
+def _refuse_retrieval(uri: str) -> Resource[Schema]:
     raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # an attrs exception
 
 
 # No retrieval at all: not HTTP, not file://, not the metaschemas' home (jsonschema adds the
 # dialects it ships to any registry it is given).
-_DOCUMENT_ONLY: Registry[Any] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
+_DOCUMENT_ONLY: Registry[Schema] = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]
 
 
 def _options() -> re2.Options:
@@ -70,9 +94,10 @@ def _options() -> re2.Options:
 
 
 @functools.lru_cache(maxsize=PATTERN_CACHE)
-def _regex(pattern: str) -> Any:
+def _regex(pattern: str) -> _Program:
     """The RE2 program for `pattern`; raises re2.error when RE2 cannot compile it."""
-    return re2.compile(pattern, _options())
+    program: _Program = re2.compile(pattern, _options())
+    return program
 
 
 def _search(pattern: str, subject: str) -> bool:
@@ -82,7 +107,7 @@ def _search(pattern: str, subject: str) -> bool:
         return False
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
 
@@ -90,15 +115,15 @@ def _shown(value: Any) -> str:
 # --- keywords: the dialects' own, with RE2 and hashing --------------------------------------
 
 
-def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterator[ValidationError]:
-    if validator.is_type(instance, "string") and not _search(pattern, instance):
+def _pattern(validator: _Walker, pattern: str, instance: object, schema: object) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and validator.is_type(instance, "string") and not _search(pattern, instance):
         yield ValidationError(f"{_shown(instance)} does not match {pattern!r}")
 
 
 def _pattern_properties(
-    validator: Any, patterns: Mapping[str, Any], instance: Any, schema: Any
+    validator: _Walker, patterns: Mapping[str, object], instance: object, schema: object
 ) -> Iterator[ValidationError]:
-    if not validator.is_type(instance, "object"):
+    if not isinstance(instance, Mapping) or not validator.is_type(instance, "object"):
         return
     for pattern, subschema in patterns.items():
         for key, value in instance.items():
@@ -106,15 +131,19 @@ def _pattern_properties(
                 yield from validator.descend(value, subschema, path=key, schema_path=pattern)
 
 
-def _additional(instance: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
-    properties = schema.get("properties", {})
-    patterns = list(schema.get("patternProperties", {}))
+def _additional(instance: Mapping[str, object], schema: Mapping[str, object]) -> list[str]:
+    declared_properties = schema.get("properties")
+    properties = declared_properties if isinstance(declared_properties, Mapping) else {}
+    declared = schema.get("patternProperties")
+    patterns = [str(each) for each in declared] if isinstance(declared, Mapping) else []
     return [key for key in instance if key not in properties and not any(_search(pattern, key) for pattern in patterns)]
 
 
-def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _additional_properties(
+    validator: _Walker, allowed: object, instance: object, schema: Mapping[str, object]
+) -> Iterator[ValidationError]:
     # jsonschema's own, with the patterns matched by RE2 (its version joins them for `re`)
-    if not validator.is_type(instance, "object"):
+    if not isinstance(instance, Mapping) or not validator.is_type(instance, "object"):
         return
     extras = _additional(instance, schema)
     if validator.is_type(allowed, "object"):
@@ -122,8 +151,9 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
             yield from validator.descend(instance[extra], allowed, path=extra)
     elif not allowed and extras:
         listed = ", ".join(repr(each) for each in sorted(extras))
-        if "patternProperties" in schema:
-            patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+        declared = schema.get("patternProperties")
+        if isinstance(declared, Mapping):
+            patterns = ", ".join(repr(each) for each in sorted(declared))
             yield ValidationError(
                 f"{listed} {'does' if len(extras) == 1 else 'do'} not match any of the regexes: {patterns}"
             )
@@ -132,7 +162,7 @@ def _additional_properties(validator: Any, allowed: Any, instance: Any, schema: 
             yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
 
-def _canonical(value: Any) -> Any:
+def _canonical(value: object) -> tuple[str, object]:
     """A hashable key equal for JSON-equal values (1 and 1.0 alike, true and 1 apart)."""
     if isinstance(value, bool):
         return ("bool", value)
@@ -147,11 +177,11 @@ def _canonical(value: Any) -> Any:
     return ("other", repr(value))
 
 
-def _unique_items(validator: Any, unique: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _unique_items(validator: _Walker, unique: object, instance: object, schema: object) -> Iterator[ValidationError]:
     # jsonschema compares every pair when items are objects: quadratic in a tenant's array
-    if not unique or not validator.is_type(instance, "array"):
+    if not unique or not isinstance(instance, list) or not validator.is_type(instance, "array"):
         return
-    seen: set[Any] = set()
+    seen: set[tuple[str, object]] = set()
     for item in instance:
         key = _canonical(item)
         if key in seen:
@@ -195,7 +225,7 @@ def _format_checker(base: type[Validator]) -> FormatChecker:
 
 
 # each dialect jsonschema knows: its class with the keywords above, and its format checker
-_DIALECTS: dict[Any, tuple[type[Validator], FormatChecker]] = {
+_DIALECTS: dict[type[Validator], tuple[type[Validator], FormatChecker]] = {
     base: (_linear(base), _format_checker(base))
     for base in (
         Draft3Validator,
@@ -211,9 +241,9 @@ _DIALECTS: dict[Any, tuple[type[Validator], FormatChecker]] = {
 # --- the checks made when a schema is compiled --------------------------------------------------
 
 
-def _nodes(value: Any, where: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
-    """Every JSON container in `value` with its location; refuses nesting beyond the bound."""
-    stack: list[tuple[tuple[str, ...], Any]] = [(where, value)]
+def _nodes(value: object, where: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Mapping[object, object]]]:
+    """Every JSON object in `value` with its location; refuses nesting beyond the bound."""
+    stack: list[tuple[tuple[str, ...], object]] = [(where, value)]
     while stack:
         location, node = stack.pop()
         if len(location) > MAX_SCHEMA_DEPTH:
@@ -229,7 +259,7 @@ def _at(location: tuple[str, ...]) -> str:
     return "/" + "/".join(location) if location else "the root"
 
 
-def _check_document(schema: Mapping[str, Any]) -> None:
+def _check_document(schema: Mapping[str, object]) -> None:
     """Refuse what would make validation fetch, fail late or run in more than linear time.
 
     Every object of the document is looked at, subschema or not (an `enum` value holding a
@@ -246,11 +276,13 @@ def _check_document(schema: Mapping[str, Any]) -> None:
                     f"{keyword} {_shown(reference)} at {_at(location)}: only references inside the schema "
                     "(#...) are allowed"
                 )
-        patterns: list[tuple[str, Any]] = []
-        if isinstance(node.get("pattern"), str):
-            patterns.append(("pattern", node["pattern"]))
-        if isinstance(node.get("patternProperties"), Mapping):
-            patterns.extend(("patternProperties", pattern) for pattern in node["patternProperties"])
+        patterns: list[tuple[str, str]] = []
+        pattern_value = node.get("pattern")
+        if isinstance(pattern_value, str):
+            patterns.append(("pattern", pattern_value))
+        pattern_keys = node.get("patternProperties")
+        if isinstance(pattern_keys, Mapping):
+            patterns.extend(("patternProperties", pattern) for pattern in pattern_keys if isinstance(pattern, str))
         for keyword, pattern in patterns:
             try:
                 _regex(pattern)
@@ -264,7 +296,7 @@ def _check_document(schema: Mapping[str, Any]) -> None:
         raise SchemaError("unevaluatedProperties cannot be combined with patternProperties")
 
 
-def _unresolved(resolver: Any, resource: Resource[Any]) -> str:
+def _unresolved(resolver: _Resolver, resource: Resource[Schema]) -> str:
     contents = resource.contents
     if isinstance(contents, Mapping):
         for keyword in ("$ref", "$dynamicRef"):
@@ -281,7 +313,7 @@ def _unresolved(resolver: Any, resource: Resource[Any]) -> str:
     return ""
 
 
-def compile_schema(schema: Mapping[str, Any]) -> Validator:
+def compile_schema(schema: object) -> Validator:
     """A validator for `schema` that checks `format`, resolves `$ref` only inside the document
     and matches patterns with RE2. Raises jsonschema.SchemaError (a readable `message`) when
     the schema is invalid or refused."""
@@ -304,7 +336,7 @@ def compile_schema(schema: Mapping[str, Any]) -> Validator:
     return validator
 
 
-def schema_problem(schema: Any) -> str:
+def schema_problem(schema: object) -> str:
     """Why `schema` is refused by compile_schema(), or "" when it compiles."""
     try:
         compile_schema(schema)
@@ -313,7 +345,7 @@ def schema_problem(schema: Any) -> str:
     return ""
 
 
-def first_error(validator: Validator, instance: Any) -> ValidationError | None:
+def first_error(validator: Validator, instance: object) -> ValidationError | None:
     """The most relevant reason `instance` is invalid, or None. A value nested too deeply for
     the schema's recursion, or a reference that cannot resolve, is a reason, not an exception."""
     try:
@@ -324,7 +356,7 @@ def first_error(validator: Validator, instance: Any) -> ValidationError | None:
         return ValidationError(f"the schema's reference {_shown(str(exc))} does not resolve inside the schema")
 
 
-async def first_error_off_loop(validator: Validator, instance: Any) -> ValidationError | None:
+async def first_error_off_loop(validator: Validator, instance: object) -> ValidationError | None:
     """first_error() in a worker thread: a tenant's schema and a model's or tool's value decide
     its cost (applicators multiply, values reach 4 MiB), so it never runs on the event loop."""
     return await asyncio.to_thread(first_error, validator, instance)

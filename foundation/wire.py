@@ -4,7 +4,7 @@ refuses lone surrogates, NaN and deep nesting before validation starts."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from ninja import Path, Schema
 from pydantic import ConfigDict, WithJsonSchema
@@ -38,8 +38,8 @@ class StrictSchema(Schema):
 class Tool(StrictSchema):
     name: str
     description: str
-    input_schema: Any
-    output_schema: Any = None
+    input_schema: object  # any JSON; published as an open schema
+    output_schema: object = None
 
 
 class Status(WireSchema):
