@@ -6,12 +6,13 @@ server's own precondition (S3 If-Match, GCS if_generation_match), not by luck.""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from persistence_app.stores import filesystem, gcs, s3
+from persistence_app.stores import gcs, s3
 from persistence_app.stores.base import Fenced, StoreError, recorded_epoch
 from tests.persistence import test_store_contract as contract
 from tests.persistence.test_store_contract import Backend
@@ -140,5 +141,5 @@ def test_the_filesystem_lock_file_sits_beside_the_object(backend: Backend) -> No
         pytest.skip("filesystem only")
     store = backend.store()
     store.put_fenced(KEY, pointer("c1", 1), epoch=1)
-    directory = filesystem.Path(backend.settings["directory"]) / "sessions" / "abc"
+    directory = Path(backend.settings["directory"]) / "sessions" / "abc"
     assert sorted(path.name for path in directory.iterdir()) == [".lock-latest", "latest"]
