@@ -4,9 +4,11 @@ contract at GET /openapi.json, and Swagger UI at /docs served from ninja's packa
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import ninja
 import orjson
@@ -20,6 +22,7 @@ from ninja.renderers import BaseRenderer
 from pydantic import ConfigDict
 
 from foundation.errors import BrainError, InvalidRequest, NotFound, Unauthorized, error_envelope
+from foundation.json_types import JSONObject
 from foundation.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
@@ -70,14 +73,14 @@ class ErrorResponse(Schema):
 class OrjsonRenderer(BaseRenderer):
     media_type = "application/json"
 
-    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+    def render(self, request: HttpRequest, data: object, *, response_status: int) -> bytes:
         return orjson.dumps(data)
 
 
 class LocalSwagger(DocsBase):
     """ninja's Swagger page without Django templates or a CDN: assets come from `swagger_asset`."""
 
-    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: Any) -> HttpResponse:
+    def render_page(self, request: HttpRequest, api: NinjaAPI, **kwargs: object) -> HttpResponse:
         settings = {"url": self.get_openapi_url(api, kwargs), "layout": "BaseLayout", "deepLinking": True}
         # `</` inside a script element would end it early.
         settings_json = json.dumps(settings).replace("<", "\\u003c")
@@ -103,7 +106,7 @@ class BodyParser(Parser):
     """Request bodies decoded by orjson, the library the event log encodes with (no lone
     surrogates, NaN or infinities), and bounded in depth. Failures become ninja's 400."""
 
-    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+    def parse_body(self, request: HttpRequest) -> JSONObject:
         try:
             value = orjson.loads(request.body)
         except orjson.JSONDecodeError as exc:
@@ -112,18 +115,18 @@ class BodyParser(Parser):
             raise InvalidRequest(f"body is not valid JSON: {exc}") from exc
         if _depth_exceeds(value, MAX_JSON_DEPTH):
             raise InvalidRequest(f"body nests deeper than {MAX_JSON_DEPTH} levels")
-        return cast(dict[str, Any], value)
+        return cast(JSONObject, value)
 
 
-def _depth_exceeds(value: Any, limit: int) -> bool:
+def _depth_exceeds(value: object, limit: int) -> bool:
     """Whether `value` nests deeper than `limit`; iterative, so any depth is safe to check."""
-    level: list[Any] = [value]
+    level: list[object] = [value]
     depth = 0
     while level:
         depth += 1
         if depth > limit:
             return True
-        children: list[Any] = []
+        children: list[object] = []
         for item in level:
             if isinstance(item, dict):
                 children.extend(child for child in item.values() if isinstance(child, dict | list))
@@ -134,12 +137,12 @@ def _depth_exceeds(value: Any, limit: int) -> bool:
 
 
 class BrainAPI(NinjaAPI):
-    def __init__(self, **options: Any) -> None:
-        super().__init__(**options)
-        self._documents: dict[tuple[str | None, tuple[tuple[str, Any], ...]], OpenAPISchema] = {}
+    @functools.cached_property
+    def _documents(self) -> dict[tuple[str | None, tuple[tuple[str, object], ...]], OpenAPISchema]:
+        return {}
 
     def get_openapi_schema(
-        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+        self, *, path_prefix: str | None = None, path_params: dict[str, object] | None = None
     ) -> OpenAPISchema:
         """The document, built once per prefix: routes never change after startup."""
         key = (path_prefix, tuple(sorted((path_params or {}).items())))
@@ -148,7 +151,7 @@ class BrainAPI(NinjaAPI):
             document = self._documents[key] = self._build_openapi_schema(path_prefix, path_params)
         return document
 
-    def _build_openapi_schema(self, path_prefix: str | None, path_params: dict[str, Any] | None) -> OpenAPISchema:
+    def _build_openapi_schema(self, path_prefix: str | None, path_params: dict[str, object] | None) -> OpenAPISchema:
         document = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         _publish_errors_and_security(document)
         published: tuple[type[Schema], ...] = (ErrorResponse, *PUBLISHED_SCHEMAS)
@@ -212,7 +215,7 @@ async def swagger_asset(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def request_id(request: HttpRequest) -> str:
-    scope: dict[str, Any] = getattr(request, "scope", {})
+    scope: Mapping[str, object] = getattr(request, "scope", {})
     return str(scope.get("brain_request_id", ""))
 
 

@@ -9,8 +9,9 @@ The admin keeps the full Django stack.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Awaitable, Callable, MutableMapping
 from io import BytesIO
-from typing import Any, cast
+from typing import cast
 
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpResponseBase
@@ -22,12 +23,16 @@ from foundation.logs import logger
 
 __all__ = ["ApiHandler"]
 
+Message = dict[str, object]  # an ASGI event
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
 
 class ApiHandler:
     def __init__(self, urlconf: str = "brainsite.api_urls") -> None:
         self.resolver = get_resolver(urlconf)
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: MutableMapping[str, object], receive: Receive, send: Send) -> None:
         body = await self._read_body(receive)
         if body is None:
             return  # the client went away
@@ -42,7 +47,7 @@ class ApiHandler:
             match = self.resolver.resolve(request.path_info)
         except Resolver404:
             return error_response(request, NotFound("not found"))
-        cast(dict[str, Any], request.scope)["brain_route"] = match.route  # labels the request's metrics
+        cast(dict[str, object], request.scope)["brain_route"] = match.route  # labels the request's metrics
         request.resolver_match = match  # path parameters for auth that needs them (executor credentials)
         try:
             response: HttpResponseBase = match.func(request, *match.args, **match.kwargs)
@@ -56,13 +61,14 @@ class ApiHandler:
         return response
 
     @staticmethod
-    async def _read_body(receive: Any) -> bytes | None:
+    async def _read_body(receive: Receive) -> bytes | None:
         chunks: list[bytes] = []
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
                 return None
-            chunks.append(message.get("body", b""))
+            body = message.get("body", b"")
+            chunks.append(body if isinstance(body, bytes) else b"")
             if not message.get("more_body"):
                 return b"".join(chunks)
 

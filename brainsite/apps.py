@@ -7,7 +7,7 @@ Imports no models: app configs load before them.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -36,7 +36,7 @@ class BrainAdminConfig(AdminConfig):
             logger.warning("any Host header is accepted: set BRAIN_ALLOWED_HOSTS to the names clients use")
 
 
-def check_allowed_hosts(app_configs: Any, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_allowed_hosts(app_configs: Sequence[AppConfig] | None, **kwargs: object) -> list[checks.CheckMessage]:
     if ANY_HOST not in settings.ALLOWED_HOSTS:
         return []
     return [

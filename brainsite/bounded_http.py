@@ -11,13 +11,14 @@ import math
 import secrets
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Protocol, cast
 
 from daphne.http_protocol import HTTPFactory, WebRequest
 from daphne.server import Server
 from daphne.utils import INVALID_HEADER_VALUE_BYTES
 from twisted.internet import defer
 from twisted.internet.base import DelayedCall
+from twisted.internet.interfaces import IAddress
 from twisted.internet.protocol import connectionDone
 from twisted.python.failure import Failure
 from twisted.web import http
@@ -48,6 +49,22 @@ TOO_LARGE_MESSAGE = "request body exceeds the size limit"  # the ASGI layer's wo
 RECEIVING_PER_ADDRESS = 32
 
 
+class _TCPTransport(Protocol):
+    """What a channel uses of its TCP transport, which is also the push producer of its reads."""
+
+    def writeSequence(self, data: list[bytes]) -> None: ...
+
+    def unregisterProducer(self) -> None: ...
+
+    def pauseProducing(self) -> None: ...
+
+    def loseWriteConnection(self) -> None: ...
+
+    def abortConnection(self) -> None: ...
+
+    def getPeer(self) -> IAddress: ...
+
+
 def body_deadline_from_environment(environ: Mapping[str, str]) -> float:
     """BRAIN_BODY_DEADLINE_SECONDS (a positive number of seconds), or the default; ValueError else."""
     raw = environ.get(BODY_DEADLINE_ENV, "")
@@ -65,7 +82,7 @@ def body_deadline_from_environment(environ: Mapping[str, str]) -> float:
 class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no type hints
     """Daphne's request, counting its body as Twisted's decoders deliver it (identity or chunked)."""
 
-    def __init__(self, channel: BoundedHTTPChannel, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, channel: BoundedHTTPChannel, *args: object, **kwargs: object) -> None:
         super().__init__(channel, *args, **kwargs)
         self.body_limit: int = channel.body_limit  # this request's (upload_limits), once its headers are in
         self.body_room: int = channel.body_limit  # bytes the body may still bring; < 0: refused
@@ -149,7 +166,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
         self._responding = True
         super().allContentReceived()  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
 
-    def requestDone(self, request: Any) -> None:
+    def requestDone(self, request: http.Request) -> None:
         # before Twisted replays bytes that came during the response: they start the next deadline
         self._responding = False
         super().requestDone(request)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
@@ -165,7 +182,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
         line into this channel)."""
         cookies = request.requestHeaders.getRawHeaders(b"cookie") or []
         method: bytes = self._command
-        target: Any = self._path  # bytes: Twisted's annotation names another attribute's type
+        target = cast(bytes, self._path)  # bytes: Twisted's annotation names another attribute's type
         return request_body_limit(method, target, cookies, default=self.body_limit)
 
     def _start_receiving(self) -> bool:
@@ -233,7 +250,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
             b"Server: %s\r\n" % self.factory.server.server_name.encode(),
             b"\r\n",
         )
-        transport: Any = self.transport  # a TCP transport: also the push producer of our reads
+        transport = cast(_TCPTransport, self.transport)
         transport.writeSequence([*head, body])
         transport.unregisterProducer()  # a drained write buffer must not resume our reads
         transport.pauseProducing()
@@ -256,7 +273,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
         return round(time.monotonic() - self._request_started, 3)
 
     def _peer(self) -> str:
-        transport: Any = self.transport
+        transport = cast(_TCPTransport | None, self.transport)
         peer = transport.getPeer() if transport is not None else None
         host, port = getattr(peer, "host", "?"), getattr(peer, "port", "?")
         return f"{host}:{port}"
@@ -270,7 +287,7 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
 
     def __init__(
         self,
-        server: Any,
+        server: Server,
         *,
         body_limit: int,
         body_deadline_seconds: float,
@@ -282,7 +299,7 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
         self.receiving_per_address = receiving_per_address
         self.receiving: dict[str, int] = {}
 
-    def buildProtocol(self, addr: Any) -> BoundedHTTPChannel:
+    def buildProtocol(self, addr: IAddress) -> BoundedHTTPChannel:
         channel: BoundedHTTPChannel = super().buildProtocol(addr)
         channel.requestFactory = BoundedWebRequest  # type: ignore[assignment]  # a Request; daphne's is untyped
         channel.body_limit = self.body_limit
@@ -300,11 +317,11 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
 
     def __init__(
         self,
-        *args: Any,
+        *args: object,
         body_limit: int,
         body_deadline_seconds: float,
         receiving_per_address: int = RECEIVING_PER_ADDRESS,
-        **kwargs: Any,
+        **kwargs: object,
     ) -> None:
         self.body_limit = body_limit
         self.body_deadline_seconds = body_deadline_seconds
@@ -316,7 +333,7 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
         return self._bounded_factory
 
     @http_factory.setter
-    def http_factory(self, daphne_factory: Any) -> None:
+    def http_factory(self, daphne_factory: object) -> None:
         # Server.run() builds daphne's HTTPFactory(self) and listens with it in the same breath:
         # this assignment is the one seam where the bounded factory takes its place
         self._bounded_factory = BoundedHTTPFactory(
@@ -326,7 +343,7 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
             receiving_per_address=self.receiving_per_address,
         )
 
-    def kill_all_applications(self) -> defer.Deferred[Any]:
+    def kill_all_applications(self) -> defer.Deferred[list[object] | None]:
         """Daphne's, minus its assumption that every connection has an application: one still
         receiving its request (a slow upload, a refused one lingering) has none yet."""
         pending = [
@@ -336,12 +353,12 @@ class BoundedBodyServer(Server):  # type: ignore[misc]  # daphne ships no type h
         ]
         for instance in pending:
             instance.cancel()
-        waited: defer.Deferred[Any] = defer.Deferred.fromFuture(asyncio.gather(*pending))
-        waited.addErrback(lambda _failure: None)
-        return waited
+        gathered: asyncio.Future[list[object]] = asyncio.gather(*pending)
+        waited: defer.Deferred[list[object]] = defer.Deferred.fromFuture(gathered)
+        return waited.addErrback(lambda _failure: None)
 
 
-def _authorization_refused(request: Any) -> bool:
+def _authorization_refused(request: BoundedWebRequest) -> bool:
     """Whether Daphne refused the request for a byte in its Authorization header."""
     values = request.requestHeaders.getRawHeaders(b"authorization") or []
     return any(INVALID_HEADER_VALUE_BYTES.intersection(value) for value in values)

@@ -11,7 +11,6 @@ import hashlib
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.core.cache import BaseCache, caches
@@ -96,7 +95,7 @@ class ThrottledAuthenticationForm(AdminAuthenticationForm):
         "throttled": "Too many failed login attempts. Try again in %(seconds)s s.",
     }
 
-    def clean(self) -> dict[str, Any]:
+    def clean(self) -> dict[str, object]:
         username = str(self.cleaned_data.get("username") or "")
         if not (username and self.cleaned_data.get("password")):
             return super().clean()  # the field errors answer; no password is checked
@@ -105,6 +104,6 @@ class ThrottledAuthenticationForm(AdminAuthenticationForm):
         seconds = throttle.begin_attempt(username=username, address=address)
         if seconds:
             raise ValidationError(self.error_messages["throttled"], code="throttled", params={"seconds": seconds})
-        cleaned: dict[str, Any] = super().clean()  # a wrong password raises: the attempt stays counted
+        cleaned: dict[str, object] = super().clean()  # a wrong password raises: the attempt stays counted
         throttle.succeeded(username=username, address=address)
         return cleaned

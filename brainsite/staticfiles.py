@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 from django.conf import settings
 from django.contrib.staticfiles import finders
@@ -80,7 +80,7 @@ def hashed_urls(static_root: Path, static_url: str) -> frozenset[str]:
     return frozenset(static_url + name for name in manifest.get("paths", {}).values())
 
 
-def static_files(application: Any) -> ServeStaticASGI:
+def static_files(application: Callable[..., Awaitable[None]] | None) -> ServeStaticASGI:
     """`application` behind a server of STATIC_URL from STATIC_ROOT; other paths pass through.
 
     A STATIC_ROOT that collectstatic has not filled is logged at startup, and the apps' own static

@@ -5,7 +5,7 @@ plain HTTP, so the Django stack counts each one as HTTPS (HSTS, the CSRF origin)
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from typing import cast
 
 from asgiref.sync import iscoroutinefunction
 from django.core.handlers.asgi import ASGIRequest
@@ -14,7 +14,7 @@ from django.utils.decorators import sync_and_async_middleware
 
 __all__ = ["tls_terminated_middleware"]
 
-GetResponse = Callable[[HttpRequest], Any]
+GetResponse = Callable[[HttpRequest], HttpResponseBase | Awaitable[HttpResponseBase]]
 
 
 @sync_and_async_middleware
@@ -23,15 +23,14 @@ def tls_terminated_middleware(get_response: GetResponse) -> GetResponse:
 
         async def middleware(request: HttpRequest) -> HttpResponseBase:
             _count_as_https(request)
-            response: Awaitable[HttpResponseBase] = get_response(request)
+            response = cast(Awaitable[HttpResponseBase], get_response(request))
             return await response
 
         return middleware
 
     def sync_middleware(request: HttpRequest) -> HttpResponseBase:
         _count_as_https(request)
-        response: HttpResponseBase = get_response(request)
-        return response
+        return cast(HttpResponseBase, get_response(request))
 
     return sync_middleware
 
@@ -39,6 +38,6 @@ def tls_terminated_middleware(get_response: GetResponse) -> GetResponse:
 def _count_as_https(request: HttpRequest) -> None:
     # HttpRequest.scheme falls back to the ASGI scope's scheme, or the WSGI environ's
     if isinstance(request, ASGIRequest):
-        cast(dict[str, Any], request.scope)["scheme"] = "https"
+        cast(dict[str, object], request.scope)["scheme"] = "https"
     else:
         request.META["wsgi.url_scheme"] = "https"

@@ -8,19 +8,18 @@ transport; other servers report 0 and rely on the subscriber bounds alone.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 __all__ = ["abort_connection", "pending_bytes_probe"]
 
 
-def _transport(send: Any) -> Any:
+def _transport(send: object) -> object:
     args = getattr(send, "args", ())
     protocol = args[0] if args else None
     channel = getattr(protocol, "channel", None)
     return getattr(channel, "transport", None)
 
 
-def pending_bytes_probe(send: Any) -> Callable[[], int]:
+def pending_bytes_probe(send: object) -> Callable[[], int]:
     transport = _transport(send)
 
     def pending() -> int:
@@ -32,7 +31,7 @@ def pending_bytes_probe(send: Any) -> Callable[[], int]:
     return pending
 
 
-def abort_connection(send: Any) -> None:
-    transport = _transport(send)
-    if transport is not None and hasattr(transport, "abortConnection"):
-        transport.abortConnection()
+def abort_connection(send: object) -> None:
+    abort = getattr(_transport(send), "abortConnection", None)
+    if callable(abort):
+        abort()

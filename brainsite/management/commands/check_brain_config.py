@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.core.management.base import BaseCommand, CommandParser
 
@@ -21,8 +21,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--config", default="brain.json")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        config, _ = load_checked_config(options["config"])
+    def handle(self, *args: str, **options: object) -> None:
+        config, _ = load_checked_config(str(options["config"]))
         providers = install_providers(config)
         installed = sorted(providers)
         with refusing_bad_providers():

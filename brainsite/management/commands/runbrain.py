@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from brainsite.management.host_config import install_providers, load_checked_config, refusing_bad_providers
 
+if TYPE_CHECKING:
+    from twisted.internet.address import IPv4Address, IPv6Address
+
 SHUTDOWN_SECONDS = 18.0
 SWITCH_INTERVAL_SECONDS = 0.001
 PRIVATE_UMASK = 0o077  # spec: exit within about 20 s of SIGTERM/SIGINT
 PRIVATE_DIRECTORY_MODE = 0o700  # session ids are names in the data dir: nobody else may list them
+
+
+class _ListeningPort(Protocol):
+    """The port Daphne reports listening on: a TCP endpoint's."""
+
+    def getHost(self) -> IPv4Address | IPv6Address: ...
 
 
 class Command(BaseCommand):
@@ -25,10 +34,11 @@ class Command(BaseCommand):
         parser.add_argument("--config", default="brain.json")
         parser.add_argument("--skip-migrate", action="store_true", help="do not apply migrations first")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        config, secrets = load_checked_config(options["config"])
+    def handle(self, *args: str, **options: object) -> None:
+        config_path = str(options["config"])
+        config, secrets = load_checked_config(config_path)
         providers = install_providers(config)  # before listening: a bad one refuses startup
-        os.environ["BRAIN_CONFIG"] = options["config"]
+        os.environ["BRAIN_CONFIG"] = config_path
         # Sessions are private: the data dir, logs, checkpoints, native files (the harness children
         # inherit the mask) and the SQLite database are readable by Brain's user only.
         os.umask(PRIVATE_UMASK)
@@ -77,10 +87,10 @@ class Command(BaseCommand):
             return deferred
 
         class BrainServer(BoundedBodyServer):
-            def listen_success(self, port: Any) -> None:
+            def listen_success(self, port: _ListeningPort) -> None:
                 super().listen_success(port)
-                host = port.getHost()
-                logger.info("brain listening", extra={"listen": f"{host.host}:{host.port}"})
+                address = port.getHost()
+                logger.info("brain listening", extra={"listen": f"{address.host}:{address.port}"})
                 # start the runtime now, so restart recovery does not wait for a request
                 self.runtime_start = asyncio.ensure_future(launcher.started())
 

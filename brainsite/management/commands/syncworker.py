@@ -8,7 +8,6 @@ environment; the server dispatches work through the broker in $BRAIN_CELERY_BROK
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -29,15 +28,17 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2, help="worker processes (default 2)")
         parser.add_argument("--loglevel", default="INFO")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        config, _ = load_checked_config(options["config"])
+    def handle(self, *args: str, **options: object) -> None:
+        config_path = str(options["config"])
+        config, _ = load_checked_config(config_path)
         if config.persistence is None:  # knowledge jobs still come through the broker
             self.stderr.write("the host config has no persistence block: this worker runs knowledge jobs only")
         if not settings.CELERY_BROKER_URL:
             raise CommandError("BRAIN_CELERY_BROKER is not set: sync workers need a broker (redis://...)")
-        if options["concurrency"] < 1:
+        concurrency = options["concurrency"]
+        if not isinstance(concurrency, int) or concurrency < 1:
             raise CommandError("--concurrency must be at least 1")
-        os.environ["BRAIN_CONFIG"] = options["config"]
+        os.environ["BRAIN_CONFIG"] = config_path
         os.umask(PRIVATE_UMASK)  # uploaded.json and lock files stay private, as in the server
 
         from brainsite.celery import app
@@ -46,7 +47,7 @@ class Command(BaseCommand):
             [
                 "worker",
                 f"--loglevel={options['loglevel']}",
-                f"--concurrency={options['concurrency']}",
+                f"--concurrency={concurrency}",
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
