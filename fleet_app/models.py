@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.db import models
 
-MAX_INSTANCE_CHARS = 63  # fleet_app.cluster.INSTANCE_NAME: a DNS label
+MAX_INSTANCE_CHARS = 63  # foundation.hostconfig.cluster.INSTANCE_NAME: a DNS label
 SESSION_ID_CHARS = 32  # 32 hex characters, like every session id
 EVENT_ID_CHARS = 32
 

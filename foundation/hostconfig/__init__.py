@@ -8,6 +8,7 @@ the credentials it names (read from the environment) in environment.py. Imports 
 from __future__ import annotations
 
 from .base import MAX_CONFIG_BYTES, ConfigError
+from .cluster import ClusterConfig, FleetSecret, check_cluster
 from .environment import Secrets, resolve_secrets
 from .harnesses import Harness, Provider
 from .limits import Limits
@@ -22,7 +23,9 @@ __all__ = [
     "TOOL_NAME",
     "TOOL_TRANSPORTS",
     "ConfigError",
+    "ClusterConfig",
     "CredentialKeys",
+    "FleetSecret",
     "Harness",
     "HostConfig",
     "Limits",
@@ -30,6 +33,7 @@ __all__ = [
     "Provider",
     "Secrets",
     "TokenGrant",
+    "check_cluster",
     "ToolBindingConfig",
     "load_host_config",
     "parse_host_config",

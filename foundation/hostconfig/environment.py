@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from .base import ConfigError
+from .cluster import FleetSecret, check_cluster
 from .model import HostConfig
 
 __all__ = ["Secrets", "resolve_secrets"]
@@ -25,6 +26,7 @@ class Secrets:
     provider_keys: Mapping[str, str]
     tool_tokens: Mapping[str, str] = field(default_factory=dict)
     credential_keys: Mapping[str, bytes] = field(default_factory=dict)  # key id -> decoded 32-byte AES key
+    fleet_secret: FleetSecret | None = None  # with a `cluster` block: signs instance-to-instance requests
 
     def __repr__(self) -> str:
         return "Secrets(<redacted>)"
@@ -81,6 +83,13 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
             if decoded is None:
                 raise ConfigError(f"credential_keys.keys.{key_id}: {name} must hold a base64-encoded 32-byte key")
             credential_keys[key_id] = decoded
+    fleet_secret = None
+    if config.cluster is not None:
+        fleet_secret = check_cluster(config.cluster, persistence=config.persistence, environ=environ)
     return Secrets(
-        tokens=tuple(tokens), provider_keys=provider_keys, tool_tokens=tool_tokens, credential_keys=credential_keys
+        tokens=tuple(tokens),
+        provider_keys=provider_keys,
+        tool_tokens=tool_tokens,
+        credential_keys=credential_keys,
+        fleet_secret=fleet_secret,
     )

@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
+from .cluster import ClusterConfig
 from .harnesses import Harness, Provider
 from .limits import Limits
 from .persistence import Persistence
@@ -31,6 +32,7 @@ class HostConfig(StrictModel):
     limits: Limits = Field(default_factory=Limits)
     persistence: Persistence | None = None
     credential_keys: CredentialKeys | None = None
+    cluster: ClusterConfig | None = None  # absent: one instance, nothing shared (foundation.hostconfig.cluster)
 
     @field_validator("listen")
     @classmethod

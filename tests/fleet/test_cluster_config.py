@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from fleet_app.cluster import ClusterConfig, FleetSecret, check_cluster
 from foundation.hostconfig import ConfigError, Persistence
+from foundation.hostconfig.cluster import ClusterConfig, FleetSecret, check_cluster
+from tests.fixtures.server import ROOT, make_server
 
 SECRET = "s" * 32
 DATABASE = "postgres://brain@db.internal:5432/brain"
@@ -171,3 +175,55 @@ def test_the_secret_is_counted_in_bytes_not_characters() -> None:
     secret = check_cluster(cluster(), persistence=S3, environ=environ)
     # then
     assert len(secret.key) == 33
+
+
+def _check_brain_config(tmp_path: Path, change: dict[str, Any], environ: dict[str, str]) -> tuple[int, str]:
+    server = make_server(tmp_path)
+    config = {**server.config, **change}
+    path = tmp_path / "brain.json"
+    path.write_text(json.dumps(config))
+    env = {key: value for key, value in server.env.items() if key not in ("BRAIN_DATABASE_URL", "BRAIN_FLEET_SECRET")}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check_brain_config", "--config", str(path)],
+        cwd=ROOT,
+        env={**env, **environ},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    return result.returncode, result.stderr.strip()
+
+
+CLUSTER_BLOCK = {"instance": "brain-a", "url": "http://127.0.0.1:8080"}
+
+
+def test_check_brain_config_refuses_a_cluster_block_without_postgresql(tmp_path: Path) -> None:
+    # given a fleet secret and a shared archive, but Django's database left on SQLite
+    archive = {"provider": "filesystem", "directory": str(tmp_path / "archive")}
+    change = {"cluster": {**CLUSTER_BLOCK, "shared_directory": True}, "persistence": archive}
+    # when
+    code, stderr = _check_brain_config(tmp_path, change, {"BRAIN_FLEET_SECRET": SECRET})
+    # then
+    assert code != 0
+    assert "cluster: BRAIN_DATABASE_URL must name a PostgreSQL database" in stderr
+
+
+def test_check_brain_config_refuses_a_cluster_block_without_the_fleet_secret(tmp_path: Path) -> None:
+    # given
+    archive = {"provider": "filesystem", "directory": str(tmp_path / "archive")}
+    change = {"cluster": {**CLUSTER_BLOCK, "shared_directory": True}, "persistence": archive}
+    # when
+    code, stderr = _check_brain_config(tmp_path, change, {"BRAIN_DATABASE_URL": DATABASE})
+    # then
+    assert code != 0
+    assert "cluster: environment variable BRAIN_FLEET_SECRET is not set" in stderr
+
+
+def test_check_brain_config_accepts_a_complete_cluster_block(tmp_path: Path) -> None:
+    # given
+    archive = {"provider": "filesystem", "directory": str(tmp_path / "archive")}
+    change = {"cluster": {**CLUSTER_BLOCK, "shared_directory": True}, "persistence": archive}
+    # when
+    code, stderr = _check_brain_config(tmp_path, change, {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET})
+    # then
+    assert (code, stderr) == (0, "")

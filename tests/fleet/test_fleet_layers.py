@@ -1,6 +1,6 @@
 """fleet_app's own layer rules, checked on the ASTs: it stands on the shared floor and Django,
 imports no other app and not the wiring; db.py is its only ORM user; the configuration,
-signing and forwarding modules import no Django at all (the host config may hold the first)."""
+signing and forwarding modules import no Django at all."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.db.migrations.state import ProjectState
 ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "fleet_app"
 OTHER_PACKAGES = ("brainsite", "sessions_app", "tools_app", "persistence_app", "runners")
-WITHOUT_DJANGO = ("cluster", "signing", "forwarding")
+WITHOUT_DJANGO = ("signing", "forwarding")
 ORM_MODULES = ("db", "models")
 
 

@@ -1,9 +1,7 @@
 """The host config's `cluster` block and the checks that a fleet's shared parts are configured.
 
-Imports only pydantic and the standard library at load time, never Django or an app, so the
-module can move to the shared floor as it is and HostConfig gain `cluster: ClusterConfig | None
-= None` in one line; `check_brain_config` and `runbrain` then call `check_cluster` before
-settings load.
+Imports only pydantic and the standard library, never Django or an app. `resolve_secrets` calls
+`check_cluster`, so `check_brain_config` and `runbrain` refuse a block without its shared parts.
 """
 
 from __future__ import annotations
@@ -13,13 +11,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-if TYPE_CHECKING:
-    from foundation.hostconfig import Persistence
+from .base import ConfigError
+from .persistence import Persistence
 
 __all__ = [
     "DATABASE_URL_ENV",
@@ -99,11 +96,7 @@ class FleetSecret:
         return "FleetSecret(<redacted>)"
 
 
-def _config_error(message: str) -> ValueError:
-    # Imported here, not at load time: foundation.hostconfig will import this module for
-    # HostConfig.cluster, and its ConfigError is what check_brain_config and runbrain report.
-    from foundation.hostconfig import ConfigError
-
+def _config_error(message: str) -> ConfigError:
     return ConfigError(message)
 
 
