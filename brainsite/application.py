@@ -9,6 +9,7 @@ host config comes from $BRAIN_CONFIG.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,7 +19,10 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
+from fleet_app.journal import InputJournal
+from fleet_app.leases import LeaseManager
 from foundation.app_object import SCOPE_KEY, app_object_of
+from foundation.errors import BrainError
 from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
@@ -28,6 +32,8 @@ from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine, executor_hub
+from sessions_app.runtime.ownership import Ownership
+from sessions_app.storage import SessionStorage
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.app_object import ToolsAppObject
@@ -39,6 +45,12 @@ from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
 from tools_app.vault import CredentialVault
+
+# A fleet instance whose name a live process holds, or whose database is out of reach, tries again.
+JOIN_RETRY_SECONDS = 1.0
+# Graceful shutdown uploads each held session before releasing it; one stuck upload must not
+# hold the others' handoff (its lease expires instead).
+FLEET_FLUSH_SECONDS = 10.0
 
 __all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -91,6 +103,18 @@ class BrainApp:
                 dispatch=_celery_dispatch(),
                 telemetry=self.telemetry,
             )
+        # a fleet (`cluster` block): this instance's leases and the shared input journal
+        self.leases: LeaseManager | None = None
+        self.journal: InputJournal | None = None
+        ownership = None
+        if config.cluster is not None:
+            self.leases = LeaseManager(
+                instance=config.cluster.instance, url=config.cluster.url, lease_seconds=config.cluster.lease_seconds
+            )
+            self.journal = InputJournal()
+            storage = SessionStorage(Path(config.data_dir).resolve())
+            ownership = Ownership(self.leases, storage, self.archive)
+        self._fleet_task: asyncio.Task[None] | None = None
         self.engine = Engine(
             config,
             secrets,
@@ -102,6 +126,7 @@ class BrainApp:
                 CredentialVault.configured(config.credential_keys, secrets), required=self._credential_bindings
             ),
             archive=self.archive,
+            ownership=ownership,
         )
         children = EngineChildSessions(self.engine)
         for provider in self.providers.values():
@@ -123,24 +148,60 @@ class BrainApp:
         await database_sync_to_async(tools_db.mirror_config_bindings)(self.config.tools)
         if self.archive is not None:
             await self.archive.start()  # before the engine: loading settles sessions
+        if self.leases is not None:
+            self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
         await self.engine.start()
         await self.knowledge_jobs.start()
+
+    async def _in_fleet(self, leases: LeaseManager) -> None:
+        """Join (again every JOIN_RETRY_SECONDS while the name is taken by a live process or the
+        database is out of reach), then renew the leases until stopped; sessions another
+        instance took are unloaded without writing."""
+        await leases.join_retrying(retry_seconds=JOIN_RETRY_SECONDS)
+        logger.info("joined the fleet", extra={"instance": leases.instance, "url": leases.url})
+
+        def on_lost(session_ids: frozenset[str]) -> None:
+            logger.warning("sessions taken by another instance", extra={"sessions": sorted(session_ids)})
+            task = asyncio.get_running_loop().create_task(self.engine.drop_lost(session_ids), name="brain-fleet-lost")
+            self.engine.track(task)
+
+        await leases.run_renewals(on_lost)
 
     @property
     def ready(self) -> bool:
         """Readiness: not shutting down and, with persistence, the sync backlog under control."""
         if self.engine.draining:
             return False
+        if self.leases is not None and not self.leases.joined:
+            return False
         return self.archive is None or self.archive.ready
 
     async def stop(self) -> None:
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
+        if self.leases is not None:
+            await self._leave_fleet(self.leases)
         if self.archive is not None:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
         await self.registry.aclose()
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
+
+    async def _leave_fleet(self, leases: LeaseManager) -> None:
+        """Graceful: upload every held session (renewals still running), then release the leases
+        and leave, so another instance takes each session at once with nothing lost."""
+        if self.archive is not None:
+            for session_id in leases.held():
+                try:
+                    await asyncio.wait_for(self.archive.flush(session_id), FLEET_FLUSH_SECONDS)
+                except (BrainError, TimeoutError) as exc:  # its lease then expires instead
+                    logger.warning("flush before leaving failed", extra={"session_id": session_id, "error": str(exc)})
+                    leases.forget(session_id)
+        if self._fleet_task is not None:
+            self._fleet_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._fleet_task
+        await leases.leave_quietly()
 
 
 def _celery_dispatch() -> Callable[[str, int], None] | None:

@@ -94,6 +94,18 @@ class LeaseManager:
         )
         return self.joined
 
+    async def join_retrying(self, *, retry_seconds: float) -> None:
+        """Join, trying again every `retry_seconds` while a live process holds the name or the
+        database is out of reach."""
+        while True:
+            try:
+                if await self.join():
+                    return
+                logger.warning("fleet instance name in use; retrying", extra={"instance": self.instance})
+            except DatabaseError as exc:
+                logger.warning("fleet join failed; retrying", extra={"instance": self.instance, "error": str(exc)})
+            await asyncio.sleep(retry_seconds)
+
     async def acquire(self, session_id: str) -> int | None:
         """Take the session's lease (free, expired, or already ours): the epoch held, or None
         while another instance holds it. A change of owner increments the epoch."""
@@ -141,6 +153,11 @@ class LeaseManager:
             return False
         return await db.arelease_lease(session_id, owner=self.instance, epoch=held.epoch, using=self.database)
 
+    def forget(self, session_id: str) -> None:
+        """Stop writing the session and keep the lease unreleased, to expire on its own (a
+        graceful shutdown that could not upload it: no successor takes it before it must)."""
+        self._held.pop(session_id, None)
+
     async def release_all(self) -> set[str]:
         """Graceful shutdown, after the flush: every lease in one statement."""
         snapshot = {session_id: held.epoch for session_id, held in self._held.items()}
@@ -154,6 +171,13 @@ class LeaseManager:
         await self.release_all()
         await db.aleave_instance(self.instance, incarnation=self.incarnation, using=self.database)
         self.joined = False
+
+    async def leave_quietly(self) -> None:
+        """leave(), a database error logged: the leases then expire on their own."""
+        try:
+            await self.leave()
+        except DatabaseError as exc:
+            logger.warning("leaving the fleet failed", extra={"instance": self.instance, "error": str(exc)})
 
     async def set_draining(self, draining: bool) -> bool:
         return await db.aset_draining(

@@ -9,7 +9,8 @@ BrainError (500 brain_error)
 ├── Conflict (409 conflict)
 ├── CursorUnavailable (409 cursor_unavailable)
 ├── Unsupported (422 unsupported)
-└── Overloaded (429 overloaded, Retry-After: 1)
+├── Overloaded (429 overloaded, Retry-After: 1)
+└── Unavailable (503 unavailable, Retry-After: 1)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "CursorUnavailable",
     "Unsupported",
     "Overloaded",
+    "Unavailable",
 ]
 
 
@@ -88,6 +90,17 @@ class Unsupported(BrainError):
 class Overloaded(BrainError):
     code = "overloaded"
     status = 429
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": "1"}
+
+
+class Unavailable(BrainError):
+    """A fleet instance that may not write a session now (its lease is lapsing, moving, or held
+    elsewhere): the same request succeeds shortly, here or on the owner."""
+
+    code = "unavailable"
+    status = 503
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": "1"}

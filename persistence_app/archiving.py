@@ -223,6 +223,28 @@ class ArchiveService:
         logger.info("session loaded from the archive", extra={"session_id": session_id, "checkpoint": checkpoint})
         return True
 
+    async def take_over(self, tenant: str, session_id: str) -> bool:
+        """In a fleet, a session whose lease epoch moved past this copy's (or that has no copy
+        here): install the archive's `latest`, the local directory (if any) kept aside as a
+        replaced copy, never deleted. False when the archive has no `latest` for it."""
+        try:
+            checkpoint = await asyncio.to_thread(archive.read_latest, self.store, session_id)
+        except ObjectMissing:
+            return False
+        except archive.ArchiveError as exc:
+            raise Conflict(f"the archived state of session {session_id} cannot be loaded: {exc.reason}") from exc
+        except StoreError as exc:
+            raise _unreadable(session_id, exc) from exc
+        try:
+            manifest = await self._manifest(session_id, checkpoint)
+        except archive.InvalidManifest as exc:
+            raise Conflict(f"the archived state of session {session_id} cannot be loaded: {exc.reason}") from exc
+        if manifest["session"]["tenant"] != tenant:
+            return False
+        await self._install(manifest, replace=True)
+        logger.info("session taken over from the archive", extra={"session_id": session_id, "checkpoint": checkpoint})
+        return True
+
     async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:
         """Write the checkpoint beside the session, swap it in, then import its row. Everything
         that can be refused is checked before the first byte is written; a failure after the

@@ -209,7 +209,7 @@ async def send_message(
 ) -> Event:
     _validate_message(text, key, delivery, input_bytes=engine.limits.input_bytes)
     actor = await _actor(engine, principal, session_id)
-    engine.check_writes()
+    engine.check_writes(session_id)
     assert text is not None
     return actor.send(text, key=key or None, traceparent=traceparent)
 

@@ -13,9 +13,9 @@ import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from foundation.errors import BrainError, Conflict, NotFound, Overloaded
+from foundation.errors import BrainError, Conflict, NotFound, Overloaded, Unavailable
 from foundation.hostconfig import HostConfig, Limits, Secrets
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
@@ -32,6 +32,8 @@ from tools_app.registry import ToolRegistry
 
 from .actor import SessionActor
 from .approvals import Approvals
+from .hooks import ArchiveHooks
+from .ownership import Ownership
 from .pubsub import SubscriberSlots
 from .residency import Residency
 from .session_reads import OwnSession
@@ -57,23 +59,6 @@ class SessionDamaged(BrainError):
     """A session whose log or checkpoint journal does not decode: it alone cannot load (500)."""
 
 
-class ArchiveHooks(Protocol):
-    """External persistence as the engine sees it (persistence_app's ArchiveService), given to
-    the engine when it is built."""
-
-    def mark_dirty(self, session_id: str) -> None:
-        """The session's state changed: it is due for background sync."""
-
-    @property
-    def backlog_full(self) -> bool: ...
-
-    async def cold_load(self, tenant: str, session_id: str) -> bool:
-        """Load a session that is not on local disk from the archive into it: True when it did."""
-
-    async def list_remote(self, tenant: str, after: str, limit: int) -> list[SessionRecord]:
-        """Sessions other servers published, from the discovery index."""
-
-
 @dataclass(frozen=True, slots=True)
 class Stats:
     loaded: int
@@ -97,6 +82,7 @@ class Engine:
         providers: ProviderRegistry | None = None,
         binding_credentials: CredentialSource = no_credentials,
         archive: ArchiveHooks | None = None,
+        ownership: Ownership | None = None,
     ) -> None:
         self.config = config
         self.executors = executors if executors is not None else executor_hub(config.limits)
@@ -126,6 +112,7 @@ class Engine:
         self._streams_closed = asyncio.Event()
         self._archive = archive
         self._offline: set[str] = set()  # sessions being replaced by a restore
+        self.ownership = ownership  # in a fleet: leases, stale copies, the write check
 
     @property
     def limits(self) -> Limits:
@@ -142,7 +129,7 @@ class Engine:
         shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
         marked = await asyncio.to_thread(self.storage.marked_running)
         for record in await db.aclaim_running_sessions(marked):
-            with contextlib.suppress(NotFound, Overloaded, SessionDamaged):  # a damaged one stays unloaded
+            with contextlib.suppress(NotFound, Overloaded, Unavailable, SessionDamaged):  # loads on its next request
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
         self._flusher = asyncio.get_running_loop().create_task(self._write_behind(), name="brain-write-behind")
@@ -190,8 +177,11 @@ class Engine:
         if self._archive is not None:
             self._archive.mark_dirty(actor.id)
 
-    def check_writes(self) -> None:
-        """429 while shutting down or while the sync backlog is full (spec)."""
+    def check_writes(self, session_id: str | None = None) -> None:
+        """429 while shutting down or while the sync backlog is full (spec); in a fleet, 503
+        while this instance's lease on `session_id` is not writable."""
+        if self.ownership is not None and session_id is not None:
+            self.ownership.require_writable(session_id)
         if self._draining:
             raise Overloaded("server is shutting down")
         if self._archive is not None and self._archive.backlog_full:
@@ -222,6 +212,8 @@ class Engine:
         self.check_writes()
         files = self.storage.files(record.id)
         files.create()
+        if self.ownership is not None:
+            await self.ownership.claim_new(record.id)
         await asyncio.to_thread(
             files.checkpoints.record,
             record.checkpoint["id"],
@@ -271,6 +263,8 @@ class Engine:
             record = await db.aget_session(tenant, session_id)
         if record is None:
             raise NotFound("session not found")
+        if self.ownership is not None and await self.ownership.claim(tenant, session_id):
+            record = await db.aget_session(tenant, session_id) or record  # the archive's row
         # no call waits in a session being loaded: approvals a stopped server left pending are over
         abandoned = await db.acancel_pending_approvals(session_id, reason=ABANDONED_APPROVAL_REASON)
         await self._make_room()
@@ -339,6 +333,18 @@ class Engine:
                 await self.unload(actor)
                 return
         raise Overloaded("too many loaded sessions")
+
+    async def drop_lost(self, session_ids: frozenset[str]) -> None:
+        """Sessions another instance took: unload them, their rows unwritten, their turns cancelled."""
+        for session_id in session_ids:
+            actor = self.actors.get(session_id)
+            self._dirty.pop(session_id, None)
+            if actor is None:
+                continue
+            actor.subscribers.close_all()
+            if actor.task is not None:
+                actor.task.cancel(msg="the session moved to another instance")
+            await self.unload(actor)
 
     async def unload(self, actor: SessionActor) -> None:
         self.actors.pop(actor.id, None)

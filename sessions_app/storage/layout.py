@@ -5,6 +5,7 @@
     <data_dir>/sessions/<id>/native/             the harness's files
     <data_dir>/sessions/<id>/running             present while a turn may run
     <data_dir>/sessions/<id>/uploaded.json       what the archive holds (persistence_app)
+    <data_dir>/sessions/<id>/lease_epoch         in a fleet: the lease epoch this copy was written under
 
 The runtime and persistence both reach a session's files through SessionStorage (the
 sessions root) and SessionFiles (one directory). Blocking file I/O, no Django, no asyncio.
@@ -37,6 +38,7 @@ __all__ = [
 EVENT_LOG = "events.jsonl"
 RUNNING_MARKER = "running"  # in the session directory while a turn may run; restarts settle these
 UPLOADED = "uploaded.json"
+LEASE_EPOCH = "lease_epoch"  # decimal; a copy whose epoch is not the lease's is stale
 SESSION_DIRECTORY_CHARS = 32  # a session's directory is its id; anything else is a restore's or a stray
 TAIL_SCAN_BYTES = 64 << 10
 
@@ -130,6 +132,23 @@ class SessionFiles:
             handle.flush()
             os.fsync(handle.fileno())
         temporary.replace(self.directory / UPLOADED)
+
+    def read_lease_epoch(self) -> int | None:
+        """The lease epoch this copy was last written under; None without one (or unreadable)."""
+        try:
+            text = (self.directory / LEASE_EPOCH).read_text()
+        except (OSError, UnicodeDecodeError):
+            return None
+        return int(text) if text.isdigit() else None
+
+    def write_lease_epoch(self, epoch: int) -> None:
+        """Record, atomically and durably, that this copy is written under `epoch` from now on."""
+        temporary = self.directory / f".{LEASE_EPOCH}.{secrets.token_hex(4)}"
+        with temporary.open("w") as handle:
+            handle.write(str(epoch))
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.replace(self.directory / LEASE_EPOCH)
 
     def write_journal(self, entry: bytes) -> CheckpointEntry | None:
         """A restored session's one-line checkpoint journal, read back as the runtime will read

@@ -1,0 +1,84 @@
+"""A fleet instance's ownership of the sessions it serves: the lease taken when a session is
+created or loaded, the epoch its local copy was written under, the stale copy replaced by the
+archive's `latest`, and the check before every write. Without a `cluster` block there is none.
+
+Sees fleet_app only through the Leases protocol (its LeaseManager) and persistence only through
+the TakeOver protocol (its ArchiveService); no Django, no request objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Protocol
+
+from foundation.errors import Unavailable
+from foundation.logs import logger
+from sessions_app.storage import SessionStorage
+
+__all__ = ["Leases", "Ownership", "TakeOver"]
+
+FIRST_EPOCH = 1  # fleet_app.db: a session's first lease ever
+
+
+class Leases(Protocol):
+    @property
+    def joined(self) -> bool: ...
+
+    async def acquire(self, session_id: str) -> int | None: ...
+
+    def held_epoch(self, session_id: str) -> int | None: ...
+
+
+class TakeOver(Protocol):
+    async def take_over(self, tenant: str, session_id: str) -> bool:
+        """Replace the local copy (kept aside) with the archive's latest: False without one."""
+
+
+class Ownership:
+    def __init__(self, leases: Leases, storage: SessionStorage, archive: TakeOver | None) -> None:
+        self.leases = leases
+        self.storage = storage
+        self.archive = archive
+
+    async def _acquire(self, session_id: str) -> int:
+        if not self.leases.joined:  # the others could not see this instance as the owner yet
+            raise Unavailable("this instance has not joined the fleet yet")
+        epoch = await self.leases.acquire(session_id)
+        if epoch is None:
+            raise Unavailable("the session is owned by another instance")
+        return epoch
+
+    async def claim_new(self, session_id: str) -> int:
+        """A session created here: its first lease, recorded in its new directory."""
+        epoch = await self._acquire(session_id)
+        await asyncio.to_thread(self.storage.files(session_id).write_lease_epoch, epoch)
+        return epoch
+
+    async def claim(self, tenant: str, session_id: str) -> bool:
+        """Take the lease of a session about to load here. The local copy serves when it was
+        written under the epoch now held (nobody took the session meanwhile: it is the freshest
+        there is); otherwise the archive's latest replaces it. True when it was replaced."""
+        epoch = await self._acquire(session_id)
+        files = self.storage.files(session_id)
+        local = await asyncio.to_thread(files.read_lease_epoch)
+        exists = await asyncio.to_thread(files.exists)
+        fresh = exists and (local == epoch or (local is None and epoch == FIRST_EPOCH))
+        replaced = False
+        if not fresh and self.archive is not None:
+            replaced = await self.archive.take_over(tenant, session_id)
+            if exists and replaced:
+                logger.info(
+                    "stale session copy replaced",
+                    extra={"session_id": session_id, "local_epoch": local, "epoch": epoch},
+                )
+        if not replaced and not exists:
+            raise Unavailable("the session's state is not in the archive yet")
+        await asyncio.to_thread(files.write_lease_epoch, epoch)
+        return replaced
+
+    def require_writable(self, session_id: str) -> int:
+        """The epoch to write under; 503 unavailable while the lease is not (or no longer) ours."""
+        epoch = self.leases.held_epoch(session_id)
+        if epoch is None:
+            raise Unavailable("this instance's lease on the session is lapsing; retry")
+        return epoch
