@@ -4,7 +4,8 @@ are validated exactly like the host config and serve new sessions as soon as the
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from asgiref.sync import async_to_sync
 from django import forms
@@ -22,6 +23,7 @@ from .ingest.documents import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobSt
 from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
 from .origins import url_origin
 from .provider_tools import bind_provider_tool
+from .providers.base import ToolProvider
 from .providers.knowledge import BASE_NAME
 from .providers.knowledge.db import count_active_knowledge_jobs
 from .providers.knowledge.jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
@@ -55,24 +57,31 @@ _FORM_FIELDS = (
 APPROVAL_TIMEOUT_DEFAULT = ToolBindingConfig.model_fields["approval_timeout_seconds"].default
 
 
+class _ServingBrain(Protocol):
+    """What the binding form reads of the answering server's application object."""
+
+    @property
+    def providers(self) -> Mapping[str, ToolProvider]: ...
+
+
 class ToolBindingForm(forms.ModelForm[ToolBinding]):
     # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
     url = forms.URLField(max_length=2048, assume_scheme="https", required=False)  # provider tools have none
     # only tools that require approval use it; left out, it is the host config's default
     approval_timeout_seconds = forms.IntegerField(min_value=1, required=False, initial=APPROVAL_TIMEOUT_DEFAULT)
-    brain: Any = None  # the application object of the server answering (ToolBindingAdmin.get_form)
+    brain: _ServingBrain | None = None  # the application object of the server answering (ToolBindingAdmin.get_form)
 
     class Meta:
         model = ToolBinding
         fields = _FORM_FIELDS
 
-    def clean(self) -> dict[str, Any]:
-        data = super().clean() or {}
+    def clean(self) -> dict[str, object]:
+        data: dict[str, object] = super().clean() or {}
         if data.get("approval_timeout_seconds") is None:
             data["approval_timeout_seconds"] = APPROVAL_TIMEOUT_DEFAULT
         if self.errors:
             return data
-        candidate: dict[str, Any] = {key: data[key] for key in _FORM_FIELDS if data.get(key) not in (None, "")}
+        candidate: dict[str, object] = {key: data[key] for key in _FORM_FIELDS if data.get(key) not in (None, "")}
         candidate.setdefault("inspect_session", False)
         try:
             ToolBindingConfig.model_validate(candidate)
@@ -88,7 +97,7 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
         if candidate.get("transport") == "provider":
             self._bind_provider(candidate, data)
             return data
-        token_env = data.get("token_env")
+        token_env = str(data.get("token_env") or "")
         declared = declared_token_origins() if token_env else {}
         if token_env and token_env not in declared:
             # one answer whether or not the variable exists: the form reveals nothing of the environment
@@ -100,11 +109,10 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
             self.add_error("token_env", f"environment variable {token_env} is not set for this server")
         return data
 
-    def _bind_provider(self, candidate: dict[str, Any], data: dict[str, Any]) -> None:
+    def _bind_provider(self, candidate: dict[str, object], data: dict[str, object]) -> None:
         """A provider-backed binding is bound as at startup, by the server's installed providers;
         the descriptor it gets fills the description and schemas the operator left empty."""
-        brain = getattr(self, "brain", None)
-        providers = brain.providers if brain is not None else {}
+        providers = self.brain.providers if self.brain is not None else {}
         try:
             bound = async_to_sync(bind_provider_tool)(ToolBindingConfig.model_validate(candidate), providers)
         except ValueError as exc:
@@ -164,15 +172,17 @@ class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
         return obj is None or not obj.from_config
 
     def get_form(
-        self, request: HttpRequest, obj: ToolBinding | None = None, change: bool = False, **kwargs: Any
-    ) -> Any:
+        self, request: HttpRequest, obj: ToolBinding | None = None, change: bool = False, **kwargs: object
+    ) -> type[forms.ModelForm[ToolBinding]]:
         form = super().get_form(request, obj, change=change, **kwargs)
         scope = getattr(request, "scope", None)
         # its installed providers; ToolBindingForm declares the attribute get_form's subclass sets
         form.brain = scope.get("brain") if isinstance(scope, dict) else None  # type: ignore[attr-defined]
         return form
 
-    def save_model(self, request: HttpRequest, obj: ToolBinding, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: ToolBinding, form: forms.ModelForm[ToolBinding], change: bool
+    ) -> None:
         super().save_model(request, obj, form, change)
         _forget_bindings(request)
 
@@ -180,7 +190,7 @@ class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
         super().delete_model(request, obj)
         _forget_bindings(request)
 
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:  # a QuerySet: django.db is db.py's
         super().delete_queryset(request, queryset)
         _forget_bindings(request)
 
@@ -231,7 +241,7 @@ class KnowledgeBaseForm(forms.ModelForm[KnowledgeBase]):
             raise forms.ValidationError("1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
         return name
 
-    def clean(self) -> dict[str, Any] | None:
+    def clean(self) -> dict[str, object] | None:
         cleaned = super().clean()
         upload = self.cleaned_data.get("upload")
         tenant = self.cleaned_data.get("tenant")
@@ -289,14 +299,16 @@ class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
     ordering = ("tenant", "name")
 
     def get_form(
-        self, request: HttpRequest, obj: KnowledgeBase | None = None, change: bool = False, **kwargs: Any
+        self, request: HttpRequest, obj: KnowledgeBase | None = None, change: bool = False, **kwargs: object
     ) -> type[forms.ModelForm[KnowledgeBase]]:
         form = super().get_form(request, obj, change=change, **kwargs)
         # the form class is made for this request (a KnowledgeBaseForm subclass): its server's job budgets
         form.request = request  # type: ignore[attr-defined]  # declared on KnowledgeBaseForm
         return form
 
-    def save_model(self, request: HttpRequest, obj: KnowledgeBase, form: Any, change: bool) -> None:
+    def save_model(
+        self, request: HttpRequest, obj: KnowledgeBase, form: forms.ModelForm[KnowledgeBase], change: bool
+    ) -> None:
         if obj.created_at is None:
             obj.created_at = timezone.now()
         super().save_model(request, obj, form, change)

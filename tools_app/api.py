@@ -20,7 +20,18 @@ from .app_object import request_brain
 from .bindings import ALIAS, check_runtime_tools
 from .executors import Executor, normalized_tools
 from .providers.tasks import db as tasks_db
-from .schemas import ExecutorCredential, ExecutorRegistration, Reply, Status, TaskPage, ToolCatalog
+from .schemas import (
+    CatalogBody,
+    CredentialBody,
+    ExecutorCredential,
+    ExecutorRegistration,
+    Reply,
+    Status,
+    StatusBody,
+    TaskPage,
+    TaskPageBody,
+    ToolCatalog,
+)
 
 router = Router(tags=["tools"])
 
@@ -42,7 +53,7 @@ _UPGRADE: dict[str, object] = {"responses": {101: {"content": {}}}}
 @router.get(
     "/catalog", response={200: ToolCatalog}, operation_id="catalog", summary="List available tools", exclude_unset=True
 )
-async def catalog(request: HttpRequest) -> dict[str, object]:
+async def catalog(request: HttpRequest) -> CatalogBody:
     return {"tools": await request_brain(request).registry.acatalog_for(principal_of(request).tenant)}
 
 
@@ -61,9 +72,9 @@ async def list_tasks(
     after: Annotated[int, Query(ge=0)] = 0,
     limit: Annotated[int, Query(ge=1, le=MAX_TASK_PAGE)] = 50,
     status: Annotated[Literal["", "pending", "in_progress", "completed", "cancelled"], Query()] = "",
-) -> dict[str, object]:
+) -> TaskPageBody:
     rows = await tasks_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
-    page: dict[str, object] = {"tasks": [row.as_dict() for row in rows]}
+    page: TaskPageBody = {"tasks": [row.as_dict() for row in rows]}
     if len(rows) == limit:
         page["next_after"] = rows[-1].id
     return page
@@ -75,7 +86,7 @@ async def list_tasks(
     operation_id="registerExecutor",
     summary="Register runtime tools",
 )
-async def register_executor(request: HttpRequest, body: ExecutorRegistration) -> tuple[int, dict[str, str]]:
+async def register_executor(request: HttpRequest, body: ExecutorRegistration) -> tuple[int, CredentialBody]:
     brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
@@ -126,7 +137,7 @@ def executor_of(request: HttpRequest) -> Executor:
     summary="Close a runtime executor",
     auth=ExecutorAuth(),
 )
-async def unregister_executor(request: HttpRequest, id: ExecutorId) -> dict[str, str]:
+async def unregister_executor(request: HttpRequest, id: ExecutorId) -> StatusBody:
     request_brain(request).executors.close(executor_of(request))
     return {"status": "closed"}
 
@@ -151,7 +162,7 @@ async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:
     summary="Submit runtime progress or result",
     auth=ExecutorAuth(),
 )
-async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> dict[str, str]:
+async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> StatusBody:
     result = body.result.model_dump(exclude_none=True) if body.result is not None else None
     request_brain(request).executors.reply(
         executor_of(request), connection=body.connection, call_id=body.call_id, progress=body.progress, result=result

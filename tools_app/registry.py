@@ -17,12 +17,7 @@ from runners.protocol import ToolDescriptor
 
 from .invocation.config_tools import CatalogEntry, ConfigTools, InspectionGrants
 from .invocation.path import CallContext, ToolKind, invoke_tool
-from .invocation.results import (
-    CallResult,
-    Invocation,
-    error_result,  # legacy_: the runtime actor's import, moving
-)
-from .invocation.results import CallResult as ToolResult  # legacy_: the runtime actor's import, moving
+from .invocation.results import CallResult, Invocation
 from .origins import token_origins, url_origin
 from .providers.registry import ProviderRegistry
 from .transports.base import Transport, Transports
@@ -33,8 +28,6 @@ __all__ = [
     "AdminLoader",
     "InspectionGrants",
     "ToolRegistry",
-    "ToolResult",
-    "error_result",
 ]
 
 HEADER_TIMEOUT_SECONDS = 30.0  # spec: response headers within 30 s, even for long SSE tools

@@ -3,12 +3,19 @@ catalog and the runtime executor protocol. `Tool` and `Status` come from foundat
 
 from __future__ import annotations
 
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from foundation.wire import Status, StrictSchema, Tool, WireSchema
+from runners.protocol import ToolDescriptor
+
+from .providers.tasks.db import TaskFields
 
 __all__ = [
     "Call",
+    "CatalogBody",
+    "CredentialBody",
+    "StatusBody",
+    "TaskPageBody",
     "Command",
     "Content",
     "ExecutorCredential",
@@ -55,7 +62,7 @@ class Command(WireSchema):
     connection: str
     call_id: str | None = None
     tool: str | None = None
-    arguments: Any = None
+    arguments: object = None
     scope: ToolScope | None = None
 
 
@@ -70,13 +77,13 @@ class Result(StrictSchema):
     content: list[Content]
     is_error: bool | None = None
     unknown_outcome: bool | None = None
-    structured_content: Any = None
+    structured_content: object = None
 
 
 class Reply(StrictSchema):
     connection: str
     call_id: str
-    progress: Any = None
+    progress: object = None
     result: Result | None = None
 
 
@@ -85,7 +92,7 @@ class Call(WireSchema):
 
     id: str
     name: str
-    arguments: Any
+    arguments: object
 
 
 class ToolResult(WireSchema):
@@ -110,3 +117,24 @@ class TaskItem(WireSchema):
 class TaskPage(WireSchema):
     tasks: list[TaskItem]
     next_after: int | None = None
+
+
+# What the handlers return, validated by ninja against the Schemas above.
+
+
+class CatalogBody(TypedDict):
+    tools: list[ToolDescriptor]
+
+
+class TaskPageBody(TypedDict):
+    tasks: list[TaskFields]
+    next_after: NotRequired[int]
+
+
+class CredentialBody(TypedDict):
+    id: str
+    token: str
+
+
+class StatusBody(TypedDict):
+    status: str

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from runners.protocol import ToolDescriptor
 
@@ -63,10 +63,10 @@ class SessionView(Protocol):
     """Read access to exactly one session, the calling one: what `session_reads` serves. It
     cannot name another session."""
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> dict[str, object]:
         """The session's public metadata (as GET /sessions/{id}, without descriptors)."""
 
-    async def events(self, *, after: str, limit: int) -> tuple[list[dict[str, Any]], str]:
+    async def events(self, *, after: str, limit: int) -> tuple[list[dict[str, object]], str]:
         """Up to `limit` retained events after a cursor ("" = the start) and the next cursor;
         ValueError for a cursor this session did not issue."""
 
@@ -100,10 +100,10 @@ class TurnEffects:
 
     def __init__(self, allowed: frozenset[str]) -> None:
         self._allowed = allowed
-        self.events: list[tuple[str, Any]] = []
+        self.events: list[tuple[str, object]] = []
         self.end_turn = False
 
-    def record(self, type_: str, data: Any) -> None:
+    def record(self, type_: str, data: object) -> None:
         if type_ not in self._allowed:
             raise ValueError(f"event type {type_!r} is not one this provider declares")
         if len(self.events) >= self.MAX_EVENTS:
@@ -121,7 +121,7 @@ class ProviderCall:
     call_id: str
     alias: str
     operation: str  # the operation's name, without the alias prefix
-    arguments: dict[str, Any]  # the model's arguments, already checked against the descriptor
+    arguments: dict[str, object]  # the model's arguments, already checked against the descriptor
     parameters: object  # the binding's parameters, as bind() accepted them (None when the binding has none)
     credential: object  # the binding's private credential, decrypted; None without one
     progress: Callable[[object], None]

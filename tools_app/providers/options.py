@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from jsonschema import SchemaError
@@ -43,7 +43,7 @@ class StrictOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def _check_schema(schema: dict[str, Any] | None, what: str) -> None:
+def _check_schema(schema: dict[str, object] | None, what: str) -> None:
     if schema is None:
         return
     try:
@@ -73,8 +73,8 @@ class Operation(StrictOptions):
 
     name: str
     description: str = Field(min_length=1)
-    input_schema: dict[str, Any]
-    output_schema: dict[str, Any] | None = None
+    input_schema: dict[str, object]
+    output_schema: dict[str, object] | None = None
 
     @field_validator("name")
     @classmethod
@@ -103,7 +103,7 @@ class CommonOptions(StrictOptions):
     tenants: list[str] | None = None
     timeout_seconds: float = Field(default=DEFAULT_TIMEOUT_SECONDS, ge=1, le=MAX_TIMEOUT_SECONDS)
     max_output_bytes: int = Field(default=DEFAULT_OUTPUT_BYTES, ge=1, le=MAX_OUTPUT_BYTES)
-    parameters_schema: dict[str, Any] | None = None
+    parameters_schema: dict[str, object] | None = None
 
     @model_validator(mode="after")
     def _parameters_schema(self) -> CommonOptions:
@@ -129,7 +129,7 @@ class ParameterCheck:
     """A binding's `parameters` checked against the provider's schema; absent parameters are
     checked as an empty object."""
 
-    def __init__(self, schema: dict[str, Any] | None) -> None:
+    def __init__(self, schema: dict[str, object] | None) -> None:
         self._validator: Validator = compile_schema(schema if schema is not None else {"type": "object"})
 
     def check(self, parameters: object) -> None:

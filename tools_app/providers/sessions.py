@@ -77,8 +77,9 @@ class SessionReadsProvider(ToolProvider):
             raise ProviderError("the calling session is not readable here", reached=False)
         if call.operation == "status":
             return {"content": [], "structured_content": await call.session.status()}
-        after = call.arguments.get("after", "")
-        limit = call.arguments.get("limit", self.settings.max_events)
+        after = str(call.arguments.get("after", ""))  # a string and an integer: the descriptor's types
+        limit = call.arguments.get("limit")
+        limit = int(limit) if isinstance(limit, int | float) else self.settings.max_events  # 2.0 is an integer too
         try:
             events, next_cursor = await call.session.events(after=after, limit=limit)
         except ValueError as exc:

@@ -223,7 +223,7 @@ class SubagentProvider(ToolProvider):
                 f"sub-agent {name!r} refused: sub-agents may be nested at most {self.settings.max_depth} deep",
                 {"session_id": None, "status": "refused", "answer": None},
             )
-        text = call.arguments["task"]
+        text = str(call.arguments["task"])  # a string: the descriptor requires it
         if call.arguments.get("context"):
             text = f"{text}\n\nContext:\n{call.arguments['context']}"
         spec = ChildSpec(

@@ -19,7 +19,7 @@ from runners.protocol import FrameError, decode_json
 from .base import OutboundCall, Transport, TransportError
 from .bodies import ACCEPT_ENCODING, BodyDecodingError, BodyTooLarge, decoded_response
 
-__all__ = ["HttpSseTransport", "body_chunks", "make_client"]
+__all__ = ["HttpSseTransport", "PooledHttpTransport", "body_chunks", "make_client", "media_type_of", "too_large"]
 
 # A pool big enough that 32 parallel calls per service never wait for a connection.
 MAX_CONNECTIONS = 512
@@ -57,7 +57,7 @@ def _envelope(call: OutboundCall) -> bytes:
     return orjson.dumps(body)
 
 
-def _media_type(response: httpx.Response) -> str:
+def media_type_of(response: httpx.Response) -> str:
     content_type: str = response.headers.get("content-type", "")
     return content_type.split(";", 1)[0].strip().lower()
 
@@ -110,6 +110,18 @@ class PooledHttpTransport(Transport):
             await self._client.aclose()
             self._client = None
 
+    async def _send(self, request: httpx.Request, call: OutboundCall, *, answer: str) -> httpx.Response:
+        """The streamed response to `request` once its headers are in, within the call's header
+        deadline (TransportError, reached, naming `answer` when they are late); the caller reads
+        and closes its body."""
+        try:
+            async with asyncio.timeout(call.header_timeout):
+                return await self._pooled_client().send(request, stream=True)
+        except TimeoutError:
+            raise TransportError(
+                f"{answer} headers did not arrive within {call.header_timeout:g} s", reached=True
+            ) from None
+
 
 class HttpSseTransport(PooledHttpTransport):
     """Brain's tool envelope over HTTP: a JSON answer, or progress and a result over SSE."""
@@ -123,13 +135,7 @@ class HttpSseTransport(PooledHttpTransport):
             headers["traceparent"] = call.traceparent
         request = client.build_request("POST", call.url, content=_envelope(call), headers=headers)
         try:
-            try:
-                async with asyncio.timeout(call.header_timeout):
-                    response = await client.send(request, stream=True)
-            except TimeoutError:
-                raise TransportError(
-                    f"tool response headers did not arrive within {call.header_timeout:g} s", reached=True
-                ) from None
+            response = await self._send(request, call, answer="tool response")
             try:
                 return await self._read(response, call)
             finally:
@@ -142,7 +148,7 @@ class HttpSseTransport(PooledHttpTransport):
             # The body of a non-2xx answer is ignored: handled failures come as 200 + is_error.
             raise TransportError(f"tool returned HTTP {response.status_code}", reached=True)
         budget = _Budget(call.max_output_bytes)
-        media_type = _media_type(response)
+        media_type = media_type_of(response)
         if media_type == "application/json":
             body = bytearray()
             async for chunk in body_chunks(response, budget.limit):

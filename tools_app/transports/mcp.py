@@ -13,13 +13,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
 
 import anyio
 import httpx2
 import orjson
 from mcp import types
-from mcp.client.session import ClientSession
+from mcp.client._transport import TransportStreams  # the SDK's (read, write) pair of every transport
+from mcp.client.session import ClientRequestContext, ClientSession, ElicitationFnT
 from mcp.client.streamable_http import streamable_http_client
 
 from runners.protocol import FrameError, encode_json
@@ -42,7 +42,7 @@ BINDING_META_KEY = "brain.dev/binding"  # a provider binding's alias and paramet
 DISCOVERY_PAGES = 100  # tools/list pages read at most (a server that never stops paginating)
 
 # What an MCP client transport yields: the session's read and write streams.
-McpStreams = AbstractAsyncContextManager[tuple[Any, Any]]
+McpStreams = AbstractAsyncContextManager[TransportStreams]
 # Connections per (url, token) pool; an MCP call uses one or two at a time.
 MAX_CONNECTIONS = 256
 # The DELETE that ends an operation's MCP session runs beside the call's result (never delaying
@@ -160,11 +160,11 @@ def _metered_client(pooled: httpx2.AsyncClient, meter: OutputMeter) -> httpx2.As
 class _CallSession(ClientSession):
     """Forwards progress for this call's token in wire order, before the result is returned."""
 
-    def __init__(self, *args: Any, call: OutboundCall, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, streams: TransportStreams, *, elicitation_callback: ElicitationFnT, call: OutboundCall) -> None:
+        super().__init__(*streams, elicitation_callback=elicitation_callback)
         self._call = call
 
-    def _intercept_notification(self, method: str, params: Mapping[str, Any] | None) -> bool:
+    def _intercept_notification(self, method: str, params: Mapping[str, object] | None) -> bool:
         if (
             method == "notifications/progress"
             and params is not None
@@ -303,7 +303,7 @@ class McpTransport(Transport):
     async def _call(self, call: OutboundCall, scope: anyio.CancelScope, meter: OutputMeter) -> object:
         stage = {"sent": False, "elicited": False}
 
-        async def elicit(context: Any, params: Any) -> types.ErrorData:
+        async def elicit(context: ClientRequestContext, params: types.ElicitRequestParams) -> types.ErrorData:
             stage["elicited"] = True
             scope.cancel()
             return types.ErrorData(code=types.INVALID_REQUEST, message="Brain tools cannot ask for user input")
@@ -313,7 +313,7 @@ class McpTransport(Transport):
             with scope:
                 async with (
                     self.open_streams(call, meter) as (read, write),
-                    _CallSession(read, write, elicitation_callback=elicit, call=call) as session,
+                    _CallSession((read, write), elicitation_callback=elicit, call=call) as session,
                 ):
                     try:
                         async with asyncio.timeout(call.header_timeout):

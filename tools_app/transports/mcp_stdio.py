@@ -18,11 +18,11 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import anyio
 from anyio.abc import Process
 from mcp import types
+from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
 from .base import OutboundCall
@@ -106,7 +106,7 @@ class McpStdioTransport(McpTransport):
         return self._streams(meter)
 
     @contextlib.asynccontextmanager
-    async def _streams(self, meter: OutputMeter) -> AsyncIterator[tuple[Any, Any]]:
+    async def _streams(self, meter: OutputMeter) -> AsyncIterator[TransportStreams]:
         workdir = await asyncio.to_thread(_private_directory, self._workroot)
         try:
             env = {**self._environment, "HOME": str(workdir), "TMPDIR": str(workdir)}
@@ -130,7 +130,7 @@ class McpStdioTransport(McpTransport):
 
 
 @contextlib.asynccontextmanager
-async def _bridge(process: Process, meter: OutputMeter) -> AsyncIterator[tuple[Any, Any]]:
+async def _bridge(process: Process, meter: OutputMeter) -> AsyncIterator[TransportStreams]:
     """The session's streams over the child's pipes: NDJSON JSON-RPC messages both ways."""
     read_writer, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_stream, write_reader = anyio.create_memory_object_stream[SessionMessage](0)

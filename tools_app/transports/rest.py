@@ -8,7 +8,6 @@ Imports nothing from Django.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 
@@ -19,7 +18,7 @@ from foundation.rest_templates import TemplateError, fill_request
 from runners.protocol import FrameError, decode_json
 
 from .base import OutboundCall, TransportError
-from .http_sse import PooledHttpTransport, body_chunks, too_large
+from .http_sse import PooledHttpTransport, body_chunks, media_type_of, too_large
 
 __all__ = ["RestTransport"]
 
@@ -50,13 +49,7 @@ class RestTransport(PooledHttpTransport):
         client = self._pooled_client()
         try:
             request = client.build_request(filled.method, filled.url, content=filled.body, headers=headers)
-            try:
-                async with asyncio.timeout(call.header_timeout):
-                    response = await client.send(request, stream=True)
-            except TimeoutError:
-                raise TransportError(
-                    f"response headers did not arrive within {call.header_timeout:g} s", reached=True
-                ) from None
+            response = await self._send(request, call, answer="response")
             try:
                 return await _result(response, call.max_output_bytes)
             finally:
@@ -90,11 +83,6 @@ async def _excerpt(response: httpx.Response) -> str:
     return f": {text}" if text else ""
 
 
-def _media_type(response: httpx.Response) -> str:
-    content_type: str = response.headers.get("content-type", "")
-    return content_type.split(";", 1)[0].strip().lower()
-
-
 async def _result(response: httpx.Response, limit: int) -> object:
     """The tool result of an answer: 2xx is the body, 4xx an error result (the service refused;
     nothing happened), anything else a TransportError with an unknown outcome."""
@@ -109,7 +97,7 @@ async def _result(response: httpx.Response, limit: int) -> object:
     body = await _read(response, limit)
     if not body:
         return {"content": [{"type": "text", "text": f"HTTP {status} with no body"}]}
-    media_type = _media_type(response)
+    media_type = media_type_of(response)
     if media_type == "application/json" or media_type.endswith("+json"):
         try:
             value = decode_json(body)

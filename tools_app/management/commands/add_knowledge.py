@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -31,30 +30,30 @@ class Command(BaseCommand):
         parser.add_argument("--title", default="", help="the document's title (one file only)")
         parser.add_argument("paths", nargs="+", help="files to add")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: str, **options: object) -> None:
         try:
-            load_host_config(options["config"])  # its data_dir holds the database (manage.py chose it)
+            load_host_config(str(options["config"]))  # its data_dir holds the database (manage.py chose it)
         except ConfigError as exc:
             raise CommandError(f"invalid config {options['config']}: {exc}") from exc
-        tenant, name, paths = options["tenant"], options["base"], options["paths"]
+        tenant, name, title = str(options["tenant"]), str(options["base"]), str(options["title"])
+        given = options["paths"]
+        paths = [str(path) for path in given] if isinstance(given, list) else []
         if not tenant:
             raise CommandError("--tenant: must not be empty")
         if not BASE_NAME.fullmatch(name):
             raise CommandError("--base: 1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
-        if options["title"] and len(paths) != 1:
+        if title and len(paths) != 1:
             raise CommandError("--title names one document: give one file with it")
         try:
             budgets = JobBudgets.from_environment(os.environ)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        base = db.ensure_knowledge_base(tenant, name, description=options["description"])
+        base = db.ensure_knowledge_base(tenant, name, description=str(options["description"]))
         failed = 0
         for index, path in enumerate(paths, 1):
             prefix = f"[{index}/{len(paths)}] {path}"
             try:
-                job = ingest_file_now(
-                    base.pk, Path(path), source=Path(path).name, title=options["title"], budgets=budgets
-                )
+                job = ingest_file_now(base.pk, Path(path), source=Path(path).name, title=title, budgets=budgets)
             except (KnowledgeError, OSError) as exc:
                 failed += 1
                 self.stderr.write(f"{prefix}: not added: {exc}")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Any
 
 import httpx2
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 from pydantic import ValidationError
@@ -21,7 +21,7 @@ MAX_TOOLS = 128  # spec: 1 to 128 remote tool names
 MAX_PAGES = 100  # tools/list pages read at most (a server that never stops paginating)
 
 
-async def _list_tools(url: str, token: str) -> dict[str, Any]:
+async def _list_tools(url: str, token: str) -> dict[str, types.Tool]:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     async with (
         httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(DISCOVERY_SECONDS), trust_env=True) as client,
@@ -29,7 +29,7 @@ async def _list_tools(url: str, token: str) -> dict[str, Any]:
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        tools: dict[str, Any] = {}
+        tools: dict[str, types.Tool] = {}
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             params = {"cursor": cursor} if cursor else None
@@ -51,16 +51,17 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", required=True, help="the tenant allowed to use the tools")
         parser.add_argument("--tools", required=True, help="comma-separated remote tool names (1-128)")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        names = [name.strip() for name in options["tools"].split(",") if name.strip()]
+    def handle(self, *args: str, **options: object) -> None:
+        url, tenant = str(options["url"]), str(options["tenant"])
+        names = [name.strip() for name in str(options["tools"]).split(",") if name.strip()]
         if not 1 <= len(names) <= MAX_TOOLS or len(set(names)) != len(names):
             raise CommandError(f"--tools must list 1 to {MAX_TOOLS} distinct names")
-        token_env = options["token_env"]
+        token_env = str(options["token_env"])
         token = os.environ.get(token_env, "") if token_env else ""
         if token_env and not token:
             raise CommandError(f"environment variable {token_env} is not set")
         try:
-            remote = asyncio.run(asyncio.wait_for(_list_tools(options["url"], token), DISCOVERY_SECONDS))
+            remote = asyncio.run(asyncio.wait_for(_list_tools(url, token), DISCOVERY_SECONDS))
         except TimeoutError:
             raise CommandError(f"discovery took longer than {DISCOVERY_SECONDS:g} s") from None
         except Exception as exc:  # the SDK's connection failures come as many types
@@ -71,18 +72,18 @@ class Command(BaseCommand):
         bindings = []
         for name in names:
             tool = remote[name]
-            binding: dict[str, Any] = {
+            binding: dict[str, object] = {
                 "name": name if TOOL_NAME.fullmatch(name) else _local_name(name),
                 "description": tool.description or tool.title or name,
                 "input_schema": tool.input_schema,
-                "url": options["url"],
+                "url": url,
                 "mcp_tool": name,
             }
             if tool.output_schema:
                 binding["output_schema"] = tool.output_schema
             if token_env:
                 binding["token_env"] = token_env
-            binding.update({"tenants": [options["tenant"]], "timeout_seconds": 300, "max_output_bytes": 1048576})
+            binding.update({"tenants": [tenant], "timeout_seconds": 300, "max_output_bytes": 1048576})
             try:
                 ToolBindingConfig.model_validate(binding)
             except ValidationError as exc:

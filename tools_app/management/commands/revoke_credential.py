@@ -5,7 +5,6 @@ an error from then on; they never run without the credential or with another one
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -24,9 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("session", help="the 32-character session id")
         parser.add_argument("alias", help="the binding alias")
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        config, _ = load_config(options["config"])
-        session_id, alias = options["session"].lower(), options["alias"]
+    def handle(self, *args: str, **options: object) -> None:
+        config, _ = load_config(str(options["config"]))
+        session_id, alias = str(options["session"]).lower(), str(options["alias"])
         if not db.revoke_credential(session_id, alias):
             raise CommandError(f"session {session_id} has no live credential for binding {alias!r}")
         self.stdout.write(f"revoked the credential of binding {alias!r} of session {session_id}")

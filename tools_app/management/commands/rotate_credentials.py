@@ -8,7 +8,6 @@ longer configured, or it fails authentication) is reported and left as it is.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -28,8 +27,8 @@ class Command(BaseCommand):
         # manage.py takes `--config FILE` off the command line and passes it on as $BRAIN_CONFIG
         parser.add_argument("--config", default=os.environ.get("BRAIN_CONFIG", "brain.json"))
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        config, secrets = load_config(options["config"])
+    def handle(self, *args: str, **options: object) -> None:
+        config, secrets = load_config(str(options["config"]))
         vault = CredentialVault.configured(config.credential_keys, secrets)
         if vault is None:
             raise CommandError("the host config has no credential_keys")

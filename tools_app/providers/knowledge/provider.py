@@ -80,7 +80,7 @@ class KnowledgeProvider(ToolProvider):
 
     async def handle(self, call: ProviderCall) -> CallResult:
         bases = _bases(call.parameters)
-        query: str = call.arguments["query"]
+        query = str(call.arguments["query"])  # a string: the descriptor requires it
         limit = call.arguments.get("limit", DEFAULT_RESULTS)
         hits = await asearch_knowledge(call.tenant, bases, query, limit=limit)
         if not hits:

@@ -101,7 +101,7 @@ class MemoryProvider(ToolProvider):
         space = _space(call.parameters)
         arguments = call.arguments
         if call.operation == "memory_store":
-            content: str = arguments["content"]
+            content = str(arguments["content"])  # a string: the descriptor requires it
             size = len(content.encode())
             if size > MAX_MEMORY_BYTES:
                 return _error(f"memory too large: {size} bytes; a memory holds at most {MAX_MEMORY_BYTES} bytes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from channels.db import database_sync_to_async
 from django.utils import timezone
@@ -10,6 +11,7 @@ from django.utils import timezone
 from ...models import Task, TaskStatus
 
 __all__ = [
+    "TaskFields",
     "TaskRow",
     "acreate_task",
     "alist_tasks",
@@ -18,6 +20,18 @@ __all__ = [
     "list_tasks",
     "update_task_status",
 ]
+
+
+class TaskFields(TypedDict):
+    """A task as the model and GET /tasks see it."""
+
+    id: int
+    parent_id: int | None
+    title: str
+    description: str
+    status: str
+    created_at: str
+    updated_at: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +44,7 @@ class TaskRow:
     created_at: str
     updated_at: str
 
-    def as_dict(self) -> dict[str, object]:
+    def as_dict(self) -> TaskFields:
         return {
             "id": self.id,
             "parent_id": self.parent_id,

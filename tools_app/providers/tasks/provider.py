@@ -71,7 +71,7 @@ class TasksProvider(ToolProvider):
 
     async def handle(self, call: ProviderCall) -> object:
         arguments = call.arguments
-        action = arguments["action"]
+        action = str(arguments["action"])  # one of the descriptor's enum
         missing = [key for key in REQUIRED.get(action, ()) if key not in arguments]
         if missing:
             return _error(f"action {action} needs {', '.join(missing)}")
