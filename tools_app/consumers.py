@@ -31,7 +31,7 @@ PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a
 REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
 
 
-def _hub(scope: Mapping[str, Any]) -> ExecutorHub:
+def _hub(scope: Mapping[str, object]) -> ExecutorHub:
     hub: ExecutorHub = brain_of(scope).executors
     return hub
 

@@ -9,7 +9,6 @@ credentials or native files.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import orjson
 from pydantic import Field
@@ -91,7 +90,7 @@ class SessionReadsProvider(ToolProvider):
         text), keeping whole events; next_cursor continues after the last one kept. An event
         larger than a page on its own comes without its data, marked `truncated`."""
         budget = self.settings.max_output_bytes // 2 - 256
-        kept: list[dict[str, Any]] = []
+        kept: list[dict[str, object]] = []
         used = 0
         for event in events:
             size = len(orjson.dumps(event)) + 1
@@ -104,5 +103,5 @@ class SessionReadsProvider(ToolProvider):
             kept.append(event)
             used += size
         if len(kept) < len(events):
-            next_cursor = kept[-1].get("cursor", after) if kept else after
+            next_cursor = str(kept[-1].get("cursor", after)) if kept else after
         return {"events": kept, "next_cursor": next_cursor, "complete": len(kept) == len(events)}
