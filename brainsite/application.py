@@ -113,7 +113,7 @@ class BrainApp:
             )
             self.journal = InputJournal()
             storage = SessionStorage(Path(config.data_dir).resolve())
-            ownership = Ownership(self.leases, storage, self.archive)
+            ownership = Ownership(self.leases, storage, self.archive, self.journal)
         self._fleet_task: asyncio.Task[None] | None = None
         self.engine = Engine(
             config,

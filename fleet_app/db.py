@@ -29,6 +29,7 @@ __all__ = [
     "alist_instances",
     "amark_started",
     "aowner_of",
+    "adiscard_input",
     "aprune_journal",
     "arecord_input",
     "arelease_all",
@@ -44,6 +45,7 @@ __all__ = [
     "list_instances",
     "mark_started",
     "owner_of",
+    "discard_input",
     "prune_journal",
     "record_input",
     "release_all",
@@ -310,6 +312,14 @@ def journal_after(session_id: str, covered_seq: int, *, using: str = DEFAULT_DB_
     ]
 
 
+def discard_input(session_id: str, seq: int, *, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Forget an entry whose send failed after it was journaled (no 202 was given)."""
+    sql = f"DELETE FROM {_JOURNAL} WHERE session_id = %s AND seq = %s"
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [session_id, seq])
+        return bool(cursor.rowcount == 1)
+
+
 def prune_journal(session_id: str, covered_seq: int, *, using: str = DEFAULT_DB_ALIAS) -> int:
     """Delete the entries a published checkpoint covers; returns how many."""
     sql = f"DELETE FROM {_JOURNAL} WHERE session_id = %s AND seq <= %s"
@@ -340,3 +350,4 @@ arecord_input = _twin(record_input)
 amark_started = _twin(mark_started)
 ajournal_after = _twin(journal_after)
 aprune_journal = _twin(prune_journal)
+adiscard_input = _twin(discard_input)

@@ -59,6 +59,10 @@ class InputJournal:
             lost=tuple(row for row in rows if row.state is JournalState.STARTED),
         )
 
+    async def discard(self, session_id: str, seq: int) -> bool:
+        """An entry whose send failed after it was journaled: no 202, so nothing to run."""
+        return await db.adiscard_input(session_id, seq, using=self.database)
+
     async def prune(self, session_id: str, covered_seq: int) -> int:
         """After the archive has a checkpoint covering `covered_seq`: forget what it covers."""
         return await db.aprune_journal(session_id, covered_seq, using=self.database)

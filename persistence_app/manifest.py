@@ -170,8 +170,11 @@ def _is_time(value: object) -> bool:
 def _check_native_checkpoint(native: object, files: dict[str, Any], resume_offset: int) -> None:
     """The checkpoints.jsonl entry a restore writes back: as the runtime records it, naming the
     manifest's native files with their sizes, at the manifest's resume offset."""
-    if not isinstance(native, dict) or native.keys() != {"id", "offset", "time", "files"}:
+    if not isinstance(native, dict) or native.keys() - {"covered_seq"} != {"id", "offset", "time", "files"}:
         raise ManifestProblem("native_checkpoint is not a checkpoint entry")
+    # a fleet's input journal seq the checkpoint covers: optional, absent = 0
+    if "covered_seq" in native and not _is_count(native["covered_seq"]):
+        raise ManifestProblem("native_checkpoint.covered_seq is not a count")
     if not is_hex_id(native["id"]) or not _is_time(native["time"]) or native["offset"] != resume_offset:
         raise ManifestProblem("native_checkpoint is not a checkpoint entry")
     if not _is_count(native["offset"]):

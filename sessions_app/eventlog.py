@@ -150,8 +150,8 @@ class Event:
     offset: int = -1  # byte offset in events.jsonl; -1 for live-only events
 
     @classmethod
-    def build(cls, type_: str, data: Any, *, input_id: str | None = None) -> Event:
-        event_id = new_id()
+    def build(cls, type_: str, data: Any, *, input_id: str | None = None, event_id: str = "") -> Event:
+        event_id = event_id or new_id()
         envelope: dict[str, Any] = {"id": event_id, "type": type_, "time": now_rfc3339()}
         if input_id:
             envelope["input_id"] = input_id

@@ -19,6 +19,7 @@ from .records import ApprovalRecord, Principal, SessionConfig, SessionRecord
 from .runtime.actor import SessionActor
 from .runtime.approvals import MAX_REASON_CHARS
 from .runtime.engine import Engine
+from .runtime.ownership import Journal, Ownership
 from .runtime.pubsub import Subscriber
 
 __all__ = [
@@ -211,7 +212,34 @@ async def send_message(
     actor = await _actor(engine, principal, session_id)
     engine.check_writes(session_id)
     assert text is not None
-    return actor.send(text, key=key or None, traceparent=traceparent)
+    ownership = engine.ownership
+    if ownership is None or ownership.journal is None:
+        return actor.send(text, key=key or None, traceparent=traceparent)
+    return await _send_journaled(ownership, ownership.journal, actor, text, key or None, traceparent)
+
+
+async def _send_journaled(
+    ownership: Ownership, journal: Journal, actor: SessionActor, text: str, key: str | None, traceparent: str
+) -> Event:
+    """A fleet's send: the input is in the journal (under the held lease epoch) before it is in
+    the log and before the 202; the session's sends take the lock in turn, so journal order is
+    queue order. A key another instance journaled answers with that input's event."""
+    if actor.send_lock is None:
+        actor.send_lock = asyncio.Lock()
+    async with actor.send_lock:
+        data, previous = actor.admit(text, key=key)
+        if previous is not None:
+            return previous
+        epoch = ownership.require_writable(actor.id)
+        input_id = new_id()
+        recorded = await journal.record(actor.id, input_id=input_id, key=key, payload=data, epoch=epoch)
+        if not recorded.created:
+            return Event.build("user.message", data, event_id=recorded.input_id)
+        try:
+            return actor.send(text, key=key, traceparent=traceparent, input_id=input_id, seq=recorded.seq)
+        except BaseException:
+            await asyncio.shield(journal.discard(actor.id, recorded.seq))
+            raise
 
 
 async def interrupt_session(engine: Engine, principal: Principal, session_id: str) -> None:

@@ -35,6 +35,7 @@ from tools_app.invocation import CallResult, error_result
 
 from .approvals import Approvals, decided_event
 from .idempotency import IdempotencyKeys
+from .ownership import Journal, JournalBacklog
 from .pubsub import Fanout, Subscriber
 from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure, turn_failure
 from .toolcalls import ToolCalls
@@ -49,6 +50,7 @@ CHECKPOINT_TIMEOUT_SECONDS = 30.0
 LOG_RESERVE_BYTES = MAX_RECORD_BYTES
 QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
 RESTART_MESSAGE = "turn interrupted: server restarted"
+LOST_MESSAGE = "turn lost with the instance that ran it"
 
 
 class SessionActor:
@@ -61,8 +63,12 @@ class SessionActor:
         log: EventLog,
         tool_calls: ToolCalls,
         telemetry: Telemetry,
+        journal: Journal | None = None,
     ) -> None:
         self._host = host
+        self._journal = journal  # a fleet's input journal: turns mark their input started
+        self._covered_seq = 0  # the journal seq the last checkpoint covers
+        self.send_lock: asyncio.Lock | None = None  # a fleet's sends: journal and log in one order
         self.record = record
         self.files = files
         self.log = log
@@ -138,17 +144,23 @@ class SessionActor:
 
     # -- loading -----------------------------------------------------------------------------
 
-    def settle_after_load(self, recovered: Recovered) -> None:
+    def settle_after_load(self, recovered: Recovered, backlog: JournalBacklog | None = None) -> None:
         """Adopt what recovery rebuilt from the log; a turn that was running when the server
-        died comes back interrupted, and its queued inputs are cancelled."""
+        died comes back interrupted, and its queued inputs are cancelled. In a fleet, `backlog`
+        holds the journaled inputs the last checkpoint does not cover: see _adopt_backlog."""
         self._keys.adopt(recovered.keys)
         status = SessionStatus(recovered.status)
         if recovered.last_checkpoint is not None:
             last = recovered.last_checkpoint
             self.record.checkpoint = {"id": last["id"], "offset": last["offset"], "time": last["time"]}
+            self._covered_seq = last.get("covered_seq", 0)
         self.record.status = status
-        if recovered.unsettled and status != SessionStatus.CLOSED:
-            first, *queued = recovered.unsettled
+        unsettled = recovered.unsettled
+        if backlog is not None:
+            journaled = {entry.input_id for entry in (*backlog.lost, *backlog.requeue)}
+            unsettled = [input_id for input_id in unsettled if input_id not in journaled]
+        if unsettled and status != SessionStatus.CLOSED:
+            first, *queued = unsettled
             self.emit("session.error", {"code": "conflict", "message": RESTART_MESSAGE}, input_id=first)
             for input_id in queued:
                 self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
@@ -159,6 +171,38 @@ class SessionActor:
         self._marked_running = True  # whatever a dead server left: a loaded actor has no running turn yet
         self._mark_running(False)
         self._host.mark_dirty(self)
+        if backlog is not None and self.status != SessionStatus.CLOSED:
+            self._adopt_backlog(recovered, backlog)
+
+    def _adopt_backlog(self, recovered: Recovered, backlog: JournalBacklog) -> None:
+        """Journaled inputs a dead owner acknowledged: those missing from the log are appended
+        (same event id), those that never started are queued again, in order, to run once; a
+        started one whose outcome is not in the log lost its turn: the session is interrupted
+        with a session.error naming them (its queued inputs run after a resume)."""
+        unsettled = set(recovered.unsettled)
+        started = {entry.input_id for entry in backlog.lost}
+        lost: list[str] = []
+        for entry in sorted((*backlog.lost, *backlog.requeue), key=lambda entry: entry.seq):
+            if entry.input_id in recovered.inputs and entry.input_id not in unsettled:
+                continue  # its outcome is in the log already
+            if entry.input_id not in recovered.inputs:
+                event = self.emit("user.message", entry.payload, event_id=entry.input_id)
+                key = entry.payload.get("key")
+                if isinstance(key, str):
+                    self._keys.remember(key, event.offset)
+            if entry.input_id in started:
+                lost.append(entry.input_id)
+            else:
+                text = str(entry.payload.get("text", ""))
+                self.queue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq))
+        if lost:
+            message = f"{LOST_MESSAGE}: input {', '.join(lost)}"
+            self.emit("session.error", {"code": "conflict", "message": message}, input_id=lost[0])
+            if self.status != SessionStatus.INTERRUPTED:
+                self._set_status(SessionStatus.INTERRUPTED, input_id=lost[0])
+            logger.warning("turn lost with its instance", extra={"session_id": self.id, "inputs": lost})
+        elif self.queue and self.status == SessionStatus.IDLE:
+            self._start_next()
 
     def record_abandoned_approval(self, approval: ApprovalRecord) -> None:
         """An approval whose call died with a previous server process, settled at load."""
@@ -179,9 +223,9 @@ class SessionActor:
 
     # -- events ------------------------------------------------------------------------------
 
-    def emit(self, type_: str, data: Any, *, input_id: str | None = None) -> Event:
+    def emit(self, type_: str, data: Any, *, input_id: str | None = None, event_id: str = "") -> Event:
         """Record (unless live-only) and publish one event. Raises OSError or RecordTooLarge."""
-        event = Event.build(type_, data, input_id=input_id)
+        event = Event.build(type_, data, input_id=input_id, event_id=event_id)
         if type_ not in LIVE_ONLY:
             self.log.append(event)
         if self.subscribers:
@@ -198,8 +242,28 @@ class SessionActor:
 
     # -- inputs ------------------------------------------------------------------------------
 
-    def send(self, text: str, *, key: str | None, traceparent: str = "") -> Event:
-        """Accept a user.message: on disk before return, then queued. Raises Conflict/Overloaded."""
+    def send(self, text: str, *, key: str | None, traceparent: str = "", input_id: str = "", seq: int = 0) -> Event:
+        """Accept a user.message: on disk before return, then queued. Raises Conflict/Overloaded.
+        In a fleet, `input_id` and `seq` are its journal entry's."""
+        data, previous = self.admit(text, key=key)
+        if previous is not None:
+            return previous
+        try:
+            event = self.emit("user.message", data, event_id=input_id)
+        except (OSError, RecordTooLarge) as exc:
+            logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
+            detail = str(exc) if isinstance(exc, LogWriteFailed | RecordTooLarge) else "event log write failed"
+            raise BrainError(f"the message was not accepted: {detail}") from exc
+        if key is not None:
+            self._keys.remember(key, event.offset)
+        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic(), seq))
+        if self.status == SessionStatus.IDLE:
+            self._start_next()
+        return event
+
+    def admit(self, text: str, *, key: str | None) -> tuple[dict[str, Any], Event | None]:
+        """The user.message's data, and the event a resent key names (else None); raises
+        Conflict/Overloaded when the session cannot take it now."""
         if self.status == SessionStatus.CLOSED:
             raise Conflict("session is closed")
         if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
@@ -209,7 +273,7 @@ class SessionActor:
             data["key"] = key
             previous = self._keys.previous(key, data)
             if previous is not None:
-                return previous
+                return data, previous
         limits = self._host.limits
         if self._host.draining:
             raise Overloaded("server is shutting down")
@@ -217,18 +281,7 @@ class SessionActor:
             raise Overloaded("session input queue is full")
         if self.log.size + len(text) + LOG_RESERVE_BYTES > limits.session_bytes:
             raise Overloaded("session event log is near its session_bytes limit")
-        try:
-            event = self.emit("user.message", data)
-        except (OSError, RecordTooLarge) as exc:
-            logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
-            detail = str(exc) if isinstance(exc, LogWriteFailed | RecordTooLarge) else "event log write failed"
-            raise BrainError(f"the message was not accepted: {detail}") from exc
-        if key is not None:
-            self._keys.remember(key, event.offset)
-        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic()))
-        if self.status == SessionStatus.IDLE:
-            self._start_next()
-        return event
+        return data, None
 
     def _start_next(self) -> None:
         pending = self.queue.popleft()
@@ -251,6 +304,7 @@ class SessionActor:
         if self.task is not None:
             self._stop("close")
             return
+        self._cancel_queue()  # inputs an interrupted session kept for its resume
         self._set_status(SessionStatus.CLOSED)
         self._host.release(self)
 
@@ -295,6 +349,8 @@ class SessionActor:
             raise BrainError(f"cannot restore the last checkpoint: {exc}") from exc
         if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
             self._set_status(SessionStatus.IDLE)
+            if self.queue:  # journaled inputs a lost turn held back
+                self._start_next()
 
     # -- the turn ----------------------------------------------------------------------------
 
@@ -319,6 +375,8 @@ class SessionActor:
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
         )
         try:
+            if pending.seq and self._journal is not None:  # before anything reaches the harness
+                await self._journal.mark_started(self.id, pending.seq)
             async with self._host.turn_slot() as self._slot:
                 if trace is not None:
                     trace.started()
@@ -333,7 +391,8 @@ class SessionActor:
                     failure = self._stopped_failure()
                 else:
                     reported = await attachment.request("checkpoint", None, timeout=CHECKPOINT_TIMEOUT_SECONDS)
-                    entry = await self.checkpoints.record(reported, measure=trace is not None)
+                    covered = self._covered_seq = max(self._covered_seq, pending.seq)
+                    entry = await self.checkpoints.record(reported, measure=trace is not None, covered_seq=covered)
                     self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
         except asyncio.CancelledError:
             if not self._stop_reason:

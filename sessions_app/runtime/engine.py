@@ -292,11 +292,18 @@ class Engine:
             sequential=self._tool_execution(record.harness) == "sequential",
             approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
-        actor = SessionActor(self, record, files=files, log=log, tool_calls=tool_calls, telemetry=self.telemetry)
+        journal = self.ownership.journal if self.ownership is not None else None
+        backlog = None
+        if journal is not None:  # a fleet: inputs acknowledged past the last checkpoint
+            last = recovered.last_checkpoint
+            backlog = await journal.backlog(session_id, last.get("covered_seq", 0) if last is not None else 0)
+        actor = SessionActor(
+            self, record, files=files, log=log, tool_calls=tool_calls, telemetry=self.telemetry, journal=journal
+        )
         self.actors[session_id] = actor
         for approval in abandoned:
             actor.record_abandoned_approval(approval)
-        actor.settle_after_load(recovered)
+        actor.settle_after_load(recovered, backlog)
         if cold:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor

@@ -9,13 +9,14 @@ the TakeOver protocol (its ArchiveService); no Django, no request objects.
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from foundation.errors import Unavailable
 from foundation.logs import logger
 from sessions_app.storage import SessionStorage
 
-__all__ = ["Leases", "Ownership", "TakeOver"]
+__all__ = ["Journal", "JournalBacklog", "JournalEntry", "Leases", "Ownership", "Recorded", "TakeOver"]
 
 FIRST_EPOCH = 1  # fleet_app.db: a session's first lease ever
 
@@ -34,11 +35,55 @@ class TakeOver(Protocol):
         """Replace the local copy (kept aside) with the archive's latest: False without one."""
 
 
+class Recorded(Protocol):
+    @property
+    def seq(self) -> int: ...
+    @property
+    def input_id(self) -> str: ...
+    @property
+    def created(self) -> bool: ...
+
+
+class JournalEntry(Protocol):
+    @property
+    def seq(self) -> int: ...
+    @property
+    def input_id(self) -> str: ...
+    @property
+    def payload(self) -> dict[str, Any]: ...
+
+
+class JournalBacklog(Protocol):
+    @property
+    def requeue(self) -> Sequence[JournalEntry]: ...
+    @property
+    def lost(self) -> Sequence[JournalEntry]: ...
+
+
+class Journal(Protocol):
+    """fleet_app.journal.InputJournal: acknowledged inputs in the fleet's database."""
+
+    async def record(
+        self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], epoch: int
+    ) -> Recorded: ...
+
+    async def mark_started(self, session_id: str, seq: int) -> bool: ...
+
+    async def backlog(self, session_id: str, covered_seq: int) -> JournalBacklog: ...
+
+    async def discard(self, session_id: str, seq: int) -> bool: ...
+
+    async def prune(self, session_id: str, covered_seq: int) -> int: ...
+
+
 class Ownership:
-    def __init__(self, leases: Leases, storage: SessionStorage, archive: TakeOver | None) -> None:
+    def __init__(
+        self, leases: Leases, storage: SessionStorage, archive: TakeOver | None, journal: Journal | None = None
+    ) -> None:
         self.leases = leases
         self.storage = storage
         self.archive = archive
+        self.journal = journal
 
     async def _acquire(self, session_id: str) -> int:
         if not self.leases.joined:  # the others could not see this instance as the owner yet

@@ -67,6 +67,7 @@ class PendingInput:
     text: str
     traceparent: str = ""  # W3C trace context of the request that sent it
     accepted: float = 0.0  # time.monotonic() when it was accepted
+    seq: int = 0  # its input journal entry in a fleet (0: not journaled)
 
 
 def turn_failure(exc: Exception, *, earlier: TurnFailure | None, session_id: str) -> TurnFailure:

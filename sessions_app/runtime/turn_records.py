@@ -26,22 +26,24 @@ class TurnRecords:
     def native(self) -> str:
         return str(self._store.native)
 
-    async def record(self, reported: object, *, measure: bool) -> CheckpointEntry:
+    async def record(self, reported: object, *, measure: bool, covered_seq: int = 0) -> CheckpointEntry:
         """Check the harness's file list and append its checkpoint; `measure`: count the native
         bytes it grew by since the previous one (telemetry)."""
         if measure and self._native_sizes is None:  # first checkpoint since loading
             last = await asyncio.to_thread(self._store.last)
             self._native_sizes = {item["path"]: item["size"] for item in last["files"]} if last else {}
         # one thread hop for the checks, the journal line and both fsyncs
-        entry = await asyncio.to_thread(self._persist, reported, offset=self._log.size)
+        entry = await asyncio.to_thread(self._persist, reported, offset=self._log.size, covered_seq=covered_seq)
         if self._native_sizes is not None:
             self._record_native_growth(entry["files"])
         return entry
 
-    def _persist(self, reported: object, *, offset: int) -> CheckpointEntry:
+    def _persist(self, reported: object, *, offset: int, covered_seq: int) -> CheckpointEntry:
         """In a worker thread: the log up to `offset` on disk, then the checkpoint naming it."""
         self._log.sync()
-        return self._store.record(new_id(), offset=offset, time=now_rfc3339(), reported=reported)
+        return self._store.record(
+            new_id(), offset=offset, time=now_rfc3339(), reported=reported, covered_seq=covered_seq
+        )
 
     def _record_native_growth(self, files: list[NativeFile]) -> None:
         previous = self._native_sizes or {}

@@ -12,7 +12,7 @@ import stat
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 import orjson
 
@@ -44,6 +44,9 @@ class CheckpointEntry(TypedDict):
     offset: int  # the event log's size when the checkpoint was taken
     time: str
     files: list[NativeFile]
+    # in a fleet: the highest input journal seq whose outcome the log up to `offset` holds
+    # (absent: 0, nothing covered)
+    covered_seq: NotRequired[int]
 
 
 def _check_files(value: object) -> list[NativeFile]:
@@ -67,9 +70,12 @@ def _decode_entry(line: bytes, *, offset: int) -> CheckpointEntry:
         value = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         raise CheckpointError(problem) from exc
-    if not isinstance(value, dict) or value.keys() != {"id", "offset", "time", "files"}:
+    if not isinstance(value, dict) or value.keys() - {"covered_seq"} != {"id", "offset", "time", "files"}:
         raise CheckpointError(problem)
     entry_id, entry_offset, time = value["id"], value["offset"], value["time"]
+    covered = value.get("covered_seq", 0)
+    if not isinstance(covered, int) or isinstance(covered, bool) or covered < 0:
+        raise CheckpointError(problem)
     if (
         not isinstance(entry_id, str)
         or not isinstance(time, str)
@@ -84,7 +90,10 @@ def _decode_entry(line: bytes, *, offset: int) -> CheckpointEntry:
         files = validate_native_files(value["files"])
     except FrameError as exc:
         raise CheckpointError(f"{problem}: {exc}") from exc
-    return {"id": entry_id, "offset": entry_offset, "time": time, "files": files}
+    entry: CheckpointEntry = {"id": entry_id, "offset": entry_offset, "time": time, "files": files}
+    if covered:
+        entry["covered_seq"] = covered
+    return entry
 
 
 @dataclass(slots=True)
@@ -133,7 +142,9 @@ class CheckpointStore:
             raise
         return descriptor, status
 
-    def record(self, checkpoint_id: str, *, offset: int, time: str, reported: object) -> CheckpointEntry:
+    def record(
+        self, checkpoint_id: str, *, offset: int, time: str, reported: object, covered_seq: int = 0
+    ) -> CheckpointEntry:
         """Check the harness's file list against the disk and append the checkpoint.
 
         Only the creation checkpoint (offset 0, first in the journal) may list no files.
@@ -150,6 +161,8 @@ class CheckpointStore:
                     f"checkpoint file {item['path']!r} has {status.st_size} bytes, harness reported {item['size']}"
                 )
         entry: CheckpointEntry = {"id": checkpoint_id, "offset": offset, "time": time, "files": files}
+        if covered_seq:
+            entry["covered_seq"] = covered_seq
         with self._journal.open("ab+") as handle:
             end = handle.seek(0, os.SEEK_END)
             if not files and (offset != 0 or end > 0):

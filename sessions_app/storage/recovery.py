@@ -24,6 +24,7 @@ class Recovered:
     unsettled: list[str]  # input ids accepted but never settled, in order
     status: str  # the last session.status, "idle" for a log without one
     last_checkpoint: CheckpointEntry | None
+    inputs: frozenset[str] = frozenset()  # every user.message id in the log
 
 
 def recover(directory: Path, log: EventLog) -> Recovered:
@@ -33,12 +34,22 @@ def recover(directory: Path, log: EventLog) -> Recovered:
     checkpoint journal whose last whole line does not decode, and OSError.
     """
     log.repair()
-    keys, unsettled, status = rebuild_state(log.scan_for_recovery())
-    return Recovered(keys=keys, unsettled=unsettled, status=status, last_checkpoint=CheckpointStore(directory).last())
+    inputs: set[str] = set()
+    keys, unsettled, status = rebuild_state(log.scan_for_recovery(), inputs=inputs)
+    return Recovered(
+        keys=keys,
+        unsettled=unsettled,
+        status=status,
+        last_checkpoint=CheckpointStore(directory).last(),
+        inputs=frozenset(inputs),
+    )
 
 
-def rebuild_state(events: Iterable[ScannedEvent]) -> tuple[dict[str, int], list[str], str]:
-    """From scanned events: idempotency keys, inputs accepted but never settled, last status."""
+def rebuild_state(
+    events: Iterable[ScannedEvent], *, inputs: set[str] | None = None
+) -> tuple[dict[str, int], list[str], str]:
+    """From scanned events: idempotency keys, inputs accepted but never settled, last status;
+    `inputs` collects every user.message id."""
     keys: dict[str, int] = {}
     unsettled: list[str] = []
     running = ""
@@ -49,6 +60,8 @@ def rebuild_state(events: Iterable[ScannedEvent]) -> tuple[dict[str, int], list[
             if isinstance(key, str):
                 keys[key] = event.offset
             unsettled.append(event.id)
+            if inputs is not None:
+                inputs.add(event.id)
         elif event.type == "session.status":
             value = event.data.get("status", status)
             status = value if isinstance(value, str) else status
