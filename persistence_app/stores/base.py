@@ -47,7 +47,10 @@ __all__ = [
     "write_fenced",
     "join_key",
     "normalize_prefix",
+    "object_too_large",
     "reason_status",
+    "retryable_status",
+    "status_reason",
     "validate_key",
 ]
 
@@ -69,8 +72,31 @@ REASON_FENCED = "another instance owns the session now"
 FENCE_ATTEMPTS = 8
 
 
+RETRYABLE_STATUSES = frozenset({408, 429})  # request timeout, throttled: a later attempt may pass
+
+
 def reason_status(status: int) -> str:
     return f"the archive answered HTTP {status}" if status else REASON_FAILED
+
+
+def status_reason(status: int) -> str:
+    """What clients are told of an HTTP error status from a store."""
+    if status == 401:
+        return REASON_CREDENTIALS
+    if status == 403:
+        return REASON_DENIED
+    return reason_status(status)
+
+
+def retryable_status(status: int) -> bool:
+    """Whether a later attempt can get past an HTTP error status (server trouble, throttling)."""
+    return status >= 500 or status in RETRYABLE_STATUSES
+
+
+def object_too_large(provider: str, key: str) -> StoreError:
+    """The error of a get whose object turned out larger than MAX_OBJECT_BYTES."""
+    message = f"{provider} get {key!r}: over the {MAX_OBJECT_BYTES} byte limit"
+    return StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
 
 
 class StoreError(Exception):

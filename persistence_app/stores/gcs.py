@@ -26,18 +26,18 @@ from .base import (
     MAX_OBJECT_BYTES,
     REASON_CORRUPTED,
     REASON_CREDENTIALS,
-    REASON_DENIED,
     REASON_FAILED,
     REASON_NO_BUCKET,
     REASON_TIMEOUT,
-    REASON_TOO_LARGE,
     REASON_UNREACHABLE,
     ObjectMissing,
     StoreError,
     check_size,
     join_key,
     normalize_prefix,
-    reason_status,
+    object_too_large,
+    retryable_status,
+    status_reason,
     write_fenced,
 )
 
@@ -51,7 +51,6 @@ TIMEOUT_SECONDS = (5.0, 30.0)  # (connect, read) per request: a 2 MiB object on 
 RETRY = DEFAULT_RETRY.with_delay(initial=0.2, maximum=1.0).with_timeout(3.0)
 CONTENT_TYPE = "application/octet-stream"
 MISSING_BUCKET = "bucket does not exist"  # GCS's 404 message for a bucket, unlike "No such object"
-RETRYABLE_STATUSES = frozenset({408, 429})
 
 _STORE_ERRORS = (
     GoogleAPIError,  # HTTP errors (GoogleAPICallError) and an exhausted retry budget (RetryError)
@@ -192,8 +191,7 @@ class _BoundedSink:
     def write(self, data: bytes) -> int:
         self.total += len(data)
         if self.total > MAX_OBJECT_BYTES:
-            message = f"gcs get {self.key!r}: over the {MAX_OBJECT_BYTES} byte limit"
-            raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
+            raise object_too_large("gcs", self.key)
         self.chunks.append(bytes(data))
         return len(data)
 
@@ -203,12 +201,10 @@ def _store_error(operation: str, bucket: str, key: str, exc: BaseException) -> S
     if isinstance(exc, GoogleAPICallError):
         # Forbidden, Unauthorized, NotFound (bucket), BadRequest never clear by themselves
         status = int(exc.code or 0)
-        retryable = status >= 500 or status in RETRYABLE_STATUSES
-        return StoreError(message, retryable=retryable, reason=_status_reason(status, str(exc)))
+        return StoreError(message, retryable=retryable_status(status), reason=_status_reason(status, str(exc)))
     if isinstance(exc, InvalidResponse):
         status = int(getattr(exc.response, "status_code", 0) or 0)
-        retryable = status >= 500 or status in RETRYABLE_STATUSES
-        return StoreError(message, retryable=retryable, reason=_status_reason(status, ""))
+        return StoreError(message, retryable=retryable_status(status), reason=_status_reason(status, ""))
     if isinstance(exc, GoogleAuthError) and not isinstance(exc, AuthTransportError):
         return StoreError(message, retryable=bool(exc.retryable), reason=REASON_CREDENTIALS)
     retryable = isinstance(exc, _RETRYABLE_TRANSPORT_ERRORS)
@@ -218,11 +214,7 @@ def _store_error(operation: str, bucket: str, key: str, exc: BaseException) -> S
 def _status_reason(status: int, text: str) -> str:
     if status == http.client.NOT_FOUND and MISSING_BUCKET in text:
         return REASON_NO_BUCKET
-    if status == http.client.UNAUTHORIZED:
-        return REASON_CREDENTIALS
-    if status == http.client.FORBIDDEN:
-        return REASON_DENIED
-    return reason_status(status)
+    return status_reason(status)
 
 
 def _transport_reason(exc: BaseException) -> str:

@@ -37,14 +37,15 @@ from .base import (
     REASON_FAILED,
     REASON_NO_BUCKET,
     REASON_TIMEOUT,
-    REASON_TOO_LARGE,
     REASON_UNREACHABLE,
     ObjectMissing,
     StoreError,
     check_size,
     join_key,
     normalize_prefix,
-    reason_status,
+    object_too_large,
+    retryable_status,
+    status_reason,
     write_fenced,
 )
 
@@ -75,7 +76,6 @@ RETRYABLE_CODES = frozenset(
         "TooManyRequests",
     }
 )
-RETRYABLE_STATUSES = frozenset({408, 429})
 # Error codes by what clients are told (the code itself, with the bucket and key, is logged)
 CREDENTIAL_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired"}
@@ -150,8 +150,7 @@ class S3Store:
             body = response["Body"]
             try:
                 if int(response.get("ContentLength") or 0) > MAX_OBJECT_BYTES:
-                    message = f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit"
-                    raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
+                    raise object_too_large("s3", key)
                 return _read_bounded(body, key)
             finally:
                 body.close()
@@ -215,8 +214,7 @@ def _read_bounded(body: Any, key: str) -> bytes:
     while chunk := body.read(READ_CHUNK_BYTES):
         total += len(chunk)
         if total > MAX_OBJECT_BYTES:
-            message = f"s3 get {key!r}: over the {MAX_OBJECT_BYTES} byte limit"
-            raise StoreError(message, retryable=False, reason=REASON_TOO_LARGE)
+            raise object_too_large("s3", key)
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -235,15 +233,15 @@ def _status(exc: ClientError) -> int:
 
 def _client_error(operation: str, bucket: str, key: str, exc: ClientError) -> StoreError:
     code, status = _code(exc), _status(exc)
-    retryable = code in RETRYABLE_CODES or status >= 500 or status in RETRYABLE_STATUSES
+    retryable = code in RETRYABLE_CODES or retryable_status(status)
     if code == "NoSuchBucket":
         reason = REASON_NO_BUCKET
-    elif code in CREDENTIAL_CODES or status == 401:
+    elif code in CREDENTIAL_CODES:
         reason = REASON_CREDENTIALS
-    elif code in DENIED_CODES or status == 403:
+    elif code in DENIED_CODES:
         reason = REASON_DENIED
     else:
-        reason = reason_status(status)
+        reason = status_reason(status)
     return StoreError(f"s3 {operation} {bucket}/{key}: {exc}", retryable=retryable, reason=reason)
 
 
