@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["MAX_CONFIG_BYTES", "ConfigError", "FieldProblem", "StrictModel", "check_url"]
+__all__ = ["MAX_CONFIG_BYTES", "ConfigError", "FieldProblem", "StrictModel", "check_url", "split_http_url"]
 
 MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
 
@@ -27,8 +27,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
-def check_url(value: str, *, allow_query: bool = True) -> str:
-    """The caller's field location names the URL, so the messages don't repeat it."""
+def split_http_url(value: str) -> SplitResult:
+    """The parts of an absolute http(s) URL without credentials; ValueError otherwise. The
+    caller's field location names the URL, so the messages don't repeat it."""
     try:
         parts = urlsplit(value)
         hostname = parts.hostname
@@ -39,6 +40,12 @@ def check_url(value: str, *, allow_query: bool = True) -> str:
         raise ValueError("must be an absolute http or https URL")
     if parts.username is not None or parts.password is not None:
         raise ValueError("must not contain credentials")
+    return parts
+
+
+def check_url(value: str, *, allow_query: bool = True) -> str:
+    """The caller's field location names the URL, so the messages don't repeat it."""
+    parts = split_http_url(value)
     if parts.fragment or "#" in value:
         raise ValueError("must not contain a fragment")
     if not allow_query and (parts.query or "?" in value):

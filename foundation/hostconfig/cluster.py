@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .base import ConfigError
+from .base import ConfigError, split_http_url
 from .persistence import Persistence
 
 __all__ = [
@@ -69,16 +69,7 @@ class ClusterConfig(BaseModel):
     def _url(cls, value: str) -> str:
         if len(value) > MAX_URL_CHARS:
             raise ValueError(f"must be at most {MAX_URL_CHARS} characters")
-        try:
-            parts = urlsplit(value)
-            hostname = parts.hostname
-            parts.port  # noqa: B018  # raises ValueError on a non-numeric or out-of-range port
-        except ValueError as exc:
-            raise ValueError(f"must be a valid URL: {exc}") from exc
-        if parts.scheme not in ("http", "https") or not hostname:
-            raise ValueError("must be an absolute http or https URL")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("must not contain credentials")
+        parts = split_http_url(value)
         if parts.query or parts.fragment or "?" in value or "#" in value:
             raise ValueError("must not contain a query or a fragment")
         if parts.path not in ("", "/"):
