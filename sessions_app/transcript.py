@@ -129,17 +129,9 @@ def read_transcript(path: Path, *, before: str = "", after: str = "", limit: int
 
 
 def _whole_lines_end(handle: BinaryIO, size: int) -> int:
-    """The offset just after the last newline at or before `size`: a torn last line (a write in
+    """The offset just after the last newline before `size`: a torn last line (a write in
     progress, or a crash) is not part of the transcript."""
-    position = size
-    while position > 0:
-        step = min(READ_CHUNK, position)
-        handle.seek(position - step)
-        index = handle.read(step).rfind(b"\n")
-        if index >= 0:
-            return position - step + index + 1
-        position -= step
-    return 0
+    return _line_start(handle, size)
 
 
 def _spans_backward(handle: BinaryIO, end: int, *, count: int) -> list[tuple[int, int]]:
@@ -158,7 +150,8 @@ def _spans_backward(handle: BinaryIO, end: int, *, count: int) -> list[tuple[int
 
 
 def _line_start(handle: BinaryIO, newline: int) -> int:
-    """The start of the line whose newline is at `newline`."""
+    """The start of the line whose newline is at `newline`: the offset just after the last
+    newline before it (0 when there is none)."""
     position = newline
     while position > 0:
         step = min(READ_CHUNK, position)
