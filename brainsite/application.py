@@ -92,17 +92,6 @@ class BrainApp:
             providers=self.providers,
         )
         self.executors = executor_hub(config.limits)
-        # built before the engine, which gets it as its archive hooks
-        self.archive: ArchiveService | None = None
-        if config.persistence is not None:
-            self.archive = ArchiveService(
-                config.persistence,
-                Path(config.data_dir).resolve(),
-                os.environ,
-                session_bytes=config.limits.session_bytes,
-                dispatch=_celery_dispatch(),
-                telemetry=self.telemetry,
-            )
         # a fleet (`cluster` block): this instance's leases and the shared input journal
         self.leases: LeaseManager | None = None
         self.journal: InputJournal | None = None
@@ -112,6 +101,21 @@ class BrainApp:
                 instance=config.cluster.instance, url=config.cluster.url, lease_seconds=config.cluster.lease_seconds
             )
             self.journal = InputJournal()
+        # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
+        # written fenced with the lease epoch held (carried with the job to a sync worker)
+        self.archive: ArchiveService | None = None
+        if config.persistence is not None:
+            self.archive = ArchiveService(
+                config.persistence,
+                Path(config.data_dir).resolve(),
+                os.environ,
+                session_bytes=config.limits.session_bytes,
+                dispatch=_celery_dispatch(self.leases),
+                telemetry=self.telemetry,
+                lease_epoch=self.leases.held_epoch if self.leases is not None else None,
+                on_lease_lost=self._lease_lost if self.leases is not None else None,
+            )
+        if self.leases is not None:
             storage = SessionStorage(Path(config.data_dir).resolve())
             ownership = Ownership(self.leases, storage, self.archive, self.journal)
         self._fleet_task: asyncio.Task[None] | None = None
@@ -167,6 +171,16 @@ class BrainApp:
 
         await leases.run_renewals(on_lost)
 
+    def _lease_lost(self, session_id: str) -> None:
+        """The archive refused a publish for a newer owner: stop writing the session and unload it."""
+        assert self.leases is not None
+        logger.warning("session publish fenced; dropping it", extra={"session_id": session_id})
+        self.leases.forget(session_id)
+        task = asyncio.get_running_loop().create_task(
+            self.engine.drop_lost(frozenset({session_id})), name="brain-fleet-fenced"
+        )
+        self.engine.track(task)
+
     @property
     def ready(self) -> bool:
         """Readiness: not shutting down and, with persistence, the sync backlog under control."""
@@ -204,8 +218,9 @@ class BrainApp:
         await leases.leave_quietly()
 
 
-def _celery_dispatch() -> Callable[[str, int], None] | None:
-    """Hands publishes to `manage.py syncworker` when a broker is configured."""
+def _celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], None] | None:
+    """Hands publishes to `manage.py syncworker` when a broker is configured; in a fleet each
+    job carries the lease epoch held now (only the server holds leases), None when none is."""
     from django.conf import settings
 
     if not settings.CELERY_BROKER_URL:
@@ -214,7 +229,10 @@ def _celery_dispatch() -> Callable[[str, int], None] | None:
     from persistence_app.tasks import PUBLISH_TASK
 
     def dispatch(session_id: str, seq: int) -> None:
-        app.send_task(PUBLISH_TASK, args=(session_id, seq))
+        if leases is None:
+            app.send_task(PUBLISH_TASK, args=(session_id, seq))
+        else:
+            app.send_task(PUBLISH_TASK, args=(session_id, seq, leases.held_epoch(session_id)))
 
     return dispatch
 

@@ -8,12 +8,12 @@ import asyncio
 import os
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
-from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound
+from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
 from foundation.hostconfig import Persistence
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
@@ -59,7 +59,12 @@ class ArchiveService:
         session_bytes: int,
         dispatch: Dispatch | None = None,
         telemetry: Telemetry | None = None,
+        lease_epoch: Callable[[str], int | None] | None = None,
+        on_lease_lost: Callable[[str], None] | None = None,
     ) -> None:
+        """In a fleet, `lease_epoch` gives the epoch this instance holds on a session (None when
+        it holds none): `latest` is written fenced with it. `on_lease_lost` is called on the
+        event loop with a session whose publish the archive refused for a newer owner."""
         self.settings = settings
         self.data_dir = data_dir
         self.storage = SessionStorage(data_dir)
@@ -68,8 +73,15 @@ class ArchiveService:
         self.max_history_bytes, self.max_total_bytes = session_bytes, 2 * session_bytes
         self.store: ObjectStore = open_store(settings, environ)
         self.index = DiscoveryIndex(environ[settings.postgres_env]) if settings.postgres_env else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._on_lease_lost = on_lease_lost
         self.publisher = Publisher(
-            self.store, data_dir, index=self.index, timeout_seconds=settings.publish_timeout_seconds
+            self.store,
+            data_dir,
+            index=self.index,
+            timeout_seconds=settings.publish_timeout_seconds,
+            epoch_of=lease_epoch,
+            on_lease_lost=self._lease_lost if on_lease_lost is not None else None,
         )
         self.scheduler = SyncScheduler(
             self.publisher,
@@ -81,8 +93,14 @@ class ArchiveService:
         )
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await asyncio.to_thread(self.remove_stale_staging)
         await self.scheduler.start()
+
+    def _lease_lost(self, session_id: str) -> None:
+        """From a publishing thread: hand the fenced session to the loop."""
+        if self._loop is not None and self._on_lease_lost is not None:
+            self._loop.call_soon_threadsafe(self._on_lease_lost, session_id)
 
     # -- the engine's hooks (sessions_app.runtime.engine.ArchiveHooks) -----------------------
 
@@ -130,6 +148,8 @@ class ArchiveService:
             if result.forbidden:  # spec: a cross-tenant collision in the index is 403 forbidden
                 raise Forbidden(f"flush failed: {result.error}")
             raise BrainError(f"flush failed: {result.error}")  # a generic reason; the detail is logged
+        if result.outcome == Outcome.FENCED and result.lease_lost:
+            raise Unavailable("flush refused: another instance owns the session now; retry")
         if result.outcome == Outcome.FENCED:
             raise BrainError("flush failed: the session was restored while it was being uploaded")
         return await self.status(session_id)

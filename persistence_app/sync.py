@@ -10,6 +10,11 @@ Two file locks per session, under data_dir/sync-locks/:
   restore holds it while it bumps the epoch and swaps the directory, so a publish that started
   before a restore never writes `latest` after it.
 
+In a fleet (`epoch_of` given, or a lease epoch passed with the job) `latest` is written fenced,
+carrying the epoch of the lease this instance holds (the store refuses an older one than it
+records), and not at all while no lease is held: a paused former owner never replaces its
+successor's `latest`. Either refusal is the FENCED outcome, permanent, never retried.
+
 Blocking I/O; no asyncio.
 """
 
@@ -33,7 +38,7 @@ from foundation.rfc3339 import now_rfc3339
 from persistence_app import archive, localstate
 from persistence_app.db import Publication, current_epoch, record_failure, record_publication
 from persistence_app.discovery import DiscoveryIndex, TenantMismatch
-from persistence_app.stores.base import MAX_OBJECT_BYTES, ObjectStore, StoreError
+from persistence_app.stores.base import MAX_OBJECT_BYTES, REASON_FENCED, Fenced, ObjectStore, StoreError
 from sessions_app.db import get_session_by_id
 from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError, SessionStorage
@@ -54,7 +59,7 @@ class Outcome(StrEnum):
     PUBLISHED = "published"  # a new checkpoint is in the archive
     UNCHANGED = "unchanged"  # the archive already had this state
     BUSY = "busy"  # another publisher holds the session
-    FENCED = "fenced"  # a restore replaced the session while this job ran
+    FENCED = "fenced"  # a restore replaced the session, or its lease is lost (`lease_lost`)
     FAILED = "failed"  # recorded in the sync-state row
 
 
@@ -67,6 +72,7 @@ class Result:
     permanent: bool = False  # a failure that retrying will not fix (credentials, a bad bucket)
     seconds: float = 0.0
     forbidden: bool = False  # the discovery index holds the id for another tenant (403 on flush)
+    lease_lost: bool = False  # FENCED in a fleet: another instance owns the session now
 
 
 def lock_dir(data_dir: Path) -> Path:
@@ -103,26 +109,50 @@ class Publisher:
         index: DiscoveryIndex | None = None,
         timeout_seconds: float = PUBLISH_TIMEOUT_SECONDS,
         sleep: Callable[[float], None] = clock.sleep,
+        epoch_of: Callable[[str], int | None] | None = None,
+        fleet: bool = False,
+        on_lease_lost: Callable[[str], None] | None = None,
     ) -> None:
+        """`epoch_of` (a fleet instance's own publisher): the lease epoch it holds on a session,
+        None when it holds none. `fleet` (a sync worker of a fleet): every job must carry the
+        epoch the server holds. `on_lease_lost`: called (from the publishing thread) with a
+        session whose publish was fenced."""
         self.store = store
         self.data_dir = data_dir
         self.storage = SessionStorage(data_dir)
         self.index = index
         self.timeout = timeout_seconds
         self._sleep = sleep
+        self._epoch_of = epoch_of
+        self.fleet = fleet or epoch_of is not None
+        self._on_lease_lost = on_lease_lost
 
-    def run(self, session_id: str, seq: int, *, wait: bool = False) -> Result:
+    def run(self, session_id: str, seq: int, *, wait: bool = False, lease_epoch: int | None = None) -> Result:
         """Publish with retries; the outcome is also in the session's sync-state row. `wait`:
-        wait for another publisher of the session instead of reporting busy (flush)."""
+        wait for another publisher of the session instead of reporting busy (flush).
+        `lease_epoch`: the epoch the dispatching server held (a fleet's sync worker)."""
         started = clock.monotonic()
-        result = self._run(session_id, seq, started, wait=wait)
+        result = self._run(session_id, seq, started, wait=wait, lease_epoch=lease_epoch)
         return dataclasses.replace(result, seconds=clock.monotonic() - started)
 
-    def _run(self, session_id: str, seq: int, started: float, *, wait: bool) -> Result:
+    def _lease_epoch(self, session_id: str, passed: int | None) -> int | None:
+        """The epoch to fence `latest` with now: the one passed with the job, else the one held."""
+        if passed is not None:
+            return passed
+        return self._epoch_of(session_id) if self._epoch_of is not None else None
+
+    def _run(self, session_id: str, seq: int, started: float, *, wait: bool, lease_epoch: int | None) -> Result:
         error = detail = ""
         for attempt in range(ATTEMPTS):
             try:
-                result = self._publish_once(session_id, seq, wait=wait, started=started)
+                result = self._publish_once(session_id, seq, wait=wait, started=started, lease_epoch=lease_epoch)
+            except Fenced as exc:
+                # the archive records a newer owner: permanent, and this instance must stop serving
+                logger.warning(
+                    "publish fenced: another instance owns the session",
+                    extra={"session_id": session_id, "stored_epoch": exc.stored, "epoch": exc.epoch},
+                )
+                return self._lease_lost(session_id, seq)
             except archive.PublishDeadline as exc:
                 # a hung archive: give the thread back; the scheduler tries again after a while
                 return self._failed(session_id, seq, exc.reason, detail=str(exc), permanent=False)
@@ -148,6 +178,8 @@ class Publisher:
                     reason = str(exc)  # names native files by their relative path only
                 error = f"local session state cannot be read: {reason}"
                 return self._failed(session_id, seq, error, detail=f"{error} ({exc!r})", permanent=True)
+            if result.lease_lost:
+                return self._lease_lost(session_id, seq)
             if result.outcome == Outcome.PUBLISHED:
                 logger.info(
                     "session published",
@@ -161,6 +193,15 @@ class Publisher:
             return result
         return self._failed(session_id, seq, error, detail=detail, permanent=False)
 
+    def _lease_lost(self, session_id: str, seq: int) -> Result:
+        """FENCED for good: recorded as a permanent failure (a server polling a worker's
+        results stops dispatching it) and reported to the instance, which drops the session."""
+        record = get_session_by_id(session_id)
+        record_failure(session_id, record.tenant if record else "", seq, REASON_FENCED, permanent=True)
+        if self._on_lease_lost is not None:
+            self._on_lease_lost(session_id)
+        return Result(Outcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True)
+
     def _failed(
         self, session_id: str, seq: int, error: str, *, detail: str, permanent: bool, forbidden: bool = False
     ) -> Result:
@@ -172,7 +213,9 @@ class Publisher:
         record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
         return Result(Outcome.FAILED, error=error, permanent=permanent, forbidden=forbidden)
 
-    def _publish_once(self, session_id: str, seq: int, *, wait: bool, started: float) -> Result:
+    def _publish_once(
+        self, session_id: str, seq: int, *, wait: bool, started: float, lease_epoch: int | None
+    ) -> Result:
         record = get_session_by_id(session_id)
         if record is None:
             raise StoreError(f"session {session_id} is not in the local database", retryable=False)
@@ -234,9 +277,18 @@ class Publisher:
             with commit_lock(self.data_dir, session_id):
                 if current_epoch(session_id) != epoch:
                     return Result(Outcome.FENCED)
-                pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
-                assert len(pointer) < MAX_OBJECT_BYTES
-                self.store.put(archive.latest_key(session_id), pointer, immutable=False)
+                if not self.fleet:
+                    pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
+                    assert len(pointer) < MAX_OBJECT_BYTES
+                    self.store.put(archive.latest_key(session_id), pointer, immutable=False)
+                else:
+                    held = self._lease_epoch(session_id, lease_epoch)
+                    if held is None:  # the lease lapsed or moved: write nothing under it
+                        logger.warning("publish refused: no lease held", extra={"session_id": session_id})
+                        return Result(Outcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True)
+                    pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at, "epoch": held})
+                    assert len(pointer) < MAX_OBJECT_BYTES
+                    self.store.put_fenced(archive.latest_key(session_id), pointer, epoch=held)
                 localstate.write_uploaded(
                     directory,
                     {

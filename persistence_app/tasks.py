@@ -42,6 +42,7 @@ class PublishTask(Task):  # type: ignore[misc]  # celery ships no type hints
                 Path(config.data_dir).resolve(),
                 index=index,
                 timeout_seconds=settings.publish_timeout_seconds,
+                fleet=config.cluster is not None,  # then each job carries the server's lease epoch
             )
         return self._publisher
 
@@ -49,6 +50,6 @@ class PublishTask(Task):  # type: ignore[misc]  # celery ships no type hints
 @shared_task(  # type: ignore[untyped-decorator]  # celery ships no type hints
     bind=True, base=PublishTask, name=PUBLISH_TASK, acks_late=True, reject_on_worker_lost=True
 )
-def publish_session(self: PublishTask, session_id: str, seq: int) -> dict[str, Any]:
-    result = self.publisher.run(session_id, seq)
+def publish_session(self: PublishTask, session_id: str, seq: int, lease_epoch: int | None = None) -> dict[str, Any]:
+    result = self.publisher.run(session_id, seq, lease_epoch=lease_epoch)
     return {"outcome": result.outcome.value, "error": result.error}
