@@ -16,11 +16,12 @@ from runners.protocol import JSONObject
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
 from .base import (
-    MAX_RETRIES,
     OUTPUT_TOKENS,
     THINKING_BUDGETS,
+    ClientProvider,
     Endpoint,
     TextSink,
+    client_options,
     parse_arguments,
     provider_failure,
 )
@@ -38,16 +39,10 @@ _MESSAGE_EVENTS = frozenset(
 _STOP_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_use", "max_tokens": "length"}
 
 
-class AnthropicMessages:
-    def __init__(self, client: anthropic.AsyncAnthropic, endpoint: Endpoint) -> None:
-        self._client = client
-        self._endpoint = endpoint
-
+class AnthropicMessages(ClientProvider[anthropic.AsyncAnthropic]):
     @classmethod
     def create(cls, endpoint: Endpoint, http_client: httpx.AsyncClient) -> AnthropicMessages:
-        client = anthropic.AsyncAnthropic(
-            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=MAX_RETRIES, http_client=http_client
-        )
+        client = anthropic.AsyncAnthropic(**client_options(endpoint, http_client))
         return cls(client, endpoint)
 
     def build_body(self, request: ModelRequest) -> JSONObject:

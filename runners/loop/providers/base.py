@@ -15,20 +15,26 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 
 from runners.protocol import FrameError, JSONObject, decode_json
 
 from ..errors import ProviderFailure
 from ..messages import Generation, ModelRequest, ToolResult
 
+if TYPE_CHECKING:
+    import httpx  # the SDK transports import it; startup must not (the loop starts before any call)
+
 __all__ = [
     "MAX_RETRIES",
+    "ClientOptions",
+    "ClientProvider",
     "OUTPUT_TOKENS",
     "THINKING_BUDGETS",
     "Endpoint",
     "Provider",
     "TextSink",
+    "client_options",
     "compact_json",
     "parse_arguments",
     "provider_failure",
@@ -66,6 +72,36 @@ class Provider(Protocol):
     def build_body(self, request: ModelRequest) -> JSONObject: ...
 
     async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation: ...
+
+
+class ClientOptions(TypedDict):
+    """What the Anthropic and OpenAI SDK clients are built with."""
+
+    api_key: str
+    base_url: str
+    max_retries: int
+    http_client: httpx.AsyncClient
+
+
+def client_options(endpoint: Endpoint, http_client: httpx.AsyncClient) -> ClientOptions:
+    """An SDK client's options for `endpoint` on the shared pooled HTTP client."""
+    return {
+        "api_key": endpoint.api_key,
+        "base_url": endpoint.base_url,
+        "max_retries": MAX_RETRIES,
+        "http_client": http_client,
+    }
+
+
+ClientT = TypeVar("ClientT")
+
+
+class ClientProvider(Generic[ClientT]):
+    """A transport over one SDK client for one endpoint; subclasses build it in `create`."""
+
+    def __init__(self, client: ClientT, endpoint: Endpoint) -> None:
+        self._client = client
+        self._endpoint = endpoint
 
 
 def compact_json(value: Any) -> str:

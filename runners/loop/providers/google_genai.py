@@ -20,7 +20,7 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
-from .base import MAX_RETRIES, READ_TIMEOUT, Endpoint, TextSink
+from .base import MAX_RETRIES, READ_TIMEOUT, ClientProvider, Endpoint, TextSink
 
 __all__ = ["GoogleGenerativeAI", "GoogleVertex"]
 
@@ -42,13 +42,9 @@ _STOP_REASONS = {
 }
 
 
-class GoogleGenerativeAI:
+class GoogleGenerativeAI(ClientProvider[genai.Client]):
     vertexai = False
     api_version = "v1beta"  # function declarations with JSON schema and thinking need the beta API
-
-    def __init__(self, client: genai.Client, endpoint: Endpoint) -> None:
-        self._client = client
-        self._endpoint = endpoint
 
     @classmethod
     def create(cls, endpoint: Endpoint, http_client: httpx.AsyncClient) -> GoogleGenerativeAI:

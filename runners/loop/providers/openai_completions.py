@@ -8,7 +8,16 @@ import openai
 from runners.protocol import JSONObject
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
-from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
+from .base import (
+    ClientProvider,
+    Endpoint,
+    TextSink,
+    client_options,
+    compact_json,
+    parse_arguments,
+    provider_failure,
+    tool_result_text,
+)
 from .openai_responses import open_stream, openai_events
 from .sse import encode_body
 
@@ -17,16 +26,10 @@ __all__ = ["OpenAICompletions"]
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
 
 
-class OpenAICompletions:
-    def __init__(self, client: openai.AsyncOpenAI, endpoint: Endpoint) -> None:
-        self._client = client
-        self._endpoint = endpoint
-
+class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
     @classmethod
     def create(cls, endpoint: Endpoint, http_client: httpx.AsyncClient) -> OpenAICompletions:
-        client = openai.AsyncOpenAI(
-            api_key=endpoint.api_key, base_url=endpoint.base_url, max_retries=MAX_RETRIES, http_client=http_client
-        )
+        client = openai.AsyncOpenAI(**client_options(endpoint, http_client))
         return cls(client, endpoint)
 
     def build_body(self, request: ModelRequest) -> JSONObject:

@@ -16,7 +16,16 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, Message, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
-from .base import MAX_RETRIES, Endpoint, TextSink, compact_json, parse_arguments, provider_failure, tool_result_text
+from .base import (
+    ClientProvider,
+    Endpoint,
+    TextSink,
+    client_options,
+    compact_json,
+    parse_arguments,
+    provider_failure,
+    tool_result_text,
+)
 from .sse import decode_event, encode_body, iter_sse
 
 __all__ = ["AzureOpenAIResponses", "OpenAIResponses", "open_stream", "openai_events"]
@@ -25,20 +34,10 @@ TRANSPORT = "openai-responses"
 ENCODED_ITEMS = TRANSPORT + ".encoded"  # derived key: the items of one message as JSON, comma-joined
 
 
-class OpenAIResponses:
-    def __init__(self, client: openai.AsyncOpenAI, endpoint: Endpoint) -> None:
-        self._client = client
-        self._endpoint = endpoint
-
+class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
     @classmethod
     def create(cls, endpoint: Endpoint, http_client: httpx.AsyncClient) -> OpenAIResponses:
-        client = openai.AsyncOpenAI(
-            api_key=endpoint.api_key,
-            base_url=endpoint.base_url,
-            max_retries=MAX_RETRIES,
-            http_client=http_client,
-            default_headers=cls._headers(endpoint),
-        )
+        client = openai.AsyncOpenAI(**client_options(endpoint, http_client), default_headers=cls._headers(endpoint))
         return cls(client, endpoint)
 
     @staticmethod
