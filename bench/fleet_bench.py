@@ -13,6 +13,12 @@ with a 202 and a short JSON body, as an owner's send does. Measures, in the same
   query, no body read).
 Prints medians and p99 in milliseconds, and the forwarding overhead (median difference). The
 client's own hop to the receiving instance is the same in both cases and not part of either.
+
+Then, unless `--turns 0`, two real `runbrain` instances on that PostgreSQL and a shared
+filesystem archive (the test harness that answers at once): a session created on A, and turns
+sent alternately to A (the owner) and through B (forwarded), each on a keep-alive connection.
+For each it prints the median and p99 of the send (until its 202) and of the whole turn (until
+the turn's idle status arrives on an SSE stream open on A, the same observer for both).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from tests.fixtures.services import PostgresServer  # noqa: E402
 SECRET = secrets.token_bytes(32)
 ANSWER = b'{"id":"evt_0123456789abcdef","type":"user.message"}'
 BODY = b'{"type":"user.message","data":{"text":"hello, a message of ordinary length"}}'
+TURN_WARMUP = 10  # turns each way before measuring: connections open, the session loaded
 
 
 def _configure(port: int, database: str) -> None:
@@ -187,9 +194,63 @@ async def _run(rounds: int) -> None:
     print(f"forwarding overhead (median difference): {overhead * 1000:.3f} ms; failed requests: {failures}")
 
 
+def _instances(postgres: PostgresServer, directory: Path, turns: int) -> None:
+    """Turns through a non-owner against turns sent to the owner, on real runbrain instances."""
+    from tests.fixtures.server import BrainServer, create_session, make_server
+    from tests.support.sse import EventStream
+
+    database = postgres.create_database(f"brain_fleet_turns_{secrets.token_hex(4)}")
+    archive = directory / "archive"
+    archive.mkdir(parents=True)
+    servers: list[BrainServer] = []
+    try:
+        for name in ("brain-a", "brain-b"):
+            server = make_server(directory / name, persistence={"provider": "filesystem", "directory": str(archive)})
+            server.directory.mkdir(parents=True)
+            server.config["cluster"] = {"instance": name, "url": server.url, "shared_directory": True}
+            if servers:  # one fleet, one set of tokens
+                server.tokens = servers[0].tokens
+                server.env = {**servers[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
+            else:
+                server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET.hex()}
+            servers.append(server)
+            server.start()
+        owner, other = servers
+        session_id = create_session(owner)["id"]
+        samples: dict[str, tuple[list[float], list[float]]] = {"owner": ([], []), "non-owner": ([], [])}
+        with (
+            EventStream(owner.url, owner.token(), session_id) as stream,
+            owner.client() as to_owner,
+            other.client() as to_other,
+        ):
+            for index in range(TURN_WARMUP + turns):
+                for label, client in (("owner", to_owner), ("non-owner", to_other)):
+                    began = time.perf_counter()
+                    response = client.post(
+                        f"/sessions/{session_id}/events", json={"type": "user.message", "text": f"{label} {index}"}
+                    )
+                    accepted = time.perf_counter()
+                    if response.status_code != 202:
+                        raise SystemExit(f"send through the {label} failed: {response.status_code} {response.text}")
+                    stream.wait_for_event("session.status", input_id=response.json()["id"], status="idle")
+                    if index >= TURN_WARMUP:
+                        samples[label][0].append(accepted - began)
+                        samples[label][1].append(time.perf_counter() - began)
+        print(f"real runbrain instances, one session owned by A; {turns} turns each way, alternating")
+        for label, (sends, whole) in samples.items():
+            print(_line(f"send (202) to the {label}", sends))
+            print(_line(f"turn (send to idle) via the {label}", whole))
+        added = statistics.median(samples["non-owner"][1]) - statistics.median(samples["owner"][1])
+        print(f"a turn through a non-owner adds (median difference): {added * 1000:.3f} ms")
+    finally:
+        for server in servers:
+            server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2000)
+    parser.add_argument("--turns", type=int, default=200, help="turns each way on real instances (0: skip)")
     arguments = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="brain-fleet-bench-", dir="/tmp"))
     server = PostgresServer(directory)
@@ -203,6 +264,8 @@ def main() -> None:
 
         MigrationExecutor(connections["default"]).migrate([("fleet_app", "0001_initial")])
         asyncio.run(_run(arguments.rounds))
+        if arguments.turns > 0:
+            _instances(server, directory / "instances", arguments.turns)
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
