@@ -9,138 +9,34 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
-from foundation.errors import BrainError, Conflict, Overloaded
+from foundation.errors import BrainError, Conflict
 from foundation.logs import logger
-from foundation.telemetry import Telemetry, TurnTrace
-from sessions_app.eventlog import (
-    LIVE_ONLY,
-    MAX_RECORD_BYTES,
-    Event,
-    EventLog,
-    LogWriteFailed,
-    RecordTooLarge,
-    new_id,
-    now_rfc3339,
-    public_message,
-)
+from sessions_app.eventlog import Event, LogWriteFailed, RecordTooLarge, new_id, public_message
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment
-from sessions_app.records import ApprovalRecord, SessionRecord, SessionStatus
-from sessions_app.storage import CheckpointError, Recovered, SessionFiles
+from sessions_app.records import ApprovalRecord, SessionStatus
+from sessions_app.storage import CheckpointError, Recovered
 from tools_app.invocation import CallResult, error_result
 
-from .approvals import Approvals, decided_event
-from .idempotency import IdempotencyKeys
-from .ownership import Journal, JournalBacklog
-from .pubsub import Fanout, Subscriber
-from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure, turn_failure
-from .toolcalls import ToolCalls
-from .turn_records import TurnRecords
-from .turnslots import TurnSlot
+from .admission import check_capacity, check_status
+from .approvals import decided_event
+from .ownership import JournalBacklog
+from .session_host import PendingInput, SpawnCount, TurnFailure, turn_failure
+from .sink import write_failure_message
+from .state import SessionState
+from .takeover import QUEUED_INPUT_CANCELLED, RESTART_MESSAGE, plan_adoption, unsettled
 
 __all__ = ["RESTART_MESSAGE", "SessionActor"]
 
 INTERRUPT_GRACE_SECONDS = 5.0  # a runner that ignores `interrupt` this long loses its attachment
 CHECKPOINT_TIMEOUT_SECONDS = 30.0
-# Room kept in the log for the running turn's last events when a send is near session_bytes.
-LOG_RESERVE_BYTES = MAX_RECORD_BYTES
-QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
-RESTART_MESSAGE = "turn interrupted: server restarted"
-LOST_MESSAGE = "turn lost with the instance that ran it"
 
 
-class SessionActor:
-    def __init__(
-        self,
-        host: SessionHost[SessionActor],
-        record: SessionRecord,
-        *,
-        files: SessionFiles,
-        log: EventLog,
-        tool_calls: ToolCalls,
-        telemetry: Telemetry,
-        journal: Journal | None = None,
-    ) -> None:
-        self._host = host
-        self._journal = journal  # a fleet's input journal: turns mark their input started
-        self._covered_seq = 0  # the journal seq the last checkpoint covers
-        self.send_lock: asyncio.Lock | None = None  # a fleet's sends: journal and log in one order
-        self.record = record
-        self.files = files
-        self.log = log
-        self.checkpoints = TurnRecords(files, log, telemetry)
-        self.queue: deque[PendingInput] = deque()
-        self.current: PendingInput | None = None
-        self.turn_id = ""
-        self.subscribers = Fanout()
-        self._keys = IdempotencyKeys(log)
-        self.task: asyncio.Task[None] | None = None
-        self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
-        self._failure: TurnFailure | None = None
-        self._tool_calls = tool_calls
-        self._telemetry = telemetry
-        self._trace: TurnTrace | None = None  # the running turn's, while telemetry is on
-        self._marked_running = False  # whether the running marker is on disk
-        self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
-        self._spawns = SpawnCount()  # sub-agent sessions the running turn started
-
-    # -- state -------------------------------------------------------------------------------
-
-    @property
-    def id(self) -> str:
-        return self.record.id
-
-    @property
-    def status(self) -> str:
-        return self.record.status
-
-    @property
-    def harness(self) -> str:
-        return self.record.harness
-
-    @property
-    def tenant(self) -> str:
-        return self.record.tenant
-
-    @property
-    def turn_running(self) -> bool:
-        return self.task is not None
-
-    @property
-    def current_input_id(self) -> str | None:
-        return self.current.id if self.current is not None and not self._stop_reason else None
-
-    @property
-    def busy(self) -> bool:
-        """Whether unloading would lose work: a turn, queued input or open streams."""
-        return self.task is not None or bool(self.queue) or bool(self.subscribers)
-
-    def _set_status(self, status: SessionStatus, *, input_id: str | None = None) -> None:
-        self.record.status = status
-        self.record.updated_at = now_rfc3339()
-        self._host.mark_dirty(self)
-        # The database hears of statuses write-behind; the marker is on disk before the 202 of
-        # the message that starts a turn, so a kill -9 right after it cannot hide the lost turn.
-        if status == SessionStatus.RUNNING:
-            self._mark_running(True)
-        self.emit("session.status", {"status": status.value}, input_id=input_id)
-        if status != SessionStatus.RUNNING:
-            self._mark_running(False)
-            self._host.mark_settled(self)
-            self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
-        if status == SessionStatus.CLOSED:
-            self.subscribers.close_all()  # spec: streams end when the session is closed
-
-    def _mark_running(self, running: bool) -> None:
-        """Create or remove the running marker: two syscalls, and none when nothing changes."""
-        if running == self._marked_running:
-            return
-        self.files.mark_running(running)
-        self._marked_running = running
+class SessionActor(SessionState["SessionActor"]):
+    """Loading, inputs, turns and the harness's callbacks of one session (its state: SessionState)."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -155,12 +51,9 @@ class SessionActor:
             self.record.checkpoint = {"id": last["id"], "offset": last["offset"], "time": last["time"]}
             self._covered_seq = last.get("covered_seq", 0)
         self.record.status = status
-        unsettled = recovered.unsettled
-        if backlog is not None:
-            journaled = {entry.input_id for entry in (*backlog.lost, *backlog.requeue)}
-            unsettled = [input_id for input_id in unsettled if input_id not in journaled]
-        if unsettled and status != SessionStatus.CLOSED:
-            first, *queued = unsettled
+        left_open = unsettled(recovered, backlog)
+        if left_open and status != SessionStatus.CLOSED:
+            first, *queued = left_open
             self.emit("session.error", {"code": "conflict", "message": RESTART_MESSAGE}, input_id=first)
             for input_id in queued:
                 self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
@@ -175,32 +68,20 @@ class SessionActor:
             self._adopt_backlog(recovered, backlog)
 
     def _adopt_backlog(self, recovered: Recovered, backlog: JournalBacklog) -> None:
-        """Journaled inputs a dead owner acknowledged: those missing from the log are appended
-        (same event id), those that never started are queued again, in order, to run once; a
-        started one whose outcome is not in the log lost its turn: the session is interrupted
-        with a session.error naming them (its queued inputs run after a resume)."""
-        unsettled = set(recovered.unsettled)
-        started = {entry.input_id for entry in backlog.lost}
-        lost: list[str] = []
-        for entry in sorted((*backlog.lost, *backlog.requeue), key=lambda entry: entry.seq):
-            if entry.input_id in recovered.inputs and entry.input_id not in unsettled:
-                continue  # its outcome is in the log already
-            if entry.input_id not in recovered.inputs:
-                event = self.emit("user.message", entry.payload, event_id=entry.input_id)
-                key = entry.payload.get("key")
-                if isinstance(key, str):
-                    self._keys.remember(key, event.offset)
-            if entry.input_id in started:
-                lost.append(entry.input_id)
-            else:
-                text = str(entry.payload.get("text", ""))
-                self.queue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq))
-        if lost:
-            message = f"{LOST_MESSAGE}: input {', '.join(lost)}"
-            self.emit("session.error", {"code": "conflict", "message": message}, input_id=lost[0])
+        """Journaled inputs a dead owner acknowledged, as takeover.plan_adoption sorts them: a
+        lost turn interrupts the session (its queued inputs run after a resume)."""
+        plan = plan_adoption(recovered, backlog)
+        for entry in plan.append:
+            event = self.emit("user.message", entry.payload, event_id=entry.input_id)
+            key = entry.payload.get("key")
+            if isinstance(key, str):
+                self._keys.remember(key, event.offset)
+        self.queue.extend(plan.requeue)
+        if plan.lost:
+            self.emit("session.error", {"code": "conflict", "message": plan.lost_message}, input_id=plan.lost[0])
             if self.status != SessionStatus.INTERRUPTED:
-                self._set_status(SessionStatus.INTERRUPTED, input_id=lost[0])
-            logger.warning("turn lost with its instance", extra={"session_id": self.id, "inputs": lost})
+                self._set_status(SessionStatus.INTERRUPTED, input_id=plan.lost[0])
+            logger.warning("turn lost with its instance", extra={"session_id": self.id, "inputs": plan.lost})
         elif self.queue and self.status == SessionStatus.IDLE:
             self._start_next()
 
@@ -211,34 +92,10 @@ class SessionActor:
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
 
-    @property
-    def approvals(self) -> Approvals | None:
-        """Where this session's tool calls wait for a person's decision (None: none may wait)."""
-        return self._tool_calls.approvals
-
     def settle_restored(self) -> None:
         """A session restored from the archive comes back interrupted (closed stays closed)."""
         if self.status not in (SessionStatus.INTERRUPTED, SessionStatus.CLOSED):
             self._set_status(SessionStatus.INTERRUPTED)
-
-    # -- events ------------------------------------------------------------------------------
-
-    def emit(self, type_: str, data: Any, *, input_id: str | None = None, event_id: str = "") -> Event:
-        """Record (unless live-only) and publish one event. Raises OSError or RecordTooLarge."""
-        event = Event.build(type_, data, input_id=input_id, event_id=event_id)
-        if type_ not in LIVE_ONLY:
-            self.log.append(event)
-        if self.subscribers:
-            self.subscribers.publish(event.sse_frame())
-        return event
-
-    def subscribe(self, subscriber: Subscriber) -> int:
-        """Register a live subscriber; returns the log end it must replay up to (no await: no gap)."""
-        self.subscribers.add(subscriber)
-        return self.log.size
-
-    def unsubscribe(self, subscriber: Subscriber) -> None:
-        self.subscribers.discard(subscriber)
 
     # -- inputs ------------------------------------------------------------------------------
 
@@ -264,32 +121,28 @@ class SessionActor:
     def admit(self, text: str, *, key: str | None) -> tuple[dict[str, Any], Event | None]:
         """The user.message's data, and the event a resent key names (else None); raises
         Conflict/Overloaded when the session cannot take it now."""
-        if self.status == SessionStatus.CLOSED:
-            raise Conflict("session is closed")
-        if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
-            raise Conflict("resume the interrupted session before sending input")
+        check_status(self.status)
         data: dict[str, Any] = {"type": "user.message", "text": text, "delivery": "queue"}
         if key is not None:
             data["key"] = key
             previous = self._keys.previous(key, data)
             if previous is not None:
                 return data, previous
-        limits = self._host.limits
-        if self._host.draining:
-            raise Overloaded("server is shutting down")
-        if len(self.queue) >= limits.queue:
-            raise Overloaded("session input queue is full")
-        if self.log.size + len(text) + LOG_RESERVE_BYTES > limits.session_bytes:
-            raise Overloaded("session event log is near its session_bytes limit")
+        host, size = self._host, self.log.size
+        check_capacity(limits=host.limits, draining=host.draining, queued=len(self.queue), log_size=size, text=text)
         return data, None
 
     def _start_next(self) -> None:
         pending = self.queue.popleft()
+        try:
+            self._set_status(SessionStatus.RUNNING, input_id=pending.id)
+        except (OSError, RecordTooLarge) as exc:
+            self._fail_without_log(exc, pending.id)
+            return
         self.current = pending
         self.turn_id = new_id()
         self._stop_reason = ""
         self._failure = None
-        self._set_status(SessionStatus.RUNNING, input_id=pending.id)
         self.task = asyncio.get_running_loop().create_task(self._run_turn(pending), name=f"turn-{self.id}")
         self._host.track(self.task)
 
@@ -348,7 +201,11 @@ class SessionActor:
             logger.error("resume failed", extra={"session_id": self.id, "error": str(exc)})
             raise BrainError(f"cannot restore the last checkpoint: {exc}") from exc
         if self.status in (SessionStatus.INTERRUPTED, SessionStatus.FAILED):
-            self._set_status(SessionStatus.IDLE)
+            try:
+                self._set_status(SessionStatus.IDLE)  # after the events a full disk left owed
+            except (OSError, RecordTooLarge) as exc:
+                logger.error("resume failed", extra={"session_id": self.id, "error": str(exc)})
+                raise BrainError(f"cannot resume: {write_failure_message(exc)}") from exc
             if self.queue:  # journaled inputs a lost turn held back
                 self._start_next()
 
@@ -433,7 +290,7 @@ class SessionActor:
                 self._cancel_queue()
                 self._set_status(SessionStatus.IDLE, input_id=pending.id)
         except (OSError, RecordTooLarge) as exc:
-            self._mark_failed_without_log(exc)
+            self._fail_without_log(exc, pending.id)
 
     async def _fail_turn(self, pending: PendingInput, failure: TurnFailure) -> None:
         logger.warning("turn stopped", extra={"session_id": self.id, "code": failure.code, "error": failure.message})
@@ -447,23 +304,15 @@ class SessionActor:
         self._stop_reason = ""
         try:
             self.emit("session.error", {"code": failure.code, "message": failure.message}, input_id=pending.id)
-            self._cancel_queue()
-            self._set_status(status, input_id=None if closing else pending.id)
         except (OSError, RecordTooLarge) as exc:
-            self._mark_failed_without_log(exc)
+            self._fail_without_log(exc, pending.id)
+        else:
+            try:
+                self._cancel_queue()
+                self._set_status(status, input_id=None if closing else pending.id)
+            except (OSError, RecordTooLarge) as exc:
+                self._fail_without_log(exc, pending.id, error_recorded=True)
         await self._host.detach(self)  # native state is reloaded from the checkpoint on resume
-
-    def _cancel_queue(self) -> None:
-        while self.queue:
-            queued = self.queue.popleft()
-            self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id)
-
-    def _mark_failed_without_log(self, exc: BaseException) -> None:
-        logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
-        self.queue.clear()
-        self.record.status = SessionStatus.FAILED
-        self.record.updated_at = now_rfc3339()
-        self._host.mark_dirty(self)
 
     # -- harness callbacks (AttachmentHandler) -----------------------------------------------
 

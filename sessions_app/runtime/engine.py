@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams, ProviderOptions
 from sessions_app import db
-from sessions_app.eventlog import CorruptLog
+from sessions_app.eventlog import CorruptLog, RecordTooLarge
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError, SessionStorage
@@ -36,9 +35,11 @@ from .hooks import ArchiveHooks
 from .ownership import Ownership
 from .pubsub import SubscriberSlots
 from .residency import Residency
+from .session_host import Stateful
 from .session_reads import OwnSession
 from .toolcalls import ToolCalls
 from .turnslots import TurnSlot, TurnSlots
+from .writebehind import WriteBehind
 
 __all__ = [
     "ArchiveHooks",
@@ -48,9 +49,6 @@ __all__ = [
     "executor_hub",
 ]
 
-# Status rows reach the database at most this long after a change. Crash recovery does not
-# depend on it (the event log and the running marker do); the admin and lists see it.
-WRITE_BEHIND_SECONDS = 0.2
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
 ABANDONED_APPROVAL_REASON = "server restarted"
 
@@ -106,7 +104,7 @@ class Engine:
         )
         self._turn_slots = TurnSlots(config.limits.active)
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
-        self._dirty: dict[str, SessionRecord] = {}
+        self._rows = WriteBehind()
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
         self._streams_closed = asyncio.Event()
@@ -132,7 +130,7 @@ class Engine:
             with contextlib.suppress(NotFound, Overloaded, Unavailable, SessionDamaged):  # loads on its next request
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
-        self._flusher = asyncio.get_running_loop().create_task(self._write_behind(), name="brain-write-behind")
+        self._flusher = asyncio.get_running_loop().create_task(self._rows.run(), name="brain-write-behind")
         self._executor_expiry = asyncio.get_running_loop().create_task(
             self.executors.expire_unbound(), name="brain-executor-expiry"
         )
@@ -163,16 +161,18 @@ class Engine:
 
     def _sync_and_close_logs(self) -> None:
         for actor in self.actors.values():
+            with contextlib.suppress(OSError, RecordTooLarge):
+                actor.events.pay_owed()  # outcomes a full disk held back, if it has room now
             with contextlib.suppress(OSError):
                 actor.log.sync()
             actor.log.close()
 
     # -- write-behind ------------------------------------------------------------------------
 
-    def mark_dirty(self, actor: SessionActor) -> None:
-        self._dirty[actor.id] = actor.record
+    def mark_dirty(self, actor: Stateful) -> None:
+        self._rows.mark(actor.record)
 
-    def mark_settled(self, actor: SessionActor) -> None:
+    def mark_settled(self, actor: Stateful) -> None:
         """The session settled: its new state is due for background sync."""
         if self._archive is not None:
             self._archive.mark_dirty(actor.id)
@@ -188,22 +188,8 @@ class Engine:
             raise Overloaded("the checkpoint upload backlog is full")
 
     async def flush(self) -> None:
-        if not self._dirty:
-            return
-        records, self._dirty = list(self._dirty.values()), {}
-        # copies: the actors keep changing their records while the thread writes
-        snapshot = [dataclasses.replace(r, checkpoint=r.checkpoint.copy()) for r in records]
-        try:
-            await db.asave_session_states(snapshot)
-        except Exception:  # supervision boundary: keep the rows for the next flush
-            logger.exception("session state write failed")
-            for record in records:
-                self._dirty.setdefault(record.id, record)
-
-    async def _write_behind(self) -> None:
-        while True:
-            await asyncio.sleep(WRITE_BEHIND_SECONDS)
-            await self.flush()
+        """Write the changed session rows now."""
+        await self._rows.flush()
 
     # -- sessions ----------------------------------------------------------------------------
 
@@ -345,7 +331,7 @@ class Engine:
         """Sessions another instance took: unload them, their rows unwritten, their turns cancelled."""
         for session_id in session_ids:
             actor = self.actors.get(session_id)
-            self._dirty.pop(session_id, None)
+            self._rows.forget(session_id)
             if actor is None:
                 continue
             actor.subscribers.close_all()
@@ -375,7 +361,7 @@ class Engine:
         try:
             if actor is not None:
                 actor.subscribers.close_all()
-                self._dirty.pop(session_id, None)
+                self._rows.forget(session_id)
                 await self.unload(actor)
             yield
         finally:

@@ -13,6 +13,7 @@ from foundation.logs import logger
 from sessions_app.eventlog import RecordTooLarge, public_message
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
+from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError
 
 from .turnslots import TurnSlot
@@ -20,7 +21,17 @@ from .turnslots import TurnSlot
 # the actor type a host serves (SessionActor): a parameter here keeps this module below actor.py
 Actor = TypeVar("Actor", contravariant=True)
 
-__all__ = ["PendingInput", "SessionHost", "SpawnCount", "TurnFailure", "turn_failure"]
+__all__ = ["PendingInput", "SessionHost", "SpawnCount", "Stateful", "TurnFailure", "turn_failure"]
+
+
+class Stateful(Protocol):
+    """What the write-behind and the archive's dirty list read of a session."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def record(self) -> SessionRecord: ...
 
 
 class SessionHost(Protocol[Actor]):
@@ -45,9 +56,9 @@ class SessionHost(Protocol[Actor]):
 
     def forget_attachment(self, actor: Actor) -> None: ...
 
-    def mark_dirty(self, actor: Actor) -> None: ...
+    def mark_dirty(self, actor: Stateful) -> None: ...
 
-    def mark_settled(self, actor: Actor) -> None: ...
+    def mark_settled(self, actor: Stateful) -> None: ...
 
     def track(self, task: asyncio.Task[None]) -> None: ...
 

@@ -1,0 +1,181 @@
+"""A loaded session's state, below its turns (actor.py): the record, the input queue, the running
+turn's handles, the event sink, and the status transitions with the running marker.
+
+A status is adopted only once its session.status event is in the log, or owed when the log
+refuses a turn's closing events (see EventSink): a client never sees a status the history lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any, Generic, TypeVar
+
+from foundation.logs import logger
+from foundation.telemetry import Telemetry, TurnTrace
+from sessions_app.eventlog import Event, EventLog, RecordTooLarge, now_rfc3339
+from sessions_app.records import SessionRecord, SessionStatus
+from sessions_app.storage import SessionFiles
+
+from .approvals import Approvals
+from .idempotency import IdempotencyKeys
+from .ownership import Journal
+from .pubsub import Fanout, Subscriber
+from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure
+from .sink import EventSink, write_failure_message
+from .takeover import QUEUED_INPUT_CANCELLED
+from .toolcalls import ToolCalls
+from .turn_records import TurnRecords
+from .turnslots import TurnSlot
+
+__all__ = ["SessionState"]
+
+Actor = TypeVar("Actor")  # the actor type its host serves (SessionActor)
+
+
+class SessionState(Generic[Actor]):
+    """A loaded session's state: its record, queue, running turn, status transitions and events."""
+
+    def __init__(
+        self,
+        host: SessionHost[Actor],
+        record: SessionRecord,
+        *,
+        files: SessionFiles,
+        log: EventLog,
+        tool_calls: ToolCalls,
+        telemetry: Telemetry,
+        journal: Journal | None = None,
+    ) -> None:
+        self._host = host
+        self._journal = journal  # a fleet's input journal: turns mark their input started
+        self._covered_seq = 0  # the journal seq the last checkpoint covers
+        self.send_lock: asyncio.Lock | None = None  # a fleet's sends: journal and log in one order
+        self.record = record
+        self.files = files
+        self.log = log
+        self.checkpoints = TurnRecords(files, log, telemetry)
+        self.queue: deque[PendingInput] = deque()
+        self.current: PendingInput | None = None
+        self.turn_id = ""
+        self.subscribers = Fanout()
+        self.events = EventSink(log, self.subscribers)  # the log's writer, with the events it owes
+        self._keys = IdempotencyKeys(log)
+        self.task: asyncio.Task[None] | None = None
+        self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
+        self._failure: TurnFailure | None = None
+        self._tool_calls = tool_calls
+        self._telemetry = telemetry
+        self._trace: TurnTrace | None = None  # the running turn's, while telemetry is on
+        self._marked_running = False  # whether the running marker is on disk
+        self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
+        self._spawns = SpawnCount()  # sub-agent sessions the running turn started
+
+    # -- state -------------------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.record.id
+
+    @property
+    def status(self) -> str:
+        return self.record.status
+
+    @property
+    def harness(self) -> str:
+        return self.record.harness
+
+    @property
+    def tenant(self) -> str:
+        return self.record.tenant
+
+    @property
+    def turn_running(self) -> bool:
+        return self.task is not None
+
+    @property
+    def current_input_id(self) -> str | None:
+        return self.current.id if self.current is not None and not self._stop_reason else None
+
+    @property
+    def busy(self) -> bool:
+        """Whether unloading would lose work: a turn, queued input or open streams."""
+        return self.task is not None or bool(self.queue) or bool(self.subscribers)
+
+    def _set_status(self, status: SessionStatus, *, input_id: str | None = None) -> None:
+        """Record, then adopt, a new status. Raises OSError or RecordTooLarge with the status
+        unchanged when its event cannot be appended."""
+        # The database hears of statuses write-behind; the marker is on disk before the 202 of
+        # the message that starts a turn, so a kill -9 right after it cannot hide the lost turn.
+        if status == SessionStatus.RUNNING:
+            self._mark_running(True)
+        try:
+            self.emit("session.status", {"status": status.value}, input_id=input_id)
+        except (OSError, RecordTooLarge):
+            if status == SessionStatus.RUNNING:
+                with contextlib.suppress(OSError):
+                    self._mark_running(False)
+            raise
+        self._adopt_status(status)
+
+    def _adopt_status(self, status: SessionStatus) -> None:
+        self.record.status = status
+        self.record.updated_at = now_rfc3339()
+        self._host.mark_dirty(self)
+        if status != SessionStatus.RUNNING:
+            with contextlib.suppress(OSError):
+                self._mark_running(False)
+            self._host.mark_settled(self)
+            self.log.close()  # settled sessions hold no descriptor: 1,024 loaded must not hit EMFILE
+        if status == SessionStatus.CLOSED:
+            self.subscribers.close_all()  # spec: streams end when the session is closed
+
+    def _mark_running(self, running: bool) -> None:
+        """Create or remove the running marker: two syscalls, and none when nothing changes."""
+        if running == self._marked_running:
+            return
+        self.files.mark_running(running)
+        self._marked_running = running
+
+    @property
+    def approvals(self) -> Approvals | None:
+        """Where this session's tool calls wait for a person's decision (None: none may wait)."""
+        return self._tool_calls.approvals
+
+    # -- events ------------------------------------------------------------------------------
+
+    def emit(self, type_: str, data: Any, *, input_id: str | None = None, event_id: str = "") -> Event:
+        """Record (unless live-only, after any owed events) and publish one event. Raises
+        OSError or RecordTooLarge."""
+        return self.events.emit(type_, data, input_id=input_id, event_id=event_id)
+
+    def subscribe(self, subscriber: Subscriber) -> int:
+        """Register a live subscriber; returns the log end it must replay up to (no await: no gap)."""
+        return self.events.subscribe(subscriber)
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.discard(subscriber)
+
+    def _cancel_queue(self) -> None:
+        while self.queue:
+            queued = self.queue[0]
+            self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id)
+            self.queue.popleft()
+
+    def _fail_without_log(self, exc: BaseException, input_id: str, *, error_recorded: bool = False) -> None:
+        """The log refused a turn's closing events: its outcome (the turn's session.error unless
+        `error_recorded`), the queued inputs' cancellations and the failed status are owed (see
+        EventSink), and the session fails."""
+        logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
+        if not error_recorded:
+            self.events.owe(
+                "session.error", {"code": "brain_error", "message": write_failure_message(exc)}, input_id=input_id
+            )
+        while self.queue:
+            queued = self.queue.popleft()
+            self.events.owe(
+                "session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id
+            )
+        self.events.owe("session.status", {"status": SessionStatus.FAILED.value}, input_id=input_id)
+        self._adopt_status(SessionStatus.FAILED)

@@ -1,0 +1,62 @@
+"""What a loaded session makes of the state recovery rebuilt: the turn a dead server left
+running, and in a fleet the journaled inputs a dead owner acknowledged past its last checkpoint.
+
+Pure planning: the actor applies the plan (appends, queues, statuses).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from sessions_app.storage import Recovered
+
+from .ownership import JournalBacklog, JournalEntry
+from .session_host import PendingInput
+
+__all__ = ["LOST_MESSAGE", "QUEUED_INPUT_CANCELLED", "RESTART_MESSAGE", "Adoption", "plan_adoption", "unsettled"]
+
+QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
+RESTART_MESSAGE = "turn interrupted: server restarted"
+LOST_MESSAGE = "turn lost with the instance that ran it"
+
+
+@dataclass(slots=True)
+class Adoption:
+    """Journaled inputs to take on: `append` are missing from the log (appended with their own
+    event id), `requeue` never started (they run once, in order), `lost` had started and have
+    no outcome in the log (their turn is reported lost)."""
+
+    append: list[JournalEntry] = field(default_factory=list)
+    requeue: list[PendingInput] = field(default_factory=list)
+    lost: list[str] = field(default_factory=list)
+
+    @property
+    def lost_message(self) -> str:
+        return f"{LOST_MESSAGE}: input {', '.join(self.lost)}"
+
+
+def unsettled(recovered: Recovered, backlog: JournalBacklog | None) -> list[str]:
+    """The inputs a dead server left without an outcome that no journal entry accounts for."""
+    if backlog is None:
+        return list(recovered.unsettled)
+    journaled = {entry.input_id for entry in (*backlog.lost, *backlog.requeue)}
+    return [input_id for input_id in recovered.unsettled if input_id not in journaled]
+
+
+def plan_adoption(recovered: Recovered, backlog: JournalBacklog) -> Adoption:
+    """The journal's backlog against the log: entries whose outcome is in the log are done."""
+    left_open = set(recovered.unsettled)
+    started = {entry.input_id for entry in backlog.lost}
+    plan = Adoption()
+    for entry in sorted((*backlog.lost, *backlog.requeue), key=lambda entry: entry.seq):
+        if entry.input_id in recovered.inputs and entry.input_id not in left_open:
+            continue  # its outcome is in the log already
+        if entry.input_id not in recovered.inputs:
+            plan.append.append(entry)
+        if entry.input_id in started:
+            plan.lost.append(entry.input_id)
+        else:
+            text = str(entry.payload.get("text", ""))
+            plan.requeue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq))
+    return plan
