@@ -74,9 +74,9 @@ async def list_tasks(
     status: Annotated[Literal["", "pending", "in_progress", "completed", "cancelled"], Query()] = "",
 ) -> TaskPageBody:
     rows = await tasks_db.alist_tasks(principal_of(request).tenant, after=after, limit=limit, status=status)
-    page: TaskPageBody = {"tasks": [row.as_dict() for row in rows]}
+    page: TaskPageBody = {"tasks": rows}
     if len(rows) == limit:
-        page["next_after"] = rows[-1].id
+        page["next_after"] = rows[-1]["id"]
     return page
 
 

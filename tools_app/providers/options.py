@@ -29,7 +29,9 @@ __all__ = [
     "UnknownOperation",
     "check_url",
     "parse_options",
+    "parse_parameterless_options",
     "select_operations",
+    "select_parameterless",
 ]
 
 OPERATION_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the names a model provider accepts for a tool
@@ -112,6 +114,7 @@ class CommonOptions(StrictOptions):
 
 
 M = TypeVar("M", bound=BaseModel)
+C = TypeVar("C", bound=CommonOptions)
 
 
 def parse_options(model: type[M], options: Mapping[str, object]) -> M:
@@ -123,6 +126,14 @@ def parse_options(model: type[M], options: Mapping[str, object]) -> M:
         location = ".".join(str(part) for part in first["loc"]) or "options"
         message = "unknown option" if first["type"] == "extra_forbidden" else first["msg"]
         raise ValueError(f"{location}: {message.removeprefix('Value error, ')}") from None
+
+
+def parse_parameterless_options(model: type[C], options: Mapping[str, object], *, kind: str) -> C:
+    """Options of a provider whose bindings take no parameters: a parameters_schema is refused."""
+    settings = parse_options(model, options)
+    if settings.parameters_schema is not None:
+        raise ValueError(f"parameters_schema: {kind} bindings take no parameters")
+    return settings
 
 
 class ParameterCheck:
@@ -160,3 +171,12 @@ def select_operations(served: Mapping[str, ToolDescriptor], operations: Sequence
             raise ValueError(f"operation {operation!r} is listed twice")
         chosen.append(served[operation])
     return chosen
+
+
+def select_parameterless(
+    served: Mapping[str, ToolDescriptor], operations: Sequence[str], parameters: object, *, kind: str
+) -> list[ToolDescriptor]:
+    """`select_operations` for a provider whose bindings take no parameters (absent or {})."""
+    if parameters not in (None, {}):
+        raise ValueError(f"parameters: {kind} bindings take no parameters")
+    return select_operations(served, operations)

@@ -16,7 +16,7 @@ from pydantic import Field
 from runners.protocol import ToolDescriptor
 
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
-from .options import CommonOptions, parse_options, select_operations
+from .options import CommonOptions, parse_parameterless_options, select_parameterless
 
 __all__ = ["SessionReadsOptions", "SessionReadsProvider"]
 
@@ -61,15 +61,11 @@ class SessionReadsProvider(ToolProvider):
         self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
-        self.settings = parse_options(SessionReadsOptions, options)
-        if self.settings.parameters_schema is not None:
-            raise ValueError("parameters_schema: session_reads bindings take no parameters")
+        self.settings = parse_parameterless_options(SessionReadsOptions, options, kind="session_reads")
         self._served = _operations(self.settings.max_events)
 
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
-        if parameters not in (None, {}):
-            raise ValueError("parameters: session_reads bindings take no parameters")
-        return select_operations(self._served, operations)
+        return select_parameterless(self._served, operations, parameters, kind="session_reads")
 
     async def handle(self, call: ProviderCall) -> object:
         if call.session is None:

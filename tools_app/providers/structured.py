@@ -13,7 +13,7 @@ from foundation.tool_schemas import compile_schema, first_error
 from runners.protocol import ToolDescriptor
 
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
-from .options import CommonOptions, parse_options, select_operations
+from .options import CommonOptions, parse_parameterless_options, select_parameterless
 
 __all__ = ["STRUCTURED_OUTPUT_EVENT", "StructuredOutputProvider"]
 
@@ -153,14 +153,10 @@ class StructuredOutputProvider(ToolProvider):
         self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
-        self.settings = parse_options(CommonOptions, options)
-        if self.settings.parameters_schema is not None:
-            raise ValueError("parameters_schema: structured output bindings take no parameters")
+        self.settings = parse_parameterless_options(CommonOptions, options, kind="structured output")
 
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
-        if parameters not in (None, {}):
-            raise ValueError("parameters: structured output bindings take no parameters")
-        return select_operations(OPERATIONS, operations)
+        return select_parameterless(OPERATIONS, operations, parameters, kind="structured output")
 
     async def handle(self, call: ProviderCall) -> object:
         if call.effects is None:

@@ -21,7 +21,7 @@ from foundation.hostconfig import HostConfig
 from runners.protocol import ToolDescriptor
 
 from .base import MAX_TIMEOUT_SECONDS, ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
-from .options import CommonOptions, StrictOptions, parse_options, select_operations
+from .options import CommonOptions, StrictOptions, parse_parameterless_options, select_parameterless
 
 __all__ = [
     "ChildOutcome",
@@ -166,9 +166,7 @@ class SubagentProvider(ToolProvider):
         self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
-        self.settings = parse_options(SubagentOptions, options)
-        if self.settings.parameters_schema is not None:
-            raise ValueError("parameters_schema: sub-agent bindings take no parameters")
+        self.settings = parse_parameterless_options(SubagentOptions, options, kind="sub-agent")
         self._served = {
             f"{OPERATION_PREFIX}{profile}": _descriptor(profile, settings)
             for profile, settings in self.settings.profiles.items()
@@ -203,9 +201,7 @@ class SubagentProvider(ToolProvider):
         return profile.timeout_seconds
 
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
-        if parameters not in (None, {}):
-            raise ValueError("parameters: sub-agent bindings take no parameters")
-        return select_operations(self._served, operations)
+        return select_parameterless(self._served, operations, parameters, kind="sub-agent")
 
     async def handle(self, call: ProviderCall) -> object:
         """1. refuse beyond max_depth; 2. create and start the child (refused at

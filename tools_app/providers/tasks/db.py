@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
 
 from channels.db import database_sync_to_async
@@ -12,7 +11,6 @@ from ...models import Task, TaskStatus
 
 __all__ = [
     "TaskFields",
-    "TaskRow",
     "acreate_task",
     "alist_tasks",
     "aupdate_task_status",
@@ -34,43 +32,21 @@ class TaskFields(TypedDict):
     updated_at: str
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRow:
-    id: int
-    parent_id: int | None
-    title: str
-    description: str
-    status: str
-    created_at: str
-    updated_at: str
-
-    def as_dict(self) -> TaskFields:
-        return {
-            "id": self.id,
-            "parent_id": self.parent_id,
-            "title": self.title,
-            "description": self.description,
-            "status": self.status,
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-        }
-
-
-def _task_row(row: Task) -> TaskRow:
-    return TaskRow(
-        row.pk,
-        row.parent_id,
-        row.title,
-        row.description,
-        row.status,
-        row.created_at.isoformat(),
-        row.updated_at.isoformat(),
-    )
+def _task_fields(row: Task) -> TaskFields:
+    return {
+        "id": row.pk,
+        "parent_id": row.parent_id,
+        "title": row.title,
+        "description": row.description,
+        "status": row.status,
+        "created_at": row.created_at.isoformat(),
+        "updated_at": row.updated_at.isoformat(),
+    }
 
 
 def create_task(
     tenant: str, title: str, *, description: str, session_id: str, parent_id: int | None = None
-) -> TaskRow | None:
+) -> TaskFields | None:
     """A new pending task; None when `parent_id` names no task of this tenant."""
     if parent_id is not None and not Task.objects.filter(tenant=tenant, pk=parent_id).exists():
         return None
@@ -84,27 +60,27 @@ def create_task(
         created_at=now,
         updated_at=now,
     )
-    return _task_row(row)
+    return _task_fields(row)
 
 
-def update_task_status(tenant: str, task_id: int, status: TaskStatus) -> TaskRow | None:
+def update_task_status(tenant: str, task_id: int, status: TaskStatus) -> TaskFields | None:
     """The task with its new status; None when this tenant has no such task."""
     updated = Task.objects.filter(tenant=tenant, pk=task_id).update(status=status, updated_at=timezone.now())
     if updated != 1:
         return None
-    return _task_row(Task.objects.get(tenant=tenant, pk=task_id))
+    return _task_fields(Task.objects.get(tenant=tenant, pk=task_id))
 
 
 def list_tasks(
     tenant: str, *, after: int = 0, limit: int, status: str = "", parent_id: int | None = None
-) -> list[TaskRow]:
+) -> list[TaskFields]:
     """A page of the tenant's tasks in id order after `after`."""
     rows = Task.objects.filter(tenant=tenant, pk__gt=after)
     if status:
         rows = rows.filter(status=status)
     if parent_id is not None:
         rows = rows.filter(parent_id=parent_id)
-    return [_task_row(row) for row in rows.order_by("pk")[:limit]]
+    return [_task_fields(row) for row in rows.order_by("pk")[:limit]]
 
 
 acreate_task = database_sync_to_async(create_task)

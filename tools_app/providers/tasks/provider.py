@@ -10,8 +10,8 @@ from collections.abc import Mapping, Sequence
 from runners.protocol import ToolDescriptor
 
 from ..base import ProviderCall, ProviderEnvironment, ToolProvider
-from ..options import CommonOptions, parse_options, select_operations
-from .db import TaskRow, acreate_task, alist_tasks, aupdate_task_status
+from ..options import CommonOptions, parse_parameterless_options, select_parameterless
+from .db import TaskFields, acreate_task, alist_tasks, aupdate_task_status
 
 __all__ = ["MAX_TASK_PAGE", "TasksProvider"]
 
@@ -51,8 +51,8 @@ def _error(message: str) -> dict[str, object]:
     return {"content": [{"type": "text", "text": message}], "is_error": True}
 
 
-def _task(row: TaskRow, summary: str) -> dict[str, object]:
-    return {"content": [{"type": "text", "text": summary}], "structured_content": {"task": row.as_dict()}}
+def _task(row: TaskFields, summary: str) -> dict[str, object]:
+    return {"content": [{"type": "text", "text": summary}], "structured_content": {"task": row}}
 
 
 class TasksProvider(ToolProvider):
@@ -60,14 +60,10 @@ class TasksProvider(ToolProvider):
         self, name: str, options: Mapping[str, object], *, environment: ProviderEnvironment | None = None
     ) -> None:
         super().__init__(name, options, environment=environment)
-        self.settings = parse_options(CommonOptions, options)
-        if self.settings.parameters_schema is not None:
-            raise ValueError("parameters_schema: task bindings take no parameters")
+        self.settings = parse_parameterless_options(CommonOptions, options, kind="task")
 
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
-        if parameters not in (None, {}):
-            raise ValueError("parameters: task bindings take no parameters")
-        return select_operations(OPERATIONS, operations)
+        return select_parameterless(OPERATIONS, operations, parameters, kind="task")
 
     async def handle(self, call: ProviderCall) -> object:
         arguments = call.arguments
@@ -86,12 +82,12 @@ class TasksProvider(ToolProvider):
             )
             if row is None:
                 return _error(f"no task {parent_id}")
-            return _task(row, f"created task {row.id}")
+            return _task(row, f"created task {row['id']}")
         if action == "update_status":
             updated = await aupdate_task_status(call.tenant, arguments["task_id"], arguments["status"])
             if updated is None:
                 return _error(f"no task {arguments['task_id']}")
-            return _task(updated, f"task {updated.id} is {updated.status}")
+            return _task(updated, f"task {updated['id']} is {updated['status']}")
         limit = arguments.get("limit", MAX_TASK_PAGE)
         rows = await alist_tasks(
             call.tenant,
@@ -100,7 +96,7 @@ class TasksProvider(ToolProvider):
             status=arguments.get("status", ""),
             parent_id=arguments.get("parent_id"),
         )
-        page: dict[str, object] = {"tasks": [row.as_dict() for row in rows]}
+        page: dict[str, object] = {"tasks": list(rows)}
         if len(rows) == limit:
-            page["next_after"] = rows[-1].id
+            page["next_after"] = rows[-1]["id"]
         return {"content": [], "structured_content": page}
