@@ -332,7 +332,7 @@ def test_recover_returns_the_last_checkpoint(log: _Log) -> None:
     recovered = log.recover()
 
     # then
-    assert recovered == Recovered(keys={}, unsettled=[], status="idle", last_checkpoint=last)
+    assert recovered == Recovered(keys={}, unsettled=[], status="idle", last_checkpoint=last, inputs=frozenset({A}))
 
 
 def test_recover_names_the_offset_of_a_corrupt_log_line(log: _Log) -> None:
