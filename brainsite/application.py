@@ -114,6 +114,7 @@ class BrainApp:
                 telemetry=self.telemetry,
                 lease_epoch=self.leases.held_epoch if self.leases is not None else None,
                 on_lease_lost=self._lease_lost if self.leases is not None else None,
+                on_published=self.journal.prune_published if self.journal is not None else None,
             )
         if self.leases is not None:
             storage = SessionStorage(Path(config.data_dir).resolve())

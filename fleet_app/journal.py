@@ -63,6 +63,11 @@ class InputJournal:
         """An entry whose send failed after it was journaled: no 202, so nothing to run."""
         return await db.adiscard_input(session_id, seq, using=self.database)
 
+    def prune_published(self, session_id: str, covered_seq: int) -> None:
+        """prune() for a publishing thread (not the event loop): the archive now has a
+        checkpoint covering `covered_seq`."""
+        db.prune_journal(session_id, covered_seq, using=self.database)
+
     async def prune(self, session_id: str, covered_seq: int) -> int:
         """After the archive has a checkpoint covering `covered_seq`: forget what it covers."""
         return await db.aprune_journal(session_id, covered_seq, using=self.database)

@@ -61,10 +61,13 @@ class ArchiveService:
         telemetry: Telemetry | None = None,
         lease_epoch: Callable[[str], int | None] | None = None,
         on_lease_lost: Callable[[str], None] | None = None,
+        on_published: Callable[[str, int], None] | None = None,
     ) -> None:
         """In a fleet, `lease_epoch` gives the epoch this instance holds on a session (None when
         it holds none): `latest` is written fenced with it. `on_lease_lost` is called on the
-        event loop with a session whose publish the archive refused for a newer owner."""
+        event loop with a session whose publish the archive refused for a newer owner;
+        `on_published` from the publishing thread with a session and the input-journal seq its
+        archived checkpoint covers."""
         self.settings = settings
         self.data_dir = data_dir
         self.storage = SessionStorage(data_dir)
@@ -82,6 +85,7 @@ class ArchiveService:
             timeout_seconds=settings.publish_timeout_seconds,
             epoch_of=lease_epoch,
             on_lease_lost=self._lease_lost if on_lease_lost is not None else None,
+            on_published=on_published,
         )
         self.scheduler = SyncScheduler(
             self.publisher,

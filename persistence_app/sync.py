@@ -25,7 +25,7 @@ import dataclasses
 import fcntl
 import os
 import time as clock
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -112,11 +112,14 @@ class Publisher:
         epoch_of: Callable[[str], int | None] | None = None,
         fleet: bool = False,
         on_lease_lost: Callable[[str], None] | None = None,
+        on_published: Callable[[str, int], None] | None = None,
     ) -> None:
         """`epoch_of` (a fleet instance's own publisher): the lease epoch it holds on a session,
         None when it holds none. `fleet` (a sync worker of a fleet): every job must carry the
         epoch the server holds. `on_lease_lost`: called (from the publishing thread) with a
-        session whose publish was fenced."""
+        session whose publish was fenced. `on_published`: called (from the publishing thread)
+        with a session and the input-journal seq its archived checkpoint covers, once `latest`
+        names that checkpoint (a fleet forgets the journal entries it covers)."""
         self.store = store
         self.data_dir = data_dir
         self.storage = SessionStorage(data_dir)
@@ -126,6 +129,7 @@ class Publisher:
         self._epoch_of = epoch_of
         self.fleet = fleet or epoch_of is not None
         self._on_lease_lost = on_lease_lost
+        self._on_published = on_published
 
     def run(self, session_id: str, seq: int, *, wait: bool = False, lease_epoch: int | None = None) -> Result:
         """Publish with retries; the outcome is also in the session's sync-state row. `wait`:
@@ -247,6 +251,7 @@ class Publisher:
                 if self.index is not None:  # an index write that failed before is retried here
                     self.index.put(_index_entry(record), publication.checkpoint)
                 record_publication(session_id, record.tenant, seq, publication)
+                self._published(session_id, entry)
                 return Result(Outcome.UNCHANGED, publication)
             checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
             session = record.as_manifest()
@@ -304,7 +309,13 @@ class Publisher:
             if self.index is not None:
                 self.index.put(_index_entry(record), checkpoint)
             record_publication(session_id, record.tenant, seq, publication)
+            self._published(session_id, entry)
             return Result(Outcome.PUBLISHED, publication, published.bytes_sent)
+
+    def _published(self, session_id: str, entry: Mapping[str, object]) -> None:
+        covered = entry.get("covered_seq", 0)
+        if self._on_published is not None and isinstance(covered, int) and covered > 0:
+            self._on_published(session_id, covered)
 
 
 def _unsent_bytes(files: list[archive.LocalFile], uploaded: localstate.Uploaded | None) -> int:

@@ -60,3 +60,31 @@ def test_inputs_acknowledged_on_a_killed_owner_run_once_or_are_reported_lost(
     assert replay.status_code == 202, replay.text
     assert replay.json()["id"] == one["id"]
     assert history(b, session_id) == events
+
+
+def _journal_rows(server: BrainServer, session_id: str) -> int:
+    import psycopg
+
+    with psycopg.connect(server.env["BRAIN_DATABASE_URL"]) as connection:
+        row = connection.execute(
+            "SELECT count(*) FROM fleet_app_journalentry WHERE session_id = %s", (session_id,)
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_the_journal_forgets_the_inputs_an_archived_checkpoint_covers(
+    fleet: Callable[[str], BrainServer],
+) -> None:
+    # given: two settled inputs, journaled on their way in
+    a = fleet("brain-a")
+    session_id = create_session(a)["id"]
+    send_ok(a, session_id, "first")
+    wait_for_status(a, session_id, "idle")
+    send_ok(a, session_id, "second")
+    wait_for_status(a, session_id, "idle")
+    assert _journal_rows(a, session_id) == 2
+    # when: the archive gets a checkpoint covering both
+    _flush(a, session_id)
+    # then: the journal keeps nothing the archive already holds
+    assert _journal_rows(a, session_id) == 0
