@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
+from fleet_app import db as fleet_db
 from fleet_app.journal import InputJournal
 from fleet_app.leases import LeaseManager
 from foundation.app_object import SCOPE_KEY, app_object_of
@@ -38,12 +39,14 @@ from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.app_object import ToolsAppObject
 from tools_app.credentials import BindingCredentials
+from tools_app.executors import ExecutorHub
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
+from tools_app.relay import CHANNEL_REDIS_ENV, ExecutorRelay
 from tools_app.vault import CredentialVault
 
 # A fleet instance whose name a live process holds, or whose database is out of reach, tries again.
@@ -98,9 +101,13 @@ class BrainApp:
         ownership = None
         if config.cluster is not None:
             self.leases = LeaseManager(
-                instance=config.cluster.instance, url=config.cluster.url, lease_seconds=config.cluster.lease_seconds
+                instance=config.cluster.instance,
+                url=config.cluster.url,
+                lease_seconds=config.cluster.lease_seconds,
+                telemetry=self.telemetry,
             )
             self.journal = InputJournal()
+            self.executors.relay = _executor_relay(self.executors, self.leases)
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
         self.archive: ArchiveService | None = None
@@ -142,6 +149,10 @@ class BrainApp:
             JobBudgets.from_environment(os.environ), broker_send=_celery_send(KNOWLEDGE_TASK)
         )
 
+    async def saved_session_config(self, tenant: str, session_id: str) -> Mapping[str, Any] | None:
+        record = await sessions_db.aget_session(tenant, session_id)
+        return record.config if record is not None else None
+
     def _credential_bindings(self, session_id: str) -> list[str]:
         """The aliases a loaded session was created with credentials for: a call of one whose
         record is missing stops instead of running without it."""
@@ -157,6 +168,8 @@ class BrainApp:
             self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
         await self.engine.start()
         await self.knowledge_jobs.start()
+        if self.executors.relay is not None:
+            self.executors.relay.start()
 
     async def _in_fleet(self, leases: LeaseManager) -> None:
         """Join (again every JOIN_RETRY_SECONDS while the name is taken by a live process or the
@@ -194,6 +207,8 @@ class BrainApp:
     async def stop(self) -> None:
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
+        if self.executors.relay is not None:
+            await self.executors.relay.stop()
         if self.leases is not None:
             await self._leave_fleet(self.leases)
         if self.archive is not None:
@@ -217,6 +232,23 @@ class BrainApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._fleet_task
         await leases.leave_quietly()
+
+
+def _executor_relay(hub: ExecutorHub, leases: LeaseManager) -> ExecutorRelay | None:
+    """Runtime tools across the fleet over the Redis that BRAIN_CHANNEL_REDIS names; without
+    it an executor serves only sessions its own instance owns."""
+    url = os.environ.get(CHANNEL_REDIS_ENV, "").strip()
+    if not url:
+        logger.warning(
+            "no BRAIN_CHANNEL_REDIS: runtime tools serve only the sessions their executor's instance owns",
+            extra={"instance": leases.instance},
+        )
+        return None
+
+    async def alive(instance: str, incarnation: str) -> bool:
+        return await fleet_db.ainstance_alive(instance, incarnation=incarnation, using=leases.database)
+
+    return ExecutorRelay(hub, redis_url=url, instance=leases.instance, incarnation=leases.incarnation, alive=alive)
 
 
 def _celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], None] | None:

@@ -20,13 +20,17 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from .models import Instance, JournalEntry, JournalState, SessionLease
 
 __all__ = [
+    "Acquired",
     "InstanceRow",
     "JournalRow",
     "LeaseOwner",
     "Recorded",
     "aacquire_lease",
+    "atake_lease",
     "ajoin_instance",
     "alist_instances",
+    "ainstance_alive",
+    "instance_alive",
     "amark_started",
     "aowner_of",
     "adiscard_input",
@@ -52,6 +56,7 @@ __all__ = [
     "release_lease",
     "renew_leases",
     "set_draining",
+    "take_lease",
 ]
 
 _INSTANCE = Instance._meta.db_table
@@ -126,6 +131,13 @@ def list_instances(*, using: str = DEFAULT_DB_ALIAS) -> list[InstanceRow]:
     return [InstanceRow(*row) for row in _execute(using, sql, [])]
 
 
+def instance_alive(name: str, *, incarnation: str, using: str = DEFAULT_DB_ALIAS) -> bool:
+    """Whether that process (name and incarnation) is still a live member of the fleet: False once
+    its row expired, it left, or another process took the name."""
+    sql = f"SELECT 1 FROM {_INSTANCE} WHERE name = %s AND incarnation = %s AND expires_at > now()"
+    return bool(_execute(using, sql, [name, incarnation]))
+
+
 # --- leases ----------------------------------------------------------------------------------
 
 
@@ -139,20 +151,33 @@ class LeaseOwner:
 # Free ('' after a release), expired, or already ours: take it. A change of owner increments
 # the epoch; the row's lock orders concurrent acquirers, and the loser's WHERE sees the winner.
 _ACQUIRE = f"""
+WITH prior AS (SELECT owner FROM {_LEASE} WHERE session_id = %s)
 INSERT INTO {_LEASE} AS l (session_id, owner, epoch, expires_at, updated)
 VALUES (%s, %s, 1, now() + make_interval(secs => %s), now())
 ON CONFLICT (session_id) DO UPDATE SET
     epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END,
     owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated = EXCLUDED.updated
 WHERE l.owner = EXCLUDED.owner OR l.owner = '' OR l.expires_at <= now()
-RETURNING epoch
+RETURNING epoch, (SELECT owner FROM prior)
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    epoch: int
+    previous: str  # the owner before ('' for a new or released lease); another name: it had expired
+
+
+def take_lease(session_id: str, *, owner: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS) -> Acquired | None:
+    """acquire_lease, also saying whose the lease was (read in the statement's snapshot)."""
+    rows = _execute(using, _ACQUIRE, [session_id, session_id, owner, lease_seconds])
+    return Acquired(int(rows[0][0]), str(rows[0][1] or "")) if rows else None
 
 
 def acquire_lease(session_id: str, *, owner: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS) -> int | None:
     """The epoch now held by `owner`, or None while another instance holds a live lease."""
-    rows = _execute(using, _ACQUIRE, [session_id, owner, lease_seconds])
-    return int(rows[0][0]) if rows else None
+    taken = take_lease(session_id, owner=owner, lease_seconds=lease_seconds, using=using)
+    return taken.epoch if taken is not None else None
 
 
 # One statement for a whole renewal round: the instance's heartbeat, then every lease it
@@ -341,7 +366,9 @@ ajoin_instance = _twin(join_instance)
 aleave_instance = _twin(leave_instance)
 aset_draining = _twin(set_draining)
 alist_instances = _twin(list_instances)
+ainstance_alive = _twin(instance_alive)
 aacquire_lease = _twin(acquire_lease)
+atake_lease = _twin(take_lease)
 arenew_leases = _twin(renew_leases)
 arelease_lease = _twin(release_lease)
 arelease_all = _twin(release_all)

@@ -7,9 +7,10 @@ The egress module for instance-to-instance HTTP: one httpx client per instance f
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -26,6 +27,11 @@ CONNECT_SECONDS = 2.0
 # over, and than a flush's upload of an ordinary session; a partitioned owner ends the stream
 # here, and the client reconnects with Last-Event-ID through any instance.
 READ_SECONDS = 120.0
+# Until the owner's answer starts (its status line), the forwarding instance checks this often
+# that the owner still holds the lease: a paused owner (SIGSTOP, a long GC) accepts connections
+# and never answers, and its lease lapses; then the client gets a retryable 503 at once instead
+# of waiting READ_SECONDS. A started answer (a stream) keeps READ_SECONDS between reads.
+RECHECK_SECONDS = 2.0
 WRITE_SECONDS = 10.0
 POOL_SECONDS = 2.0
 MAX_CONNECTIONS = 256  # per instance, to all owners together
@@ -98,12 +104,16 @@ async def forward_request(
     headers: Mapping[str, str],
     body: bytes,
     client_address: str,
+    still_owner: Callable[[], Awaitable[bool]] | None = None,
+    recheck_seconds: float = RECHECK_SECONDS,
     now: Callable[[], float] = time.time,
 ) -> AsyncIterator[Forwarded]:
     """Send the request to `owner` at `owner_url` + `target` (raw path and query, as received)
     with only FORWARDED_HEADERS, signed; yield its status, headers and body stream. The
     response is closed when the block exits, so a client that goes away closes the owner's
-    stream too. OwnerUnreachable before a response; httpx.TransportError mid-body."""
+    stream too. OwnerUnreachable before a response (also when `still_owner`, asked every
+    `recheck_seconds` while the answer has not started, says the owner lost the session);
+    httpx.TransportError mid-body."""
     lowered = {name.lower(): value for name, value in headers.items()}
     forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name)}
     forwarded[CLIENT_HEADER] = client_address
@@ -124,7 +134,7 @@ async def forward_request(
         )
     )
     try:
-        response = await client.send(request, stream=True)
+        response = await _answer(client, request, owner, still_owner, recheck_seconds)
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         raise OwnerUnreachable(f"owner {owner} unreachable: {type(exc).__name__}", reached=False) from exc
     except httpx.TransportError as exc:
@@ -133,3 +143,28 @@ async def forward_request(
         yield Forwarded(response.status_code, _response_headers(response), response.aiter_raw())
     finally:
         await response.aclose()
+
+
+async def _answer(
+    client: httpx.AsyncClient,
+    request: httpx.Request,
+    owner: str,
+    still_owner: Callable[[], Awaitable[bool]] | None,
+    recheck_seconds: float,
+) -> httpx.Response:
+    """The owner's response once its status line and headers arrived; while they have not, ask
+    `still_owner` every `recheck_seconds` and give up when it says no."""
+    if still_owner is None:
+        return await client.send(request, stream=True)
+    sending = asyncio.ensure_future(client.send(request, stream=True))
+    try:
+        while True:
+            done, _ = await asyncio.wait((sending,), timeout=recheck_seconds)
+            if done:
+                return sending.result()
+            if not await still_owner():
+                raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True)
+    finally:
+        if not sending.done():
+            sending.cancel()
+            await asyncio.gather(sending, return_exceptions=True)

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 
 from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
+from foundation.telemetry import Telemetry
+
 from . import db
 
 __all__ = ["LeaseManager", "Renewal", "margin_seconds"]
@@ -63,6 +65,7 @@ class LeaseManager:
         lease_seconds: float,
         database: str = DEFAULT_DB_ALIAS,
         clock: Callable[[], float] = time.monotonic,
+        telemetry: Telemetry | None = None,
     ) -> None:
         if lease_seconds <= 0:
             raise ValueError("lease_seconds must be positive")
@@ -75,6 +78,9 @@ class LeaseManager:
         self._clock = clock
         self._held: dict[str, _Held] = {}
         self.joined = False
+        # brain.fleet.leases, .acquisitions and .failovers (a no-op when telemetry is off)
+        self._telemetry = telemetry if telemetry is not None else Telemetry()
+        self._telemetry.observe_fleet_leases(self._writable_count)
 
     @property
     def renew_interval(self) -> float:
@@ -110,14 +116,16 @@ class LeaseManager:
         """Take the session's lease (free, expired, or already ours): the epoch held, or None
         while another instance holds it. A change of owner increments the epoch."""
         sent = self._clock()
-        epoch = await db.aacquire_lease(
+        taken = await db.atake_lease(
             session_id, owner=self.instance, lease_seconds=self.lease_seconds, using=self.database
         )
-        if epoch is None:
+        if taken is None:
             self._held.pop(session_id, None)
             return None
-        self._held[session_id] = _Held(epoch, self._deadline(sent))
-        return epoch
+        if taken.previous != self.instance:  # taken now, not one already ours acquired again
+            self._telemetry.record_fleet_acquisition(failover=taken.previous != "")
+        self._held[session_id] = _Held(taken.epoch, self._deadline(sent))
+        return taken.epoch
 
     async def renew(self) -> Renewal:
         """Renew every held lease and the heartbeat in one statement. Leases the database no
@@ -198,6 +206,9 @@ class LeaseManager:
         if held is None or self._clock() >= held.deadline:
             return None
         return held.epoch
+
+    def _writable_count(self) -> int:
+        return sum(1 for session_id in list(self._held) if self.held_epoch(session_id) is not None)
 
     def held(self) -> dict[str, int]:
         """Every lease this instance believes it holds (writable or lapsed), session -> epoch."""

@@ -9,6 +9,13 @@ receiving instance is not the owner either, it answers 503 and the first instanc
 retries. A session with no live owner is served where the request lands (the engine acquires
 its lease). `POST /sessions` and every other route are served locally.
 
+The owner of a session is looked up in PostgreSQL once and remembered for OWNER_CACHE_SECONDS
+(well under a lease); an answer of 503 from it, an owner that cannot be reached, or one that
+loses its lease while the request waits for its answer forgets it at once. A stale entry costs
+no correctness: a signed request reaching a former owner is answered 503 (or served there when
+nobody owns the session), never forwarded again. The owner serves a signed request for a
+session it holds without a lookup.
+
 Nothing here runs without a `cluster` block: the app object then has no `leases` and the
 caller skips this layer after one attribute check. No Django; the lease manager and the secret
 come from the app object through the narrow protocols below.
@@ -27,7 +34,7 @@ import httpx
 
 from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_envelope
 
-from .forwarding import OwnerUnreachable, fleet_client, forward_request
+from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
 from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
 
 __all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
@@ -48,6 +55,9 @@ SIGNATURE = SIGNATURE_HEADER.encode()
 SOCKET_HIGH_WATER = 256 * 1024
 WRITE_DEADLINE_SECONDS = 15.0
 CONGESTION_POLL_SECONDS = 0.01
+# How long a looked-up remote owner is reused, at most a tenth of the lease; bounded in size.
+OWNER_CACHE_SECONDS = 1.0
+OWNER_CACHE_ENTRIES = 10_000
 
 
 class OwnerUnavailable(BrainError):
@@ -73,6 +83,8 @@ class LeaseView(Protocol):
 
     @property
     def instance(self) -> str: ...
+    @property
+    def lease_seconds(self) -> float: ...
     def held_epoch(self, session_id: str) -> int | None: ...
     async def owner_of(self, session_id: str) -> LeaseOwnerView | None: ...
 
@@ -97,6 +109,11 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
+
+
+def _session_of(scope: Scope) -> str:
+    match = SESSION_PATH.match(scope.get("path", ""))
+    return match.group(1) if match is not None else ""
 
 
 def _target(scope: Scope) -> bytes:
@@ -161,6 +178,9 @@ class FleetRouter:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self.forwarded = 0  # requests this instance sent to an owner
+        self.lookups = 0  # owner lookups in the database
+        # session id -> (its remote owner, monotonic time the entry stops being used)
+        self._owners: dict[str, tuple[LeaseOwnerView, float]] = {}
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -197,8 +217,10 @@ class FleetRouter:
         if match is None:
             return _replaying(body, receive)
         session_id = match.group(1)
+        if signed and leases.held_epoch(session_id) is not None:
+            return _replaying(body, receive)  # forwarded to us and ours: no lookup
         try:
-            owner = await leases.owner_of(session_id)
+            owner = await self._owner(leases, session_id)
         except Exception:  # the database: without it nobody can tell who owns the session
             logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
             await _respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
@@ -210,6 +232,25 @@ class FleetRouter:
             return None
         await self._forward(brain, leases, owner, scope, receive, send, body)
         return None
+
+    async def _owner(self, leases: LeaseView, session_id: str) -> LeaseOwnerView | None:
+        """The session's live owner: a remote owner remembered briefly, else the database's answer."""
+        now = time.monotonic()
+        cached = self._owners.get(session_id)
+        if cached is not None and now < cached[1]:
+            return cached[0]
+        self.lookups += 1
+        owner = await leases.owner_of(session_id)
+        if owner is None or owner.instance == leases.instance:
+            self._owners.pop(session_id, None)
+            return owner
+        if len(self._owners) >= OWNER_CACHE_ENTRIES:
+            self._owners.pop(next(iter(self._owners)))
+        self._owners[session_id] = (owner, now + min(OWNER_CACHE_SECONDS, leases.lease_seconds / 10))
+        return owner
+
+    def forget_owner(self, session_id: str) -> None:
+        self._owners.pop(session_id, None)
 
     def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
@@ -244,7 +285,11 @@ class FleetRouter:
     ) -> None:
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
         client = scope.get("client") or ("", 0)
+        session_id = _session_of(scope)
         self.forwarded += 1
+        telemetry = getattr(brain, "telemetry", None)
+        if telemetry is not None:
+            telemetry.record_fleet_forward()
         started = False
         relay = asyncio.current_task()
         disconnected = asyncio.Event()
@@ -269,13 +314,18 @@ class FleetRouter:
                 headers=headers,
                 body=body,
                 client_address=str(client[0] or ""),
+                still_owner=lambda: self._still_owner(leases, session_id, owner),
+                recheck_seconds=min(RECHECK_SECONDS, leases.lease_seconds / 3),
             ) as answer:
+                if answer.status == 503:  # the owner is draining, moving, or not the owner
+                    self.forget_owner(session_id)
                 await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
                 started = True
                 async for chunk in answer.body:
                     await self._write(scope, send, chunk)
                 await send({"type": "http.response.body", "body": b""})
         except OwnerUnreachable as exc:
+            self.forget_owner(session_id)
             logger.warning("fleet owner unreachable", extra={"owner": owner.instance, "error": str(exc)})
             if not started:
                 await _respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
@@ -290,6 +340,20 @@ class FleetRouter:
                 raise
         finally:
             watcher.cancel()
+
+    async def _still_owner(self, leases: LeaseView, session_id: str, owner: LeaseOwnerView) -> bool:
+        """Whether `owner` still holds the session's live lease at the epoch it was found with
+        (the database asked afresh; a failed lookup cannot tell, so it says no)."""
+        try:
+            now = await leases.owner_of(session_id)
+        except Exception:
+            logger.warning("fleet owner re-check failed", exc_info=True, extra={"session_id": session_id})
+            return False
+        return (
+            now is not None
+            and now.instance == owner.instance
+            and getattr(now, "epoch", None) == getattr(owner, "epoch", None)
+        )
 
     @staticmethod
     async def _write(scope: Scope, send: Send, chunk: bytes) -> None:

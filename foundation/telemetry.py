@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.metrics import Counter, Histogram, Meter, UpDownCounter
     from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
 
@@ -63,6 +64,9 @@ class _Instruments:
     native_bytes: Counter
     sync_duration: Histogram
     sync_failures: Counter
+    fleet_acquisitions: Counter
+    fleet_failovers: Counter
+    fleet_forwarded: Counter
     meter: Meter
 
 
@@ -76,20 +80,29 @@ def _build_instruments() -> _Instruments | None:
         return None
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    interval = float(os.environ.get(INTERVAL_ENV) or METRIC_INTERVAL_MILLIS)
+    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
+    instruments = _instruments_with(reader)
+    instruments.tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    logger.info("telemetry exporting", extra={"endpoint": os.environ[ENDPOINT_ENV]})
+    return instruments
+
+
+def _instruments_with(reader: MetricReader) -> _Instruments:
+    """Brain's instruments, their metrics read by `reader`; traces go nowhere until a span
+    processor is added."""
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.resources import SERVICE_NAME as SERVICE_NAME_KEY
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({SERVICE_NAME_KEY: SERVICE_NAME})
     # Not installed as the global providers: the application object owns their lifetime, and
     # their atexit hooks could hold the exit for 30 s when the collector is gone.
     tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-    tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    interval = float(os.environ.get(INTERVAL_ENV) or METRIC_INTERVAL_MILLIS)
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=interval)
     meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
     meter = meter_provider.get_meter("brain")
 
@@ -123,9 +136,19 @@ def _build_instruments() -> _Instruments | None:
         sync_failures=meter.create_counter(
             "brain.sync.failures", unit="{sync}", description="Publishes that failed after their retries"
         ),
+        fleet_acquisitions=meter.create_counter(
+            "brain.fleet.acquisitions", unit="{lease}", description="Session leases this instance took"
+        ),
+        fleet_failovers=meter.create_counter(
+            "brain.fleet.failovers",
+            unit="{lease}",
+            description="Sessions taken over after their previous owner's lease expired (not released)",
+        ),
+        fleet_forwarded=meter.create_counter(
+            "brain.fleet.forwarded", unit="{request}", description="Session requests forwarded to their owner"
+        ),
         meter=meter,
     )
-    logger.info("telemetry exporting", extra={"endpoint": os.environ[ENDPOINT_ENV]})
     return instruments
 
 
@@ -205,6 +228,11 @@ class Telemetry:
         """Exporting when $OTEL_EXPORTER_OTLP_ENDPOINT is set, else switched off."""
         return cls(_build_instruments())
 
+    @classmethod
+    def read_by(cls, reader: MetricReader) -> Telemetry:
+        """Metrics read by `reader` alone (an SDK InMemoryMetricReader in tests), no export."""
+        return cls(_instruments_with(reader))
+
     @property
     def enabled(self) -> bool:
         return self._instruments is not None
@@ -264,6 +292,30 @@ class Telemetry:
             callbacks=[lambda _options: [Observation(pending())]],
             unit="{session}",
             description="Sessions waiting for upload to external storage",
+        )
+
+    def record_fleet_acquisition(self, *, failover: bool) -> None:
+        """A session lease taken; `failover` when its previous owner's lease had expired."""
+        if self._instruments is not None:
+            self._instruments.fleet_acquisitions.add(1)
+            if failover:
+                self._instruments.fleet_failovers.add(1)
+
+    def record_fleet_forward(self) -> None:
+        if self._instruments is not None:
+            self._instruments.fleet_forwarded.add(1)
+
+    def observe_fleet_leases(self, held: Callable[[], int]) -> None:
+        """brain.fleet.leases: the session leases this instance holds, read at each export."""
+        if self._instruments is None:
+            return
+        from opentelemetry.metrics import Observation
+
+        self._instruments.meter.create_observable_gauge(
+            "brain.fleet.leases",
+            callbacks=[lambda _options: [Observation(held())]],
+            unit="{lease}",
+            description="Session leases this instance holds",
         )
 
     def shutdown(self) -> None:

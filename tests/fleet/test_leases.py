@@ -44,7 +44,7 @@ def manager(database: str, name: str, *, lease_seconds: float = 30.0, clock: Clo
         url=f"http://{name}.fleet.test:8080",
         lease_seconds=lease_seconds,
         database=database,
-        **({"clock": clock} if clock is not None else {}),
+        clock=clock if clock is not None else time.monotonic,
     )
 
 

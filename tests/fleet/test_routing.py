@@ -312,3 +312,116 @@ async def test_the_owners_own_session_requests_pass_without_a_lookup(fleet_db: s
     # then
     assert serve == client.receive
     assert (Counted.lookups, client.delivered, client.sent) == (0, False, [])
+
+
+class KeptAlive:
+    """An owner that answers every request on a connection with `status` and a short body, or
+    (`silent`) reads requests and never answers, as a paused process whose kernel still accepts."""
+
+    def __init__(self, status: bytes = b"202 Accepted", *, silent: bool = False) -> None:
+        self.status, self.silent = status, silent
+        self.targets: list[bytes] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while request_line := (await reader.readline()).rstrip(b"\r\n"):
+                length = 0
+                while (line := (await reader.readline()).rstrip(b"\r\n")) != b"":
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                self.targets.append(request_line.split(b" ")[1])
+                if self.silent:
+                    await reader.read()  # never answers, until the other side closes
+                    return
+                writer.write(b"HTTP/1.1 " + self.status + b"\r\nContent-Type: application/json\r\n")
+                writer.write(b"Content-Length: 12\r\n\r\n" + b'{"id":"abc"}')
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+
+async def served(origin: KeptAlive) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def send_through(router: FleetRouter, leases: LeaseManager, session_id: str) -> Client:
+    client = Client(body=b"{}")
+    request = scope(f"/sessions/{session_id}/events", method="POST")
+    async with asyncio.timeout(WAIT_SECONDS):
+        assert await router.route(Brain(leases), leases, request, client.receive, client.send, limit=LIMIT) is None
+    return client
+
+
+async def test_a_remote_owner_is_looked_up_once_for_several_forwards(fleet_db: str) -> None:
+    # given
+    origin = KeptAlive()
+    server, url = await served(origin)
+    session_id, _, b = await owned_by_a(fleet_db, url)
+    router = FleetRouter()
+    # when: three sends through brain-b
+    answers = [await send_through(router, b, session_id) for _ in range(3)]
+    await router.aclose()
+    server.close()
+    # then: every one forwarded, the owner found in the database once
+    assert [(answer.status, answer.content) for answer in answers] == [(202, b'{"id":"abc"}')] * 3
+    assert (router.forwarded, router.lookups, len(origin.targets)) == (3, 1, 3)
+
+
+async def test_an_owners_503_forgets_the_remembered_owner(fleet_db: str) -> None:
+    # given: the owner answers 503 (draining, or the session moved on)
+    origin = KeptAlive(b"503 Service Unavailable")
+    server, url = await served(origin)
+    session_id, _, b = await owned_by_a(fleet_db, url)
+    router = FleetRouter()
+    # when
+    answers = [await send_through(router, b, session_id) for _ in range(2)]
+    await router.aclose()
+    server.close()
+    # then: the 503 reached the client each time, and each send looked the owner up again
+    assert [answer.status for answer in answers] == [503, 503]
+    assert (router.forwarded, router.lookups) == (2, 2)
+
+
+async def test_a_signed_request_for_a_session_the_owner_holds_needs_no_lookup(
+    fleet_db: str, owner: tuple[Owner, str]
+) -> None:
+    # given
+    _, url = owner
+    session_id, a, _ = await owned_by_a(fleet_db, url)
+    request = signed_scope(f"/sessions/{session_id}/events", sender="brain-b", receiver="brain-a", body=b"{}")
+    router, client = FleetRouter(), Client(body=b"{}")
+    # when
+    serve = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
+    # then
+    assert serve is not None
+    assert await serve() == {"type": "http.request", "body": b"{}", "more_body": False}
+    assert (router.lookups, client.sent) == (0, [])
+
+
+async def test_a_forward_to_a_paused_owner_is_a_retryable_503_once_its_lease_lapses(fleet_db: str) -> None:
+    # given: brain-a accepts connections and never answers (SIGSTOP); its 3 s lease is not renewed
+    origin = KeptAlive(silent=True)
+    server, url = await served(origin)
+    a = LeaseManager(instance="brain-a", url=url, lease_seconds=3.0, database=fleet_db)
+    b = instance(fleet_db, "brain-b", "http://127.0.0.1:1")
+    assert await a.join() and await b.join()
+    session_id = secrets.token_hex(16)
+    assert await a.acquire(session_id) == 1
+    router = FleetRouter()
+    # when: a send through brain-b, bounded far below the 120 s read timeout
+    client = await send_through(router, b, session_id)
+    await router.aclose()
+    server.close()
+    # then: the owner got the request, the client a retryable 503, the owner forgotten
+    assert origin.targets == [f"/sessions/{session_id}/events".encode()]
+    assert (client.status, client.headers[b"retry-after"]) == (503, b"1")
+    assert orjson.loads(client.content) == {
+        "error": {"code": "unavailable", "message": "the session's instance is not answering"},
+        "request_id": "r" * 32,
+    }
+    assert (router.forwarded, router._owners) == (1, {})
