@@ -4,8 +4,6 @@ and session lookup, as the spec says."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from django.http import HttpRequest, HttpResponse
 from ninja import Router
@@ -14,7 +12,7 @@ from foundation.errors import Unsupported
 from foundation.principal import principal_of, require_manage
 from foundation.wire import SessionId
 from persistence_app.app_object import PersistenceAppObject, request_brain
-from persistence_app.archiving import ArchiveService
+from persistence_app.archiving import ArchiveService, SyncStatusBody
 from sessions_app.operations import check_session_id
 
 from .schemas import Restore, SyncStatus
@@ -37,7 +35,7 @@ def _archive(brain: PersistenceAppObject) -> ArchiveService:
 
 
 @router.post("/sessions/{id}/flush", response={200: SyncStatus}, operation_id="flush", summary="Flush external state")
-async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+async def flush_session(request: HttpRequest, id: SessionId) -> SyncStatusBody:
     brain = request_brain(request)
     principal = principal_of(request)
     require_manage(principal)
@@ -50,7 +48,7 @@ async def flush_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
 @router.get(
     "/sessions/{id}/sync", response={200: SyncStatus}, operation_id="sync", summary="Read synchronization status"
 )
-async def sync_status(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+async def sync_status(request: HttpRequest, id: SessionId) -> SyncStatusBody:
     brain = request_brain(request)
     principal = principal_of(request)
     record = await brain.engine.session_record(principal.tenant, check_session_id(principal, id))

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Protocol
+from typing import NotRequired, Protocol, TypedDict
 
 from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, NotFound, Unavailable
 from foundation.hostconfig import Persistence
@@ -47,6 +47,18 @@ class LiveSessions(Protocol):
 
     async def land_restored(self, tenant: str, session_id: str) -> SessionRecord:
         """Load a freshly restored session, settled to wait for a resume."""
+
+
+class SyncStatusBody(TypedDict):
+    """GET /sync and POST /flush on the wire (the SyncStatus schema)."""
+
+    history_bytes: int
+    resume_offset: int
+    pending: bool
+    checkpoint: NotRequired[str]
+    native_checkpoint: NotRequired[str]
+    time: NotRequired[str]
+    error: NotRequired[str]
 
 
 class ArchiveService:
@@ -130,9 +142,9 @@ class ArchiveService:
 
     # -- GET /sync and POST /flush -----------------------------------------------------------
 
-    async def status(self, session_id: str) -> dict[str, Any]:
+    async def status(self, session_id: str) -> SyncStatusBody:
         row = await db.aget_state(session_id)
-        status: dict[str, Any] = {
+        status: SyncStatusBody = {
             "history_bytes": row.history_bytes if row else 0,
             "resume_offset": row.resume_offset if row else 0,
             "pending": self.scheduler.is_pending(session_id) or row is None or not row.checkpoint,
@@ -146,7 +158,7 @@ class ArchiveService:
             status["error"] = row.error
         return status
 
-    async def flush(self, session_id: str) -> dict[str, Any]:
+    async def flush(self, session_id: str) -> SyncStatusBody:
         result = await self.scheduler.flush(session_id)
         if result.outcome == Outcome.FAILED:
             if result.forbidden:  # spec: a cross-tenant collision in the index is 403 forbidden

@@ -5,7 +5,7 @@ untouched): their declared schemas document the wire at no cost per request."""
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 from django.http import HttpRequest, HttpResponse
@@ -19,6 +19,7 @@ from foundation.wire import SESSION_ID_PATTERN, SessionId
 from . import operations
 from .app_object import request_brain
 from .eventlog import Event as LoggedEvent
+from .records import ApprovalBody, SessionBody
 from .schemas import (
     Approval,
     ApprovalDecision,
@@ -110,7 +111,7 @@ def _traceparent(request: HttpRequest) -> str:
 @router.post(
     "/sessions", response={201: Session}, operation_id="create", summary="Create a session", exclude_unset=True
 )
-async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int, dict[str, Any]]:
+async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int, SessionBody]:
     record = await operations.create_session(
         request_brain(request).engine,
         principal_of(request),
@@ -129,7 +130,7 @@ async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int
     exclude_unset=True,
     openapi_extra={"parameters": _LIST_PARAMETERS},
 )
-async def list_sessions(request: HttpRequest) -> dict[str, Any]:
+async def list_sessions(request: HttpRequest) -> dict[str, list[SessionBody]]:
     after = request.GET.get("after", "")
     engine = request_brain(request).engine
     records = await operations.list_sessions(engine, principal_of(request), after=after, limit=_limit(request))
@@ -137,7 +138,7 @@ async def list_sessions(request: HttpRequest) -> dict[str, Any]:
 
 
 @router.get("/sessions/{id}", response={200: Session}, operation_id="get", summary="Get a session", exclude_unset=True)
-async def get_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+async def get_session(request: HttpRequest, id: SessionId) -> SessionBody:
     record = await operations.get_session(request_brain(request).engine, principal_of(request), id)
     return record.as_wire()
 
@@ -185,7 +186,7 @@ async def read_events(request: HttpRequest, id: SessionId) -> HttpResponse:
     summary="Resume a session",
     exclude_unset=True,
 )
-async def resume_session(request: HttpRequest, id: SessionId) -> dict[str, Any]:
+async def resume_session(request: HttpRequest, id: SessionId) -> SessionBody:
     principal = principal_of(request)
     require_manage(principal)
     return (await operations.resume_session(request_brain(request).engine, principal, id)).as_wire()
@@ -212,7 +213,7 @@ async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[
 )
 async def decide_approval(
     request: HttpRequest, id: SessionId, approval_id: ApprovalId, body: ApprovalDecision
-) -> dict[str, Any]:
+) -> ApprovalBody:
     principal = principal_of(request)
     require_write(principal)
     engine = request_brain(request).engine

@@ -51,6 +51,36 @@ class CheckpointRef(TypedDict):
     time: str
 
 
+class SessionBody(TypedDict):
+    """A session on the wire (the spec's Session schema)."""
+
+    id: str
+    harness: str
+    config: SessionConfig
+    descriptors: list[ToolDescriptor]
+    status: str
+    created_at: str
+    updated_at: str
+    checkpoint: CheckpointRef
+    credential_bindings: NotRequired[list[str]]
+
+
+class ApprovalBody(TypedDict):
+    """An approval on the wire (the Approval schema)."""
+
+    id: str
+    session_id: str
+    call_id: str
+    tool: str
+    arguments: object
+    status: str
+    created_at: str
+    expires_at: str
+    decided_by: str | None
+    decided_at: str | None
+    reason: str | None
+
+
 @dataclass(slots=True)
 class SessionRecord:
     id: str
@@ -96,8 +126,8 @@ class SessionRecord:
             checkpoint={"id": checkpoint, "offset": 0, "time": now},
         )
 
-    def as_wire(self) -> dict[str, object]:
-        wire: dict[str, object] = {
+    def as_wire(self) -> SessionBody:
+        wire: SessionBody = {
             "id": self.id,
             "harness": self.harness,
             "config": self.config,
@@ -242,7 +272,7 @@ class ApprovalRecord:
     decided_at: str | None = None
     reason: str = ""
 
-    def as_wire(self) -> dict[str, Any]:
+    def as_wire(self) -> ApprovalBody:
         return {
             "id": self.id,
             "session_id": self.session_id,

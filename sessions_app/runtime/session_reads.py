@@ -35,9 +35,8 @@ class OwnSession:
         record = self._record()
         if record is None:
             raise ValueError("the session is not loaded")
-        public = record.as_wire()
-        del public["descriptors"]  # the model has them already; they can be large
-        return public
+        # the model has the descriptors already; they can be large
+        return {key: value for key, value in record.as_wire().items() if key != "descriptors"}
 
     async def events(self, *, after: str, limit: int) -> tuple[list[dict[str, Any]], str]:
         log = self._log()
