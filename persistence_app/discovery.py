@@ -2,7 +2,11 @@
 and their latest checkpoint, across every Brain instance writing to the same archive.
 
 Eventually consistent and never a lock: a row is upserted after each publication, and
-`GET /sessions` and cold loads read it. At most MAX_CONNECTIONS per process (psycopg_pool).
+`GET /sessions` and cold loads read it. In a fleet each upsert carries the lease epoch it was
+published under and is refused for an older epoch than the row's (`Fenced`), so a former owner
+never puts its older checkpoint back; a single instance writes epoch 0 throughout. A table
+created before the `epoch` column existed gets it (default 0) when the index first connects.
+At most MAX_CONNECTIONS per process (psycopg_pool).
 Blocking; the server calls it from worker threads.
 """
 
@@ -15,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool
 
-from persistence_app.stores.base import REASON_INDEX, StoreError
+from persistence_app.stores.base import REASON_INDEX, Fenced, StoreError
 
 __all__ = ["MAX_CONNECTIONS", "DiscoveryIndex", "TenantMismatch"]
 
@@ -28,8 +32,10 @@ CREATE TABLE IF NOT EXISTS brain_sessions (
     tenant text NOT NULL,
     data jsonb NOT NULL,
     checkpoint text NOT NULL,
-    updated_at timestamptz NOT NULL DEFAULT now()
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    epoch bigint NOT NULL DEFAULT 0
 );
+ALTER TABLE brain_sessions ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS brain_sessions_tenant_id ON brain_sessions (tenant, id);
 """
 # CREATE ... IF NOT EXISTS is not safe against itself: two sessions creating the table at once
@@ -38,11 +44,13 @@ CREATE INDEX IF NOT EXISTS brain_sessions_tenant_id ON brain_sessions (tenant, i
 _SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(7158200631489247597)"
 
 _UPSERT = """
-INSERT INTO brain_sessions (id, tenant, data, checkpoint) VALUES (%s, %s, %s, %s)
-ON CONFLICT (id) DO UPDATE SET data = EXCLUDED.data, checkpoint = EXCLUDED.checkpoint, updated_at = now()
-WHERE brain_sessions.tenant = EXCLUDED.tenant
+INSERT INTO brain_sessions (id, tenant, data, checkpoint, epoch) VALUES (%s, %s, %s, %s, %s)
+ON CONFLICT (id) DO UPDATE SET
+    data = EXCLUDED.data, checkpoint = EXCLUDED.checkpoint, epoch = EXCLUDED.epoch, updated_at = now()
+WHERE brain_sessions.tenant = EXCLUDED.tenant AND brain_sessions.epoch <= EXCLUDED.epoch
 RETURNING id
 """
+_REFUSED = "SELECT tenant, epoch FROM brain_sessions WHERE id = %s"
 
 
 class TenantMismatch(StoreError):
@@ -76,16 +84,27 @@ class DiscoveryIndex:
                     self._ready = True
         return self._pool.connection()
 
-    def put(self, session: dict[str, Any], checkpoint: str) -> None:
+    def put(self, session: dict[str, Any], checkpoint: str, *, epoch: int = 0) -> None:
+        """Index the session's checkpoint under lease `epoch`: TenantMismatch when the id is
+        another tenant's, Fenced when the row was written under a newer epoch."""
         try:
             with self._connection() as connection:
                 row = connection.execute(
-                    _UPSERT, (session["id"], session["tenant"], Jsonb(session), checkpoint)
+                    _UPSERT, (session["id"], session["tenant"], Jsonb(session), checkpoint, epoch)
                 ).fetchone()
+                refused = None if row is not None else connection.execute(_REFUSED, (session["id"],)).fetchone()
         except (psycopg.Error, TimeoutError) as exc:
             raise StoreError(f"discovery index write failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
-        if row is None:
+        if refused is None:
+            return
+        if refused[0] != session["tenant"]:
             raise TenantMismatch(session["id"])
+        stored = int(refused[1])
+        raise Fenced(
+            f"session {session['id']}: the discovery index holds epoch {stored}, newer than {epoch}",
+            stored=stored,
+            epoch=epoch,
+        )
 
     def owner(self, session_id: str) -> str | None:
         """The tenant the id is indexed under, if any."""

@@ -249,7 +249,8 @@ class Publisher:
                     time=uploaded["time"],
                 )
                 if self.index is not None:  # an index write that failed before is retried here
-                    self.index.put(_index_entry(record), publication.checkpoint)
+                    index_epoch = (self._lease_epoch(session_id, lease_epoch) or 0) if self.fleet else 0
+                    self.index.put(_index_entry(record), publication.checkpoint, epoch=index_epoch)
                 record_publication(session_id, record.tenant, seq, publication)
                 self._published(session_id, entry)
                 return Result(Outcome.UNCHANGED, publication)
@@ -282,6 +283,7 @@ class Publisher:
             with commit_lock(self.data_dir, session_id):
                 if current_epoch(session_id) != epoch:
                     return Result(Outcome.FENCED)
+                held: int | None = 0  # a single instance indexes at epoch 0
                 if not self.fleet:
                     pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
                     assert len(pointer) < MAX_OBJECT_BYTES
@@ -307,7 +309,7 @@ class Publisher:
                     },
                 )
             if self.index is not None:
-                self.index.put(_index_entry(record), checkpoint)
+                self.index.put(_index_entry(record), checkpoint, epoch=held or 0)
             record_publication(session_id, record.tenant, seq, publication)
             self._published(session_id, entry)
             return Result(Outcome.PUBLISHED, publication, published.bytes_sent)
