@@ -97,6 +97,7 @@ class BrainApp:
         self.executors = executor_hub(config.limits)
         # a fleet (`cluster` block): this instance's leases and the shared input journal
         self.leases: LeaseManager | None = None
+        self.relay: ExecutorRelay | None = None  # runtime tools across the fleet (BRAIN_CHANNEL_REDIS)
         self.journal: InputJournal | None = None
         ownership = None
         if config.cluster is not None:
@@ -107,7 +108,8 @@ class BrainApp:
                 telemetry=self.telemetry,
             )
             self.journal = InputJournal()
-            self.executors.relay = _executor_relay(self.executors, self.leases)
+            self.relay = _executor_relay(self.executors, self.leases)
+            self.executors.relay = self.relay
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
         self.archive: ArchiveService | None = None
@@ -168,8 +170,8 @@ class BrainApp:
             self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
         await self.engine.start()
         await self.knowledge_jobs.start()
-        if self.executors.relay is not None:
-            self.executors.relay.start()
+        if self.relay is not None:
+            self.relay.start()
 
     async def _in_fleet(self, leases: LeaseManager) -> None:
         """Join (again every JOIN_RETRY_SECONDS while the name is taken by a live process or the
@@ -207,8 +209,8 @@ class BrainApp:
     async def stop(self) -> None:
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
-        if self.executors.relay is not None:
-            await self.executors.relay.stop()
+        if self.relay is not None:
+            await self.relay.stop()
         if self.leases is not None:
             await self._leave_fleet(self.leases)
         if self.archive is not None:

@@ -12,14 +12,16 @@ from django.http import HttpRequest
 from ninja import Path, Query, Router
 from ninja.security.base import AuthBase
 from pydantic import WithJsonSchema
+from redis.exceptions import RedisError
 
-from foundation.errors import Conflict, InvalidRequest, NotFound
+from foundation.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from foundation.principal import principal_of, require_manage
 
 from .app_object import request_brain
 from .bindings import ALIAS, check_runtime_tools
 from .executors import Executor, normalized_tools
 from .providers.tasks import db as tasks_db
+from .relay import ExecutorRelay
 from .schemas import (
     CatalogBody,
     CredentialBody,
@@ -98,14 +100,36 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
         session = body.session.lower()
         if not SESSION_ID.fullmatch(session) or (principal.session and principal.session != session):
             raise NotFound("session not found")
-        record = (await brain.engine.get_actor(principal.tenant, session)).record
-        saved = next((b for b in record.config.get("bindings", ()) if b.get("alias") == body.binding), None)
+        if (
+            brain.executors.relay is not None
+        ):  # a fleet: the session may be owned by another instance, its row is shared
+            config = await brain.saved_session_config(principal.tenant, session)
+            if config is None:
+                raise NotFound("session not found")
+        else:
+            config = (await brain.engine.get_actor(principal.tenant, session)).record.config
+        saved = next((b for b in config.get("bindings", ()) if b.get("alias") == body.binding), None)
         if saved is None:
             raise Conflict(f"session has no runtime binding {body.binding!r}")
         if normalized_tools(saved.get("runtime") or []) != normalized_tools(tools):
             raise Conflict(f"the tools differ from the descriptors saved for binding {body.binding!r}")
     executor_id, token = brain.executors.register(principal.tenant, body.binding, tools, session=session)
+    relay = brain.executors.relay
+    if session and isinstance(relay, ExecutorRelay):
+        await _take_over_route(relay, session, body.binding, executor_id)
     return 201, {"id": executor_id, "token": token}
+
+
+async def _take_over_route(relay: ExecutorRelay, session: str, binding: str, executor_id: str) -> None:
+    """A rebind in a fleet: the alias's calls come here from now on, and the executor that served
+    it on another instance closes (its pending calls end with unknown outcomes)."""
+    try:
+        previous = await relay.route(session, binding)
+        await relay.announce(session, binding, executor_id)
+    except (RedisError, OSError) as exc:
+        raise Unavailable("the runtime executor routes are out of reach; retry") from exc
+    if previous is not None and (previous.instance, previous.incarnation) != (relay.instance, relay.incarnation):
+        await relay.close_remote(previous, "replaced by a rebind")
 
 
 class ExecutorAuth(AuthBase):

@@ -42,6 +42,10 @@ class ToolsAppObject(Protocol):
     @property
     def executors(self) -> ExecutorHub: ...
 
+    async def saved_session_config(self, tenant: str, session_id: str, /) -> Mapping[str, Any] | None:
+        """A session's saved config from the database, without loading it (None: no such session)."""
+        ...
+
 
 def brain_of(scope: Mapping[str, object]) -> ToolsAppObject:
     return cast(ToolsAppObject, app_object_of(scope))

@@ -6,7 +6,8 @@ under an alias. Each command connection gets a fresh id: commands name it, repli
 it, and a new connection supersedes the old. Commands are never replayed: a call dispatched on
 a connection that drops, or to an executor that closes, ends with an unknown outcome; a call to
 an executor with no connection fails before dispatch. Everything lives in this process's
-memory: after a restart clients register again and rebind.
+memory: after a restart clients register again and rebind. In a fleet with a relay
+(tools_app.relay) each bind is announced, so a session owned by another instance reaches it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import orjson
 
@@ -92,6 +94,27 @@ class Connection:
         return None
 
 
+class Relay(Protocol):
+    """A fleet's relay (tools_app.relay) as the hub and the call path see it: binds announced,
+    closes withdrawn, a session's call sent to whichever instance serves its alias."""
+
+    def announce_soon(self, session: str, alias: str, executor_id: str) -> None: ...
+
+    def withdraw_soon(self, executor: Executor) -> None: ...
+
+    async def call(
+        self,
+        session: str,
+        alias: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: object,
+        scope: dict[str, str],
+        progress: Callable[[object], None],
+    ) -> object: ...
+
+
 @dataclass(eq=False)
 class _Call:
     id: str
@@ -141,6 +164,7 @@ class ExecutorHub:
         self._unbound_seconds = unbound_seconds
         self._per_tenant: dict[str, int] = {}
         self._unbound: dict[str, Executor] = {}  # in registration order, so the oldest come first
+        self.relay: Relay | None = None  # a fleet's relay to executors on other instances
 
     # -- registration and credentials ------------------------------------------------------
 
@@ -197,6 +221,8 @@ class ExecutorHub:
         executor.session = session
         self._unbound.pop(executor.id, None)
         self._routes[(session, executor.binding)] = executor.id
+        if self.relay is not None:
+            self.relay.announce_soon(session, executor.binding, executor.id)
 
     def executor_for(self, session: str, alias: str) -> Executor | None:
         executor_id = self._routes.get((session, alias))
@@ -255,6 +281,8 @@ class ExecutorHub:
             self._per_tenant.pop(executor.tenant, None)
         if self._routes.get((executor.session, executor.binding)) == executor.id:
             del self._routes[(executor.session, executor.binding)]
+        if self.relay is not None:
+            self.relay.withdraw_soon(executor)
         if executor.connection is not None:
             self._drop(executor, executor.connection, reason)
             executor.connection = None

@@ -156,18 +156,29 @@ class SessionBindings:
         self, route: _Route, name: str, context: CallContext, arguments: dict[str, object]
     ) -> Invocation:
         """Dispatch to the executor serving the alias. Raises CallCancelled once it was sent."""
-        executor = self._hub.executor_for(context.session_id, route.alias)
         scope = {"tenant_id": context.tenant, "session_id": context.session_id, "call_id": context.call_id}
+        relay = self._hub.relay
         try:
             async with asyncio.timeout(RUNTIME_CALL_SECONDS):
-                raw = await self._hub.call(
-                    executor,
-                    call_id=context.call_id,
-                    tool=route.remote,
-                    arguments=arguments,
-                    scope=scope,
-                    progress=context.progress,
-                )
+                if relay is not None:  # a fleet: the executor may be connected to another instance
+                    raw = await relay.call(
+                        context.session_id,
+                        route.alias,
+                        call_id=context.call_id,
+                        tool=route.remote,
+                        arguments=arguments,
+                        scope=scope,
+                        progress=context.progress,
+                    )
+                else:
+                    raw = await self._hub.call(
+                        self._hub.executor_for(context.session_id, route.alias),
+                        call_id=context.call_id,
+                        tool=route.remote,
+                        arguments=arguments,
+                        scope=scope,
+                        progress=context.progress,
+                    )
         except ExecutorUnavailable as exc:
             return Invocation.failed(f"tool {name!r} is unavailable: {exc}")
         except CallLost as exc:

@@ -1,0 +1,303 @@
+"""Runtime tools across a fleet: a session owned by one instance calls an executor whose command
+stream is held by another, over the Channels Redis layer.
+
+Every bind of an executor to a session's alias is announced in Redis as that alias's route (the
+instance, its incarnation and the executor id); the last bind wins, so a rebind through any
+instance takes the alias over. A call whose route names another instance is sent once to that
+instance's channel; the holder pushes it on the executor's stream and sends progress and the
+result back to the caller's channel. Nothing is replayed: a call whose holder leaves the fleet
+(its instance row gone or expired, or a new incarnation under its name) before a result came,
+or whose send or reply path fails on Redis, ends with an unknown outcome; a call to a holder
+that is not alive is refused before it is sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import orjson
+from channels_redis.core import RedisChannelLayer
+from redis import asyncio as aioredis
+from redis.exceptions import RedisError
+
+from foundation.logs import logger
+
+from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable
+
+__all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Route"]
+
+CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
+ROUTE_KEY = "brain:executor-route:{session}:{alias}"
+CHANNEL_PREFIX = "brain-executors."
+ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
+HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
+MESSAGE_EXPIRY_SECONDS = 30  # a command nobody received by then is dropped, never delivered late
+CHANNEL_CAPACITY = 1000
+
+# (instance, incarnation) -> whether that process is a live member of the fleet
+AliveCheck = Callable[[str, str], Awaitable[bool]]
+
+_DELETE_IF_SAME = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    instance: str
+    incarnation: str
+    executor: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "executor": self.executor})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Route | None:
+        try:
+            value = orjson.loads(raw)
+            return cls(str(value["instance"]), str(value["incarnation"]), str(value["executor"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+
+
+@dataclass(eq=False)
+class _Pending:
+    future: asyncio.Future[object]
+    progress: Callable[[object], None]
+
+
+class ExecutorRelay:
+    """This instance's end of the relay: announces its binds, sends calls to other instances and
+    serves the calls they send to executors connected here."""
+
+    def __init__(self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, alive: AliveCheck) -> None:
+        self.hub = hub
+        self.instance = instance
+        self.incarnation = incarnation
+        self.channel = channel_of(instance)
+        self._alive = alive
+        self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self._layer = RedisChannelLayer(
+            hosts=[redis_url], prefix="brain-relay", expiry=MESSAGE_EXPIRY_SECONDS, capacity=CHANNEL_CAPACITY
+        )
+        self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
+        self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._receiver: asyncio.Task[None] | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._receiver = asyncio.get_running_loop().create_task(self._receive(), name="brain-executor-relay")
+
+    async def stop(self) -> None:
+        if self._receiver is not None:
+            self._receiver.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._receiver
+        for task in [*self._serving.values(), *self._tasks]:
+            task.cancel()
+        self._fail_pending("this instance is stopping")
+        with contextlib.suppress(Exception):
+            await self._layer.close_pools()
+        with contextlib.suppress(Exception):
+            await self._redis.aclose()
+
+    def _spawn(self, awaitable: Awaitable[None]) -> None:
+        async def run() -> None:
+            await awaitable
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def announce(self, session: str, alias: str, executor_id: str) -> None:
+        """This instance now serves the session's alias (the last bind wins)."""
+        route = Route(self.instance, self.incarnation, executor_id)
+        await self._redis.set(ROUTE_KEY.format(session=session, alias=alias), route.encode())
+
+    def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
+        self._spawn(self._quietly(self.announce(session, alias, executor_id), "announce"))
+
+    def withdraw_soon(self, executor: Executor) -> None:
+        """The executor closed: its route goes, unless a later bind replaced it."""
+        if not executor.session:
+            return
+        key = ROUTE_KEY.format(session=executor.session, alias=executor.binding)
+        value = Route(self.instance, self.incarnation, executor.id).encode()
+        self._spawn(self._quietly(self._redis.eval(_DELETE_IF_SAME, 1, key, value), "withdraw"))
+
+    async def _quietly(self, awaitable: Awaitable[object], what: str) -> None:
+        try:
+            await awaitable
+        except (RedisError, OSError) as exc:
+            logger.warning("executor route not updated", extra={"action": what, "error": str(exc)})
+
+    async def route(self, session: str, alias: str) -> Route | None:
+        raw = await self._redis.get(ROUTE_KEY.format(session=session, alias=alias))
+        return Route.decode(raw) if raw is not None else None
+
+    # -- the calling side ------------------------------------------------------------------
+
+    async def call(
+        self,
+        session: str,
+        alias: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: object,
+        scope: dict[str, str],
+        progress: Callable[[object], None],
+    ) -> object:
+        """The call on whichever instance serves the alias now (this one included)."""
+        local = self.hub.executor_for(session, alias)
+        try:
+            route = await self.route(session, alias)
+        except (RedisError, OSError) as exc:
+            if local is None:
+                raise ExecutorUnavailable(f"the executor routes are out of reach ({exc})") from exc
+            route = None
+        if route is None or (route.instance == self.instance and route.incarnation == self.incarnation):
+            executor = self.hub.get(route.executor) if route is not None else local
+            return await self.hub.call(
+                executor or local, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
+            )
+        if not await self._alive(route.instance, route.incarnation):
+            raise ExecutorUnavailable(
+                f"the runtime executor's instance {route.instance} is gone; the client must rebind"
+            )
+        relay_id = secrets.token_hex(16)
+        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
+        self._pending[relay_id] = _Pending(future, progress)
+        command = {
+            "relay": relay_id,
+            "reply_to": self.channel,
+            "executor": route.executor,
+            "call_id": call_id,
+            "tool": tool,
+            "arguments": arguments,
+            "scope": scope,
+        }
+        try:
+            try:
+                await self._send(route.instance, "call", command)
+            except (RedisError, OSError) as exc:  # it may have been sent: never sent again
+                raise CallLost(f"the relay to instance {route.instance} failed ({exc})") from exc
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=ALIVE_CHECK_SECONDS)
+                if done:
+                    return future.result()
+                if not await self._alive(route.instance, route.incarnation):
+                    raise CallLost(f"the runtime executor's instance {route.instance} left the fleet")
+        except asyncio.CancelledError:
+            with contextlib.suppress(RedisError, OSError):
+                await asyncio.shield(self._send(route.instance, "cancel", {"relay": relay_id}))
+            raise
+        finally:
+            self._pending.pop(relay_id, None)
+            if not future.done():
+                future.cancel()
+
+    async def _send(self, instance: str, kind: str, body: dict[str, object]) -> None:
+        await self._send_to(channel_of(instance), kind, body)
+
+    async def _send_to(self, channel: str, kind: str, body: dict[str, object]) -> None:
+        await self._layer.send(channel, {"type": f"relay.{kind}", "body": orjson.dumps(body)})
+
+    def _fail_pending(self, reason: str) -> None:
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(CallLost(reason))
+
+    # -- the receiving side ----------------------------------------------------------------
+
+    async def _receive(self) -> None:
+        while True:
+            try:
+                message = await self._layer.receive(self.channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis out of reach: replies may be lost, so pending calls are
+                logger.warning("executor relay cannot receive", extra={"error": str(exc)})
+                self._fail_pending(f"the relay's Redis is out of reach ({exc})")
+                await asyncio.sleep(ALIVE_CHECK_SECONDS)
+                continue
+            try:
+                kind = str(message.get("type", ""))
+                body = orjson.loads(message.get("body", b"{}"))
+                self._dispatch(kind, body)
+            except Exception as exc:
+                logger.warning("executor relay message dropped", extra={"error": str(exc)})
+
+    def _dispatch(self, kind: str, body: dict[str, object]) -> None:
+        relay_id = str(body.get("relay", ""))
+        if kind == "relay.call":
+            task = asyncio.get_running_loop().create_task(self._serve(relay_id, body))
+            self._serving[relay_id] = task
+            task.add_done_callback(lambda _: self._serving.pop(relay_id, None))
+        elif kind == "relay.cancel":
+            serving = self._serving.get(relay_id)
+            if serving is not None:
+                serving.cancel()
+        elif kind == "relay.reply":
+            pending = self._pending.get(relay_id)
+            if pending is None or pending.future.done():
+                return
+            if "progress" in body:
+                with contextlib.suppress(Exception):
+                    pending.progress(body["progress"])
+            elif "result" in body:
+                pending.future.set_result(body["result"])
+            elif body.get("unavailable"):
+                pending.future.set_exception(ExecutorUnavailable(str(body.get("message", ""))))
+            else:
+                pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
+        elif kind == "relay.close":
+            executor = self.hub.get(str(body.get("executor", "")))
+            if executor is not None:
+                self.hub.close(executor, reason=str(body.get("reason", "closed by another instance")))
+
+    async def _serve(self, relay_id: str, body: dict[str, object]) -> None:
+        """A call another instance sent for an executor connected here."""
+        reply_to = str(body.get("reply_to", ""))
+
+        def progress(value: object) -> None:
+            self._spawn(
+                self._quietly(self._send_to(reply_to, "reply", {"relay": relay_id, "progress": value}), "progress")
+            )
+
+        answer: dict[str, object] = {"relay": relay_id}
+        scope = body.get("scope")
+        try:
+            async with asyncio.timeout(HOLDER_CALL_SECONDS):
+                answer["result"] = await self.hub.call(
+                    self.hub.get(str(body.get("executor", ""))),
+                    call_id=str(body.get("call_id", "")),
+                    tool=str(body.get("tool", "")),
+                    arguments=body.get("arguments"),
+                    scope={str(k): str(v) for k, v in scope.items()} if isinstance(scope, dict) else {},
+                    progress=progress,
+                )
+        except ExecutorUnavailable as exc:
+            answer |= {"unavailable": True, "message": str(exc)}
+        except CallLost as exc:
+            answer["message"] = str(exc)
+        except TimeoutError:
+            answer["message"] = "the runtime executor sent no result in time"
+        await self._quietly(self._send_to(reply_to, "reply", answer), "reply")
+
+    async def close_remote(self, route: Route, reason: str) -> None:
+        """Close an executor another instance holds (a rebind here replaced it)."""
+        await self._quietly(
+            self._send(route.instance, "close", {"executor": route.executor, "reason": reason}), "close"
+        )
+
+
+def channel_of(instance: str) -> str:
+    name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in instance)
+    return CHANNEL_PREFIX + name[:80]
