@@ -49,6 +49,7 @@ FAILOVER_BOUND = 30.0  # give up timing a failover after this (counted as failed
 SETTLE_SECONDS = 60.0  # after the faults stop, every session must be idle within this
 REPLAYS = 200  # idempotency keys replayed at the end
 INSTANCES = ("brain-a", "brain-b", "brain-c")
+LOST = "turn lost with the instance that ran it: input "
 
 
 @dataclass
@@ -307,10 +308,11 @@ def _check(fleet: Fleet, senders: list[Sender], figures: Figures) -> None:
             for event in events
             if event["type"] == "session.status" and event["data"]["status"] == "running"
         )
-        reported = {
-            event.get("input_id")
+        reported = {  # "turn lost with the instance that ran it: input A, B" names every lost input
+            input_id.strip()
             for event in events
-            if event["type"] == "session.error" and "turn lost with the instance" in event["data"].get("message", "")
+            if event["type"] == "session.error" and LOST in event["data"].get("message", "")
+            for input_id in event["data"]["message"].partition(LOST)[2].split(",")
         }
         for event_id, text in sender.acked.values():
             figures.acknowledged += 1
