@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import secrets
 import shutil
 import statistics
@@ -247,10 +248,159 @@ def _instances(postgres: PostgresServer, directory: Path, turns: int) -> None:
             server.stop()
 
 
+def _fleet(postgres: PostgresServer, directory: Path, names: tuple[str, ...], lease_seconds: int = 10) -> list[Any]:
+    """Real runbrain instances of one fleet on `postgres` and a shared filesystem archive, started."""
+    from tests.fixtures.server import BrainServer, make_server
+
+    database = postgres.create_database(f"brain_fleet_{secrets.token_hex(4)}")
+    archive = directory / "archive"
+    archive.mkdir(parents=True)
+    servers: list[BrainServer] = []
+    for name in names:
+        server = make_server(directory / name, persistence={"provider": "filesystem", "directory": str(archive)})
+        server.directory.mkdir(parents=True)
+        server.config["limits"] = {"subscribers": 4096}  # one SSE stream per session in flight
+        server.config["cluster"] = {
+            "instance": name,
+            "url": server.url,
+            "lease_seconds": lease_seconds,
+            "shared_directory": True,
+        }
+        if servers:  # one fleet, one set of tokens
+            server.tokens = servers[0].tokens
+            server.env = {**servers[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
+        else:
+            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET.hex()}
+        servers.append(server)
+        server.start()
+    return servers
+
+
+def _failovers(postgres: PostgresServer, directory: Path, kills: int, lease_seconds: int) -> None:
+    """kill -9 of a session's owner, N times: seconds until another instance first serves it."""
+    from tests.fixtures.server import create_session, send_ok, wait_for_status
+
+    servers = _fleet(postgres, directory, ("brain-a", "brain-b"), lease_seconds)
+    samples: list[float] = []
+    try:
+        owner, other = servers
+        session_id = create_session(owner)["id"]
+        with owner.client() as client:  # in the archive: a session never published waits for its creator
+            assert client.post(f"/sessions/{session_id}/flush").status_code == 200
+        for index in range(kills):
+            send_ok(owner, session_id, f"turn {index}")
+            wait_for_status(owner, session_id, "idle")
+            with owner.client() as client:  # uploaded: the new owner serves it idle, nothing lost
+                assert client.post(f"/sessions/{session_id}/flush").status_code == 200
+            owner.kill()
+            killed = time.monotonic()
+            with other.client() as client:
+                while client.get(f"/sessions/{session_id}").status_code != 200:
+                    if time.monotonic() - killed > 120:
+                        raise SystemExit(f"kill {index}: no failover within 120 s")
+                    time.sleep(0.05)
+            samples.append(time.monotonic() - killed)
+            owner.start()  # back as a plain member; the survivor owns the session now
+            owner, other = other, owner
+    finally:
+        for server in servers:
+            server.stop()
+    print(
+        f"failover over {kills} kills (lease_seconds {lease_seconds}, goal under {lease_seconds + 5} s): "
+        f"median {statistics.median(samples):.2f} s, p90 {percentile(samples, 90):.2f} s, "
+        f"worst {max(samples):.2f} s, best {min(samples):.2f} s"
+    )
+
+
+async def _load(servers: list[Any], sessions: int, work: float, seconds: float) -> tuple[list[float], int, float]:
+    """`sessions` sessions spread over `servers`, each with one `sleep:work` turn in flight at all
+    times for `seconds`, sent to its owner and timed to its idle status on an SSE stream there."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {servers[0].token()}"}
+    limits = httpx.Limits(max_connections=sessions * 2 + 10, max_keepalive_connections=sessions * 2 + 10)
+    async with httpx.AsyncClient(headers=headers, timeout=120, limits=limits) as client:
+        owners: list[str] = []
+        for index in range(sessions):
+            url = servers[index % len(servers)].url
+            body = {"harness": "instant", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
+            response = await client.post(url + "/sessions", json=body)
+            while response.status_code == 429:  # the upload backlog is full: back off, as a client does
+                await asyncio.sleep(0.5)
+                response = await client.post(url + "/sessions", json=body)
+            if response.status_code != 201:
+                raise SystemExit(f"create failed: {response.status_code} {response.text}")
+            owners.append(url + "/sessions/" + response.json()["id"])
+        latencies: list[float] = []
+        failures = 0
+        ended = asyncio.Event()
+
+        async def drive(base: str) -> None:
+            nonlocal failures
+            idle: dict[str, asyncio.Future[None]] = {}
+            loop = asyncio.get_running_loop()
+            sse = {"Accept": "text/event-stream"}
+            async with client.stream("GET", base + "/events", headers=sse) as stream:
+                if stream.status_code != 200:
+                    raise SystemExit(f"stream refused: {stream.status_code} {(await stream.aread())[:300]!r}")
+
+                async def read() -> None:
+                    async for line in stream.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        event = json.loads(line[5:])
+                        if event.get("type") == "session.status" and event["data"].get("status") == "idle":
+                            waiter = idle.setdefault(event.get("input_id") or "", loop.create_future())
+                            if not waiter.done():  # (the idle may arrive before the 202 did)
+                                waiter.set_result(None)
+
+                reader = asyncio.create_task(read())
+                began_all = time.monotonic()
+                while not ended.is_set() and time.monotonic() - began_all < seconds:
+                    began = time.monotonic()
+                    response = await client.post(
+                        base + "/events", json={"type": "user.message", "text": f"sleep:{work}"}
+                    )
+                    if response.status_code != 202:
+                        failures += 1
+                        await asyncio.sleep(0.1)
+                        continue
+                    waiter = idle.setdefault(response.json()["id"], loop.create_future())
+                    await asyncio.wait_for(waiter, 120)
+                    idle.pop(response.json()["id"], None)
+                    latencies.append(time.monotonic() - began - work)
+                reader.cancel()
+
+        began = time.monotonic()  # the sessions exist (their runners start with their first turn)
+        await asyncio.gather(*(drive(base) for base in owners))
+    return latencies, failures, time.monotonic() - began
+
+
+def _throughput(postgres: PostgresServer, directory: Path, sessions: int, work: float, seconds: float) -> None:
+    """The same load on one instance, then spread over two."""
+    for names in (("brain-a",), ("brain-a", "brain-b")):
+        servers = _fleet(postgres, directory / f"{len(names)}-instances", names)
+        try:
+            latencies, failures, elapsed = asyncio.run(_load(servers, sessions, work, seconds))
+        finally:
+            for server in servers:
+                server.stop()
+        print(
+            f"{len(names)} instance(s), {sessions} turns in flight (sleep {work} s each): "
+            f"{len(latencies) / elapsed:.1f} turns/s, added p50 {statistics.median(latencies) * 1000:.0f} ms, "
+            f"p99 {percentile(latencies, 99) * 1000:.0f} ms; {len(latencies)} turns, failed sends {failures}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rounds", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=200, help="turns each way on real instances (0: skip)")
+    parser.add_argument("--kills", type=int, default=50, help="failovers timed (0: skip)")
+    parser.add_argument("--lease-seconds", type=int, default=3)
+    parser.add_argument("--in-flight", type=int, default=200, help="turns in flight, 1 vs 2 instances (0: skip)")
+    parser.add_argument("--load-seconds", type=float, default=20.0)
+    parser.add_argument("--skip-routing", action="store_true", help="skip the forwarding rounds")
     arguments = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="brain-fleet-bench-", dir="/tmp"))
     server = PostgresServer(directory)
@@ -263,9 +413,14 @@ def main() -> None:
         from django.db.migrations.executor import MigrationExecutor
 
         MigrationExecutor(connections["default"]).migrate([("fleet_app", "0001_initial")])
-        asyncio.run(_run(arguments.rounds))
+        if not arguments.skip_routing:
+            asyncio.run(_run(arguments.rounds))
         if arguments.turns > 0:
             _instances(server, directory / "instances", arguments.turns)
+        if arguments.kills > 0:
+            _failovers(server, directory / "failovers", arguments.kills, arguments.lease_seconds)
+        if arguments.in_flight > 0:
+            _throughput(server, directory / "throughput", arguments.in_flight, 1.0, arguments.load_seconds)
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
