@@ -12,7 +12,6 @@ from django.http import HttpRequest
 from ninja import Path, Query, Router
 from ninja.security.base import AuthBase
 from pydantic import WithJsonSchema
-from redis.exceptions import RedisError
 
 from foundation.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from foundation.principal import principal_of, require_manage
@@ -126,7 +125,7 @@ async def _take_over_route(relay: ExecutorRelay, session: str, binding: str, exe
     try:
         previous = await relay.route(session, binding)
         await relay.announce(session, binding, executor_id)
-    except (RedisError, OSError) as exc:
+    except relay.errors as exc:
         raise Unavailable("the runtime executor routes are out of reach; retry") from exc
     if previous is not None and (previous.instance, previous.incarnation) != (relay.instance, relay.incarnation):
         await relay.close_remote(previous, "replaced by a rebind")

@@ -20,9 +20,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
-from channels_redis.core import RedisChannelLayer
-from redis import asyncio as aioredis
-from redis.exceptions import RedisError
 
 from foundation.logs import logger
 
@@ -78,6 +75,13 @@ class ExecutorRelay:
         self.incarnation = incarnation
         self.channel = channel_of(instance)
         self._alive = alive
+        # imported here, not at module load: redis pulls in the OpenTelemetry SDK when it is
+        # installed, and a server without a fleet relay must not load it (telemetry is opt-in)
+        from channels_redis.core import RedisChannelLayer
+        from redis import asyncio as aioredis
+        from redis.exceptions import RedisError
+
+        self.errors: tuple[type[Exception], ...] = (RedisError, OSError)  # what "Redis is out of reach" looks like
         self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self._layer = RedisChannelLayer(
             hosts=[redis_url], prefix="brain-relay", expiry=MESSAGE_EXPIRY_SECONDS, capacity=CHANNEL_CAPACITY
@@ -134,7 +138,7 @@ class ExecutorRelay:
     async def _quietly(self, awaitable: Awaitable[object], what: str) -> None:
         try:
             await awaitable
-        except (RedisError, OSError) as exc:
+        except self.errors as exc:
             logger.warning("executor route not updated", extra={"action": what, "error": str(exc)})
 
     async def route(self, session: str, alias: str) -> Route | None:
@@ -158,7 +162,7 @@ class ExecutorRelay:
         local = self.hub.executor_for(session, alias)
         try:
             route = await self.route(session, alias)
-        except (RedisError, OSError) as exc:
+        except self.errors as exc:
             if local is None:
                 raise ExecutorUnavailable(f"the executor routes are out of reach ({exc})") from exc
             route = None
@@ -186,7 +190,7 @@ class ExecutorRelay:
         try:
             try:
                 await self._send(route.instance, "call", command)
-            except (RedisError, OSError) as exc:  # it may have been sent: never sent again
+            except self.errors as exc:  # it may have been sent: never sent again
                 raise CallLost(f"the relay to instance {route.instance} failed ({exc})") from exc
             while True:
                 done, _ = await asyncio.wait({future}, timeout=ALIVE_CHECK_SECONDS)
@@ -195,7 +199,7 @@ class ExecutorRelay:
                 if not await self._alive(route.instance, route.incarnation):
                     raise CallLost(f"the runtime executor's instance {route.instance} left the fleet")
         except asyncio.CancelledError:
-            with contextlib.suppress(RedisError, OSError):
+            with contextlib.suppress(*self.errors):
                 await asyncio.shield(self._send(route.instance, "cancel", {"relay": relay_id}))
             raise
         finally:
