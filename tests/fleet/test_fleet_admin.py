@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import html
 import re
-import secrets
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +16,9 @@ import pytest
 from tests.admin.support import VIEWER, VIEWER_PASSWORD, AdminClient, create_superuser, create_viewer
 from tests.fixtures.server import BrainServer, create_session
 from tests.fixtures.services import PostgresServer
+from tests.fleet.support import fleet_factory
 
 LEASE_SECONDS = 3
-SECRET = secrets.token_hex(32)
 INSTANCES = "/admin/fleet/instances/"
 SESSIONS = "/admin/sessions_app/session"
 
@@ -28,30 +27,10 @@ SESSIONS = "/admin/sessions_app/session"
 def fleet(
     brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, tmp_path: Path
 ) -> Callable[[str], BrainServer]:
-    """Fleet instances by name on one database and one archive, with one set of tokens."""
-    database = postgres_server.create_database(f"brain_admin_{secrets.token_hex(4)}")
-    archive = tmp_path / "archive"
-    archive.mkdir()
-    first: list[BrainServer] = []
-
-    def instance(name: str) -> BrainServer:
-        server = brain_factory(start=False, persistence={"provider": "filesystem", "directory": str(archive)})
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": LEASE_SECONDS,
-            "shared_directory": True,
-        }
-        if first:
-            server.tokens = first[0].tokens
-            server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET}
-            first.append(server)
-        server.start()
-        return server
-
-    return instance
+    """A factory of fleet instances by name, sharing the database, the archive and the tokens."""
+    return fleet_factory(
+        brain_factory, postgres_server, tmp_path, lease_seconds=LEASE_SECONDS, database_prefix="brain_admin"
+    )
 
 
 def instance_rows(page: str) -> dict[str, dict[str, str]]:

@@ -5,7 +5,6 @@ instance under test (forwarding to the owner is another layer's)."""
 
 from __future__ import annotations
 
-import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -17,10 +16,10 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, history, send_ok, wait_for_status
 from tests.fixtures.services import PostgresServer
+from tests.fleet.support import fleet_factory
 
 LEASE_SECONDS = 3
 FAILOVER_BOUND_SECONDS = LEASE_SECONDS + 5  # the promise: the next request succeeds within this
-SECRET = secrets.token_hex(32)
 
 
 @pytest.fixture
@@ -28,29 +27,9 @@ def fleet(
     brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, tmp_path: Path
 ) -> Callable[[str], BrainServer]:
     """A factory of fleet instances by name, sharing the database, the archive and the tokens."""
-    database = postgres_server.create_database(f"brain_fleet_{secrets.token_hex(4)}")
-    archive = tmp_path / "archive"
-    archive.mkdir()
-    first: list[BrainServer] = []
-
-    def instance(name: str) -> BrainServer:
-        server = brain_factory(start=False, persistence={"provider": "filesystem", "directory": str(archive)})
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": LEASE_SECONDS,
-            "shared_directory": True,
-        }
-        if first:  # one fleet, one set of tokens
-            server.tokens = first[0].tokens
-            server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET}
-            first.append(server)
-        server.start()
-        return server
-
-    return instance
+    return fleet_factory(
+        brain_factory, postgres_server, tmp_path, lease_seconds=LEASE_SECONDS, database_prefix="brain_fleet"
+    )
 
 
 def _flush(server: BrainServer, session_id: str) -> None:

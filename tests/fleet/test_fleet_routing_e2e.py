@@ -6,7 +6,6 @@ forward to a paused owner waits for its read timeout."""
 
 from __future__ import annotations
 
-import secrets
 import statistics
 import time
 from collections.abc import Callable
@@ -26,9 +25,9 @@ from tests.fixtures.server import (
     wait_for_status,
 )
 from tests.fixtures.services import PostgresServer
+from tests.fleet.support import fleet_factory
 
 LEASE_SECONDS = 10  # nobody dies here: a long lease keeps renewals out of the way
-SECRET = secrets.token_hex(32)
 LATENCY_SAMPLES = 15
 
 
@@ -36,30 +35,10 @@ LATENCY_SAMPLES = 15
 def fleet(
     brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, tmp_path: Path
 ) -> Callable[[str], BrainServer]:
-    """Fleet instances by name on one database and one archive, with one set of tokens."""
-    database = postgres_server.create_database(f"brain_route_{secrets.token_hex(4)}")
-    archive = tmp_path / "archive"
-    archive.mkdir()
-    first: list[BrainServer] = []
-
-    def instance(name: str) -> BrainServer:
-        server = brain_factory(start=False, persistence={"provider": "filesystem", "directory": str(archive)})
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": LEASE_SECONDS,
-            "shared_directory": True,
-        }
-        if first:
-            server.tokens = first[0].tokens
-            server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET}
-            first.append(server)
-        server.start()
-        return server
-
-    return instance
+    """A factory of fleet instances by name, sharing the database, the archive and the tokens."""
+    return fleet_factory(
+        brain_factory, postgres_server, tmp_path, lease_seconds=LEASE_SECONDS, database_prefix="brain_route"
+    )
 
 
 def _ended(input_id: str) -> Callable[[list[dict[str, Any]]], bool]:
