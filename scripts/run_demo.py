@@ -5,10 +5,12 @@ Brain keeps running afterwards until Ctrl-C.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -45,6 +47,24 @@ def _secret(data_dir: Path, name: str) -> str:
     return path.read_text().strip()
 
 
+def _taken_ports(ports: dict[int, str]) -> list[str]:
+    """The ports of `ports` (port → what the demo runs there) that something already listens on.
+
+    Binding with SO_REUSEADDR, as the servers themselves do, fails only when a socket listens
+    there (connections in TIME_WAIT from an earlier run do not count)."""
+    taken = []
+    for port, what in ports.items():
+        with socket.socket() as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError as exc:
+                if exc.errno != errno.EADDRINUSE:
+                    raise
+                taken.append(f"port {port} ({what})")
+    return taken
+
+
 def _wait(process: subprocess.Popen[bytes], url: str, what: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -60,14 +80,23 @@ def _wait(process: subprocess.Popen[bytes], url: str, what: str, timeout: float 
 
 def main() -> None:
     config = json.loads(CONFIG.read_text())
+    tools_port = "8092"  # examples/local.json binds echo here
+    port = "8091"  # and points the openai and anthropic providers here
+    brain_port = int(config["listen"].rsplit(":", 1)[1])
+    taken = _taken_ports(
+        {brain_port: "Brain", int(port): "the scripted model provider", int(tools_port): "the example tool service"}
+    )
+    if taken:  # never run the demo against whatever answers there (an earlier `make run`, say)
+        sys.exit(
+            f"make run: {' and '.join(taken)} already in use on 127.0.0.1; "
+            f"stop what listens there ({CONFIG.relative_to(ROOT)} names these ports) and try again"
+        )
     data_dir = ROOT / config["data_dir"]
     env = dict(os.environ)
     env["BRAIN_API_KEY"] = _token(data_dir)
     env.setdefault("SCRIPTED_PROVIDER_KEY", "scripted-demo-key")
     env["BRAIN_TOOLS_KEY"] = _secret(data_dir, "BRAIN_TOOLS_KEY")
     env["BRAIN_APPROVAL_KEY"] = _secret(data_dir, "BRAIN_APPROVAL_KEY")
-    tools_port = "8092"  # examples/local.json binds echo here
-    port = "8091"  # and points the openai and anthropic providers here
     python = sys.executable
     log_path = data_dir / "brain.log"
     children: list[subprocess.Popen[bytes]] = []

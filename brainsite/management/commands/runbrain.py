@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from errno import EADDRINUSE
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -13,6 +14,7 @@ from brainsite.management.host_config import install_providers, load_checked_con
 
 if TYPE_CHECKING:
     from twisted.internet.address import IPv4Address, IPv6Address
+    from twisted.python.failure import Failure
 
 SHUTDOWN_SECONDS = 18.0
 SWITCH_INTERVAL_SECONDS = 0.001
@@ -86,7 +88,15 @@ class Command(BaseCommand):
             )
             return deferred
 
+        refused: list[str] = []  # why the listen address could not be bound, once Daphne tried
+
         class BrainServer(BoundedBodyServer):
+            def listen_error(self, failure: Failure) -> None:
+                # Daphne logs the failure as critical and stops with exit code 0; the command
+                # exits non-zero instead, with one line that names the address and the cause
+                refused.append(_listen_refusal(failure))
+                self.stop()
+
             def listen_success(self, port: _ListeningPort) -> None:
                 super().listen_success(port)
                 address = port.getHost()
@@ -113,6 +123,17 @@ class Command(BaseCommand):
         asyncio.set_event_loop(twisted_loop)
         reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)  # type: ignore[arg-type]  # stubs mistype the phase
         server.run()
+        if refused:
+            raise CommandError(f"cannot listen on {config.listen}: {refused[0]}")
+
+
+def _listen_refusal(failure: Failure) -> str:
+    """The cause of a failed listen in a few words (the OS's, e.g. "Address already in use")."""
+    cause = getattr(failure.value, "socketError", None)
+    if isinstance(cause, OSError) and cause.strerror:
+        hint = " (another process serves that port: stop it or change `listen`)" if cause.errno == EADDRINUSE else ""
+        return f"{cause.strerror.lower()}{hint}"
+    return str(failure.getErrorMessage())
 
 
 def _make_private(*directories: Path) -> None:

@@ -1,0 +1,167 @@
+"""The first hour of a new user, each step against the real thing: a `runbrain` whose port is
+taken, `make run` (scripts/run_demo.py) started twice, the server's front page and the URLs
+people type, and the commands a fresh data dir sees first."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import http.server
+import json
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.server import BrainServer
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMAND_TIMEOUT_SECONDS = 90
+DEMO_CONFIG = json.loads((ROOT / "examples" / "local.json").read_text())
+DEMO_BRAIN_PORT = int(DEMO_CONFIG["listen"].rsplit(":", 1)[1])
+
+
+@contextlib.contextmanager
+def _listening_socket() -> Iterator[int]:
+    """A loopback port something listens on (and never answers)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield int(sock.getsockname()[1])
+
+
+class _RecordingHandler(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with 200 `{}` and records its path: an unrelated server on a port."""
+
+    paths: list[str]
+
+    def do_GET(self) -> None:  # noqa: N802  # http.server's handler name
+        self.paths.append(self.path)
+        body = b"{}"
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  # http.server's name
+        return
+
+
+@contextlib.contextmanager
+def _answering_server(port: int) -> Iterator[list[str] | None]:
+    """An HTTP server on 127.0.0.1:`port` recording the paths it is asked for; None when
+    another process holds the port already (then that one is what answers there)."""
+    paths: list[str] = []
+    handler = type("Handler", (_RecordingHandler,), {"paths": paths})
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        yield None
+        return
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield paths
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+# --- a port that is taken --------------------------------------------------------------------
+
+
+def test_runbrain_that_cannot_listen_exits_non_zero_with_one_line(brain_factory: Callable[..., BrainServer]) -> None:
+    # given: a config whose listen port another process holds
+    with _listening_socket() as port:
+        server = brain_factory(start=False, listen=f"127.0.0.1:{port}")
+        server.config_path.write_text(json.dumps(server.config))
+        # when
+        completed = subprocess.run(
+            [sys.executable, "manage.py", "runbrain", "--config", str(server.config_path)],
+            cwd=ROOT,
+            env=server.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+    # then: exit code 1, one line naming the address and the cause, no traceback
+    assert completed.returncode == 1, completed.stderr
+    assert completed.stdout == ""
+    assert completed.stderr.splitlines() == [
+        f"CommandError: cannot listen on 127.0.0.1:{port}: address already in use "
+        "(another process serves that port: stop it or change `listen`)"
+    ]
+
+
+def test_make_run_refuses_to_start_when_brains_port_is_taken() -> None:
+    # given: something else answers HTTP on the demo's Brain port (an earlier demo, another app)
+    helpers = {8091: _free(8091), 8092: _free(8092)}
+    with _answering_server(DEMO_BRAIN_PORT) as asked:
+        # when
+        completed = subprocess.run(
+            [sys.executable, "scripts/run_demo.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+        # then: it refuses at once, naming the port, and never talks to what answers there
+        assert completed.returncode == 1, completed.stderr
+        assert completed.stdout == ""
+        assert completed.stderr.splitlines() == [
+            f"make run: port {DEMO_BRAIN_PORT} (Brain) already in use on 127.0.0.1; "
+            "stop what listens there (examples/local.json names these ports) and try again"
+        ]
+        if asked is not None:
+            assert asked == []
+    # and: it started neither the scripted provider nor the tool service
+    assert {port: _free(port) for port in helpers} == helpers
+
+
+@pytest.mark.parametrize(
+    ("port", "what"),
+    [(8091, "the scripted model provider"), (8092, "the example tool service")],
+    ids=["provider_case", "tools_case"],
+)
+def test_make_run_names_each_demo_port_that_is_taken(port: int, what: str) -> None:
+    # given: only one of the demo's service ports is held
+    if not _free(DEMO_BRAIN_PORT):
+        pytest.fail(f"port {DEMO_BRAIN_PORT} must be free for this test")
+    with _answering_server(port) as asked:
+        # when
+        completed = subprocess.run(
+            [sys.executable, "scripts/run_demo.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_SECONDS,
+            check=False,
+        )
+        # then
+        assert completed.returncode == 1, completed.stderr
+        assert completed.stderr.splitlines() == [
+            f"make run: port {port} ({what}) already in use on 127.0.0.1; "
+            "stop what listens there (examples/local.json names these ports) and try again"
+        ]
+        if asked is not None:
+            assert asked == []
+    assert _free(DEMO_BRAIN_PORT)
