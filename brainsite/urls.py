@@ -1,4 +1,4 @@
-"""URL wiring: the admin and the API. Unknown routes answer with the spec's 404 envelope."""
+"""URL wiring: the front page, the admin and the API. Unknown routes answer with the spec's 404 envelope."""
 
 from __future__ import annotations
 
@@ -8,10 +8,14 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 
 from brainsite.api import api, error_response, swagger_asset
+from brainsite.home import home, to_admin, to_docs
 from foundation.errors import InvalidRequest, NotFound
 
 urlpatterns = [
+    path("", home),
+    path("admin", to_admin),  # APPEND_SLASH is off: the one slash people leave out
     path("admin/", admin.site.urls),
+    path("docs/", to_docs),
     path("docs/<str:name>", swagger_asset, name="swagger-asset"),
     path("", api.urls),
 ]

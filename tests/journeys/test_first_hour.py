@@ -8,6 +8,7 @@ import contextlib
 import errno
 import http.server
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.fixtures.server import BrainServer
@@ -165,3 +167,45 @@ def test_make_run_names_each_demo_port_that_is_taken(port: int, what: str) -> No
         if asked is not None:
             assert asked == []
     assert _free(DEMO_BRAIN_PORT)
+
+
+# --- the URLs people type ----------------------------------------------------------------------
+
+
+def test_the_front_page_links_the_api_docs_and_the_admin(module_brain: BrainServer) -> None:
+    # when: a browser and a script ask for /
+    page = httpx.get(module_brain.url + "/", headers={"Accept": "text/html,application/xhtml+xml"}, timeout=10)
+    plain = httpx.get(module_brain.url + "/", timeout=10)
+    posted = httpx.post(module_brain.url + "/", timeout=10)
+    # then: links, never a 500 (or a traceback in the log)
+    assert page.status_code == 200
+    assert page.headers["content-type"] == "text/html; charset=utf-8"
+    assert re.findall(r'href="([^"]+)"', page.text) == ["/docs", "/openapi.json", "/admin/", "/health/ready"]
+    assert plain.status_code == 200
+    assert plain.json() == {
+        "name": "brain",
+        "docs": "/docs",
+        "openapi": "/openapi.json",
+        "admin": "/admin/",
+        "health": "/health/ready",
+    }
+    assert posted.status_code == 405
+    assert posted.json()["error"] == {"code": "invalid_request", "message": "method not allowed on this route"}
+    # and: every link answers
+    for link in plain.json().values():
+        if link.startswith("/"):
+            assert httpx.get(module_brain.url + link, timeout=10).status_code in (200, 302), link
+    assert '"level": "error"' not in module_brain.logs()
+
+
+@pytest.mark.parametrize(
+    ("typed", "location"), [("/admin", "/admin/"), ("/docs/", "/docs")], ids=["admin_case", "docs_case"]
+)
+def test_a_url_with_the_wrong_slash_redirects(module_brain: BrainServer, typed: str, location: str) -> None:
+    # when
+    response = httpx.get(module_brain.url + typed, timeout=10)
+    followed = httpx.get(module_brain.url + typed, timeout=10, follow_redirects=True)
+    # then
+    assert (response.status_code, response.headers["location"]) == (301, location)
+    assert followed.status_code == 200
+    assert followed.url.path in (location, "/admin/login/")
