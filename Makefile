@@ -2,25 +2,36 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# Two stamps: `make run` installs the runtime requirements only; tests, checks, benches and
+# `make cluster` add requirements-dev.txt. Neither reinstalls what the other already did.
 STAMP := $(VENV)/.requirements-installed
-DEBIAN_PACKAGES := redis-server postgresql chromium
+DEV_STAMP := $(VENV)/.requirements-dev-installed
+PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
+DEBIAN_PACKAGES := redis-server postgresql chromium nginx
 # The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
 STATIC_MANIFEST := staticfiles/staticfiles.json
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
-.PHONY: run test bootstrap system-packages lint typecheck bench drill fleet-drill clean
+.PHONY: run cluster test bootstrap dev-bootstrap system-packages lint typecheck bench drill fleet-drill clean
 
 $(STAMP): requirements.txt
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -r requirements.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP_INSTALL) -r requirements.txt
 	touch $(STAMP)
+
+$(DEV_STAMP): requirements-dev.txt $(STAMP)
+	$(PIP_INSTALL) -r requirements-dev.txt
+	touch $(DEV_STAMP)
 
 $(STATIC_MANIFEST): $(STAMP) $(STATIC_SOURCES)
 	BRAIN_STATIC_ROOT= $(BIN)/python manage.py collectstatic --noinput --clear --verbosity 0
 
 bootstrap: $(STAMP) $(STATIC_MANIFEST)
 
-# Debian packages the test suite runs for real (Redis, PostgreSQL, Chromium for the browser tests).
+dev-bootstrap: bootstrap $(DEV_STAMP)
+
+# Debian packages the test suite and `make cluster` run for real (Redis, PostgreSQL, Chromium for
+# the browser tests, nginx in front of the cluster).
 # apt does not start them.
 system-packages:
 	@missing=""; for p in $(DEBIAN_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -33,17 +44,22 @@ system-packages:
 run: bootstrap
 	$(BIN)/python scripts/run_demo.py
 
-test: bootstrap system-packages lint typecheck
+# A fleet on this machine: PostgreSQL, Redis, moto's S3 server, sync workers, three Brain
+# instances and nginx in front, a demo conversation streamed through nginx; Ctrl-C stops it all.
+cluster: dev-bootstrap system-packages
+	$(BIN)/python scripts/run_cluster.py
+
+test: dev-bootstrap system-packages lint typecheck
 	$(BIN)/python -m pytest -q --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-typecheck: $(STAMP)
+typecheck: $(DEV_STAMP)
 	$(BIN)/mypy .
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/runner_bench.py
 	$(BIN)/python bench/tool_bench.py
@@ -56,12 +72,12 @@ bench: $(STAMP)
 	$(BIN)/python bench/schema_bench.py
 
 # The mixed-fault drill (about 25 minutes; not part of test or bench): SEED=N replays one.
-drill: $(STAMP) system-packages
+drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/fault_drill.py --rounds 500 --minutes 25 $(if $(SEED),--seed $(SEED))
 
 # The fleet crash drill (kill -9 of one of three instances, 100 rounds, about 20 minutes; not part
 # of test or bench): SEED=N replays one.
-fleet-drill: $(STAMP) system-packages
+fleet-drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/fleet_drill.py --rounds 100 --minutes 20 $(if $(SEED),--seed $(SEED))
 
 clean:
