@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from .base import ConfigError
 from .cluster import FleetSecret, check_cluster
 from .model import HostConfig
+from .provider_keys import ProviderKeys
 
 __all__ = ["Secrets", "resolve_secrets"]
 
@@ -23,7 +24,7 @@ class Secrets:
     """Values read from the environment once at startup. Never logged."""
 
     tokens: tuple[str, ...]
-    provider_keys: Mapping[str, str]
+    provider_keys: Mapping[str, str]  # a ProviderKeys when read by resolve_secrets
     tool_tokens: Mapping[str, str] = field(default_factory=dict)
     credential_keys: Mapping[str, bytes] = field(default_factory=dict)  # key id -> decoded 32-byte AES key
     fleet_secret: FleetSecret | None = None  # with a `cluster` block: signs instance-to-instance requests
@@ -55,12 +56,7 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
         if value in tokens:
             raise ConfigError(f"{where}: {grant.token_env} duplicates another token value")
         tokens.append(value)
-    provider_keys: dict[str, str] = {}
-    for name, provider in config.providers.items():
-        value = environ.get(provider.api_key_env, "")
-        if not value:
-            raise ConfigError(f"providers.{name}.api_key_env: environment variable {provider.api_key_env} is not set")
-        provider_keys[name] = value
+    provider_keys = ProviderKeys(config.providers, environ)  # NAME, or NAME_FILE followed while running
     tool_tokens: dict[str, str] = {}
     for index, binding in enumerate(config.tools):
         if binding.token_env:

@@ -16,6 +16,7 @@ from typing import Any
 
 from foundation.errors import BrainError, Conflict, NotFound, Overloaded, Unavailable
 from foundation.hostconfig import HostConfig, Limits, Secrets
+from foundation.hostconfig.provider_keys import ProviderKeys
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams, ProviderOptions
@@ -107,6 +108,7 @@ class Engine:
         self._rows = WriteBehind()
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
+        self._key_watch: asyncio.Task[None] | None = None  # follows provider keys given as NAME_FILE
         self._streams_closed = asyncio.Event()
         self._archive = archive
         self._offline: set[str] = set()  # sessions being replaced by a restore
@@ -134,6 +136,9 @@ class Engine:
         self._executor_expiry = asyncio.get_running_loop().create_task(
             self.executors.expire_unbound(), name="brain-executor-expiry"
         )
+        if isinstance(keys := self.secrets.provider_keys, ProviderKeys) and keys.watched:
+            watch = self.residency.follow_provider_keys(keys)
+            self._key_watch = asyncio.get_running_loop().create_task(watch, name="brain-provider-keys")
 
     def track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -151,7 +156,7 @@ class Engine:
             actor.subscribers.close_all()
         self._streams_closed.set()
         await self.residency.close()
-        for task in (self._executor_expiry, self._flusher):
+        for task in (self._key_watch, self._executor_expiry, self._flusher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Protocol
 
 from foundation.hostconfig import Harness
+from foundation.hostconfig.provider_keys import ProviderKeys, credential_fingerprint
 from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams
 from sessions_app.harness.host import AttachmentHandler
@@ -40,6 +41,17 @@ class Resident(AttachmentHandler, Protocol):
 class _Residence:
     resident: Resident
     attachment: Attachment
+    open_params: Callable[[], OpenParams]
+    credential: str  # fingerprint of the provider options the runner was opened with
+
+
+def _credential(params: OpenParams) -> str:
+    return credential_fingerprint(params["provider"])
+
+
+def _stale(residence: _Residence) -> bool:
+    """Opened with provider options (a key) other than the current ones."""
+    return residence.credential != _credential(residence.open_params())
 
 
 class Residency:
@@ -76,20 +88,54 @@ class Residency:
         return residence.attachment
 
     async def attach(self, resident: Resident, open_params: Callable[[], OpenParams]) -> Attachment:
-        """The session's attachment, opening one (passively, from native/) when needed."""
+        """The session's attachment, opening one (passively, from native/) when needed. One
+        opened with a provider key that has changed since is recycled: detached, then opened
+        again with the current key (spec: "recycles any idle runner using the old credential
+        before the next turn")."""
         current = self.attachment_of(resident)
+        params = open_params()
         if current is not None:
-            self._residences.move_to_end(resident.id)
-            return current
+            if self._residences[resident.id].credential == _credential(params):
+                self._residences.move_to_end(resident.id)
+                return current
+            await self.detach(resident)
         self._residences.pop(resident.id, None)
         while len(self._residences) >= self._max_resident:
             victim = next((r.resident for r in self._residences.values() if not r.resident.turn_running), None)
             if victim is None:
                 break
             await self.detach(victim)
-        attachment = await self.pools[resident.harness].attach(resident, open_params(), tenant=resident.tenant)
-        self._residences[resident.id] = _Residence(resident, attachment)
+        attachment = await self.pools[resident.harness].attach(resident, params, tenant=resident.tenant)
+        self._residences[resident.id] = _Residence(resident, attachment, open_params, _credential(params))
         return attachment
+
+    async def follow_provider_keys(self, keys: ProviderKeys) -> None:
+        """Until cancelled: when a provider key file changes, recycle the idle runners holding
+        the old key at once, and the busy ones at the first check after their turn ends."""
+        busy = 0
+
+        async def on_tick(changed: frozenset[str]) -> None:
+            nonlocal busy
+            if changed or busy:
+                busy = await self.recycle_stale()
+
+        await keys.watch(on_tick)
+
+    async def recycle_stale(self) -> int:
+        """Detach every idle session whose runner holds a provider key that has changed (its
+        host exits with its last session; the next turn opens one with the current key).
+        Returns how many stale ones are still running a turn: they finish it with the key they
+        have, and a later call (or their next turn's attach) recycles them."""
+        busy = 0
+        for session_id in [key for key, residence in self._residences.items() if _stale(residence)]:
+            residence = self._residences.get(session_id)  # re-read: an earlier detach awaited
+            if residence is None or not _stale(residence):
+                continue
+            if residence.resident.turn_running:
+                busy += 1
+            else:
+                await self.detach(residence.resident)  # out of _residences before its first await
+        return busy
 
     async def detach(self, resident: Resident) -> None:
         residence = self._residences.pop(resident.id, None)
