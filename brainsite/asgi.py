@@ -1,7 +1,7 @@
-"""ASGI entry: request IDs and security headers on every response, the body limit, the lazy
-runtime start (Daphne has no lifespan), in a fleet the forwarding of session requests to their
-owner (fleet_app.routing), routing of SSE streams to the Channels consumer, and the static files
-in front of the admin.
+"""ASGI entry: CORS for browser clients (brainsite.cors), request IDs and security headers on
+every response, the body limit, the lazy runtime start (Daphne has no lifespan), in a fleet the
+forwarding of session requests to their owner (fleet_app.routing), routing of SSE streams to the
+Channels consumer, and the static files in front of the admin.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 
 from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
+from brainsite.cors import CorsMiddleware  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
@@ -219,12 +220,15 @@ class BrainWebsocketRouter:
 launcher = Launcher()  # runbrain configures it before serving
 application = ProtocolTypeRouter(
     {
-        "http": BrainHttpMiddleware(
-            launcher,
-            _TooLargeGuard(static_files(get_asgi_application())),  # /static/ from STATIC_ROOT, else Django
-            _TooLargeGuard(ApiHandler()),
-            EventStreamConsumer.as_asgi(),
-            ExecutorCommandsConsumer.as_asgi(),
+        "http": CorsMiddleware(  # the host config's `cors` block; preflights end there
+            BrainHttpMiddleware(
+                launcher,
+                _TooLargeGuard(static_files(get_asgi_application())),  # /static/ from STATIC_ROOT, else Django
+                _TooLargeGuard(ApiHandler()),
+                EventStreamConsumer.as_asgi(),
+                ExecutorCommandsConsumer.as_asgi(),
+            ),
+            origins_of=lambda: (cors.origins if (cors := launcher.host_config().cors) is not None else None),
         ),
         "websocket": BrainWebsocketRouter(launcher, ExecutorRPCConsumer.as_asgi()),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .base import MAX_CONFIG_BYTES, ConfigError
 from .cluster import ClusterConfig, FleetSecret, check_cluster
+from .cors import CorsConfig
 from .environment import Secrets, resolve_secrets
 from .harnesses import Harness, Provider
 from .limits import Limits
@@ -24,6 +25,7 @@ __all__ = [
     "TOOL_TRANSPORTS",
     "ConfigError",
     "ClusterConfig",
+    "CorsConfig",
     "CredentialKeys",
     "FleetSecret",
     "Harness",

@@ -12,6 +12,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
 from .cluster import ClusterConfig
+from .cors import CorsConfig
 from .harnesses import Harness, Provider
 from .limits import Limits
 from .persistence import Persistence
@@ -33,6 +34,7 @@ class HostConfig(StrictModel):
     persistence: Persistence | None = None
     credential_keys: CredentialKeys | None = None
     cluster: ClusterConfig | None = None  # absent: one instance, nothing shared (foundation.hostconfig.cluster)
+    cors: CorsConfig | None = None  # absent: no browser origin is answered (foundation.hostconfig.cors)
 
     @field_validator("listen")
     @classmethod
