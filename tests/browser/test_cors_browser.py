@@ -1,12 +1,14 @@
 """Browser clients in Chromium against a real runbrain with a `cors` block: a page served from a
 listed origin (another port on loopback) sends a message with a session-scoped token and reads
 the reply from the SSE stream through fetch; a page from an unlisted origin is refused by the
-browser at the preflight, and the session gets nothing."""
+browser at the preflight, and the session gets nothing. In a fleet the page talks through a
+non-owner, and a preflight is answered where it lands, even when the owner is gone."""
 
 from __future__ import annotations
 
 import json
 import re
+import secrets
 import signal
 import threading
 import time
@@ -21,9 +23,21 @@ import httpx
 import pytest
 
 from tests.browser.conftest import Screenshots
-from tests.fixtures.server import BrainServer, create_session, history, make_server
+from tests.fixtures.server import (
+    BrainServer,
+    create_session,
+    history,
+    make_server,
+    send_ok,
+    wait_for_turn_end,
+)
+from tests.fixtures.services import PostgresServer
 
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
+FLEET_SECRET = secrets.token_hex(32)
+# Long enough that a killed owner's lease outlives every request the test then makes (nothing
+# here waits for it to expire).
+FLEET_LEASE_SECONDS = 300
 PAGE_SECONDS = 20.0  # a page's whole conversation on loopback; only a stuck one takes this long
 LOG_SECONDS = 10.0  # a log line the server wrote reaching the test's reader thread
 
@@ -321,3 +335,81 @@ def test_without_a_cors_block_no_response_names_an_origin(
     for response in (preflight, listed):
         assert [name for name in response.headers if name.startswith("access-control-") or name == "vary"] == []
     assert preflight.status_code == 405
+
+
+def test_in_a_fleet_a_page_talks_through_a_non_owner_and_preflights_never_reach_the_owner(
+    page: Any,
+    brain_factory: Callable[..., BrainServer],
+    postgres_server: PostgresServer,
+    listed_site: PageServer,
+    tmp_path: Path,
+) -> None:
+    # given: instance a owns a session; b has a session-scoped token for it and forwards to a
+    database = postgres_server.create_database(f"brain_cors_{secrets.token_hex(4)}")
+    archive = tmp_path / "archive"
+    archive.mkdir()
+
+    def instance(name: str, shared_from: BrainServer | None = None) -> BrainServer:
+        server = brain_factory(
+            start=False,
+            persistence={"provider": "filesystem", "directory": str(archive)},
+            cors={"origins": [listed_site.origin]},
+        )
+        server.config["cluster"] = {
+            "instance": name,
+            "url": server.url,
+            "lease_seconds": FLEET_LEASE_SECONDS,
+            "shared_directory": True,
+        }
+        if shared_from is None:
+            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": FLEET_SECRET}
+        else:
+            server.tokens = shared_from.tokens
+            server.env = {**shared_from.env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
+        return server
+
+    owner = instance("a")
+    owner.start()
+    session_id = create_session(owner)["id"]
+    owner.stop()
+    scoped = {"token_env": "TEST_SESSION_TOKEN", "tenant": "acme", "session": session_id}
+    owner.config["tokens"].append(scoped)
+    owner.start()
+    wait_for_turn_end(owner, session_id, send_ok(owner, session_id, "warm up")["id"])  # a holds the lease
+    other = instance("b", shared_from=owner)
+    other.config["tokens"].append(scoped)
+    other.start()
+
+    # when: the page talks to b
+    result = converse(page, page_url(listed_site, Setup(other, session_id), "through another instance"))
+    # then: the send and the stream were forwarded to a and answered the page
+    assert (result["sent"]["status"], result["streamed"]["status"]) == (202, 200)
+    texts = [frame["envelope"]["data"].get("text") for frame in result["streamed"]["frames"]]
+    assert "echo: through another instance" in texts
+    assert history(owner, session_id)[-1]["data"] == {"status": "idle"}
+    with httpx.Client(base_url=other.url, timeout=30) as client:
+        forwarded = client.get(
+            f"/sessions/{session_id}",
+            headers={"Origin": listed_site.origin, "Authorization": f"Bearer {other.token('alice_session')}"},
+        )
+    assert forwarded.status_code == 200
+    assert forwarded.headers.get_list("access-control-allow-origin") == [listed_site.origin]  # once, not twice
+
+    # when: the owner dies with its lease live, so b cannot serve the session
+    owner.kill()
+    path = f"/sessions/{session_id}/events"
+    with httpx.Client(base_url=other.url, timeout=30) as client:
+        preflight = client.options(
+            path, headers={"Origin": listed_site.origin, "Access-Control-Request-Method": "POST"}
+        )
+        unavailable = client.get(
+            path, headers={"Origin": listed_site.origin, "Authorization": f"Bearer {other.token('alice_session')}"}
+        )
+    # then: the preflight is answered by b itself; the request it announces gets the owner's
+    # unavailability, which the page can read (status, code, Retry-After)
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == listed_site.origin
+    assert unavailable.status_code == 503
+    assert unavailable.json()["error"]["code"] == "unavailable"
+    assert unavailable.headers.get_list("access-control-allow-origin") == [listed_site.origin]
+    assert unavailable.headers["retry-after"] == "1"
