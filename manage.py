@@ -26,8 +26,9 @@ def _choose_event_loop(argv: list[str]) -> None:
 CONFIG_COMMANDS = ("runbrain", "check_brain_config", "syncworker")  # commands that take --config themselves
 
 
-def _preselect_data_dir(argv: list[str]) -> None:
-    """Point settings at the config's data_dir (for metadata.sqlite) before Django loads.
+def _preselect_data_dir(argv: list[str]) -> bool:
+    """Point settings at the config's data_dir (for metadata.sqlite) before Django loads; True
+    when a valid config was named.
 
     Any command accepts `--config FILE` (e.g. `createsuperuser --config examples/local.json`);
     commands other than CONFIG_COMMANDS do not see the option.
@@ -50,18 +51,22 @@ def _preselect_data_dir(argv: list[str]) -> None:
     if path is None and len(argv) > 1 and argv[1] == "runbrain":
         path = "brain.json"
     if path is None:
-        return
+        return False
     os.environ["BRAIN_CONFIG"] = path
     try:
         os.environ["BRAIN_DATA_DIR"] = load_host_config(path).data_dir
     except ConfigError:
-        pass  # the command itself reports the error with the field name
+        return False  # the command itself reports the error with the field name
+    return True
 
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
     _choose_event_loop(sys.argv)
-    _preselect_data_dir(sys.argv)
+    if _preselect_data_dir(sys.argv):
+        from brainsite.management.host_config import prepare_config_command
+
+        prepare_config_command(sys.argv)  # umask 077, then migrations, as runbrain does
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -1,10 +1,14 @@
 """How the server's commands (runbrain, check_brain_config, syncworker) load the host config:
-one refusal wording for a bad file, a missing variable or a provider that cannot be installed."""
+one refusal wording for a bad file, a missing variable or a provider that cannot be installed;
+and what every command given `--config` does first (manage.py): umask 077, then migrations."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django.core.management.base import CommandError
@@ -14,7 +18,86 @@ from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_host_co
 if TYPE_CHECKING:
     from tools_app.providers.registry import ProviderRegistry
 
-__all__ = ["install_providers", "load_checked_config", "refusing_bad_providers"]
+__all__ = [
+    "PRIVATE_UMASK",
+    "install_providers",
+    "load_checked_config",
+    "migrate_database",
+    "prepare_config_command",
+    "refusing_bad_providers",
+]
+
+# Sessions are private: the data dir, logs, checkpoints, native files and the SQLite database are
+# readable by Brain's user only, whichever command creates them first.
+PRIVATE_UMASK = 0o077
+# Commands given --config that do not migrate first: runbrain migrates itself (unless
+# --skip-migrate), check_brain_config only reads, and the rest are about migrations or help.
+NOT_MIGRATING_FIRST = frozenset(
+    {
+        "runbrain",
+        "check_brain_config",
+        "migrate",
+        "makemigrations",
+        "showmigrations",
+        "sqlmigrate",
+        "squashmigrations",
+        "optimizemigration",
+        "help",
+        "version",
+        "collectstatic",
+    }
+)
+# collectstatic writes files a reverse proxy (another user) may serve: not under the umask
+NOT_PRIVATE = frozenset({"collectstatic"})
+HELP_FLAGS = frozenset({"-h", "--help", "--version"})
+# pg_advisory_lock key ("brainmig" in ASCII): one migrating process at a time per database
+MIGRATION_LOCK_KEY = 0x627261696E6D6967
+
+
+def prepare_config_command(argv: Sequence[str]) -> None:
+    """What manage.py does for a command given a valid `--config`, before the command runs: the
+    private umask (before the settings create the data dir and SQLite its database), then the
+    database migrated, as runbrain does, so a fresh data dir never meets a missing table.
+    A database that cannot be migrated stops the command with one line."""
+    command = argv[1] if len(argv) > 1 else "help"
+    if command not in NOT_PRIVATE:
+        os.umask(PRIVATE_UMASK)
+    if command in NOT_MIGRATING_FIRST or HELP_FLAGS.intersection(argv):
+        return
+    import django
+    from django.db import Error as DatabaseError
+
+    django.setup()
+    try:
+        migrate_database()
+    except DatabaseError as exc:
+        sys.exit(f"cannot migrate the database: {exc}")
+
+
+def migrate_database() -> None:
+    """`migrate`, one process at a time per database: a server and its sync worker (or a fleet's
+    instances) started together would otherwise both create the same tables and one fail.
+    SQLite: a flock on the data dir; PostgreSQL: an advisory lock held for the migration."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        import fcntl
+
+        directory = os.open(Path(str(connection.settings_dict["NAME"])).parent, os.O_RDONLY)
+        try:
+            fcntl.flock(directory, fcntl.LOCK_EX)  # released when the descriptor is closed
+            call_command("migrate", verbosity=0, interactive=False)
+        finally:
+            os.close(directory)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+    try:
+        call_command("migrate", verbosity=0, interactive=False)
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
 
 
 def load_checked_config(path: str) -> tuple[HostConfig, Secrets]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.admin.support import OPERATOR, OPERATOR_PASSWORD, AdminClient
 from tests.fixtures.server import BrainServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,3 +210,90 @@ def test_a_url_with_the_wrong_slash_redirects(module_brain: BrainServer, typed: 
     assert (response.status_code, response.headers["location"]) == (301, location)
     assert followed.status_code == 200
     assert followed.url.path in (location, "/admin/login/")
+
+
+# --- commands on a fresh data dir ----------------------------------------------------------------
+
+
+def _manage_fresh(
+    server: BrainServer, *arguments: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`manage.py ARGUMENTS --config <server's config>` as a user would run it first, with the
+    usual umask 022, on a data dir that does not exist yet."""
+    server.config_path.write_text(json.dumps(server.config))
+    assert not server.data_dir.exists()
+    return subprocess.run(
+        [sys.executable, "manage.py", *arguments, "--config", str(server.config_path)],
+        cwd=ROOT,
+        env={**server.env, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+        umask=0o022,
+    )
+
+
+def _modes(directory: Path) -> dict[str, str]:
+    """The permission bits of the directory and everything under it, by relative path."""
+    found = {".": oct(directory.stat().st_mode & 0o777)}
+    for path in sorted(directory.rglob("*")):
+        found[str(path.relative_to(directory))] = oct(path.stat().st_mode & 0o777)
+    return found
+
+
+def test_createsuperuser_on_a_fresh_data_dir_migrates_first_and_keeps_its_files_private(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given: a config whose data dir does not exist yet
+    server = brain_factory(start=False)
+    # when: the README's first admin step
+    completed = _manage_fresh(
+        server,
+        "createsuperuser",
+        "--noinput",
+        "--username",
+        OPERATOR,
+        "--email",
+        "operator@example.com",
+        env={"DJANGO_SUPERUSER_PASSWORD": OPERATOR_PASSWORD},
+    )
+    # then: the user is created, nothing else is said, and only Brain's user can read the files
+    assert (completed.returncode, completed.stdout, completed.stderr) == (0, "Superuser created successfully.\n", "")
+    assert _modes(server.data_dir) == {".": "0o700", "metadata.sqlite": "0o600"}
+    # and: runbrain on the same config lets the operator into the admin
+    server.start()
+    with AdminClient(server) as admin:
+        assert "<title>Tenants, tokens, sessions and tools | Brain admin</title>" in admin.login().page("/admin/")
+
+
+def test_add_knowledge_on_a_fresh_data_dir_migrates_first(
+    brain_factory: Callable[..., BrainServer], tmp_path: Path
+) -> None:
+    # given
+    server = brain_factory(start=False)
+    document = tmp_path / "returns.txt"
+    document.write_text("Returns are accepted within 30 days.")
+    # when
+    completed = _manage_fresh(server, "add_knowledge", "--tenant", "acme", "--base", "policies", str(document))
+    # then
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout == f"[1/1] {document}: added 'returns' (text/plain, 36 bytes, 1 chunks) to acme/policies\n"
+    assert _modes(server.data_dir)["."] == "0o700"
+    assert {mode for name, mode in _modes(server.data_dir).items() if name != "."} <= {"0o600", "0o700"}
+
+
+def test_revoke_credential_on_a_fresh_data_dir_answers_with_its_own_error(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given
+    server = brain_factory(start=False)
+    session_id = "0123456789abcdef0123456789abcdef"
+    # when
+    completed = _manage_fresh(server, "revoke_credential", session_id, "crm")
+    # then: the command's refusal, not a missing table
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines() == [
+        f"CommandError: session {session_id} has no live credential for binding 'crm'"
+    ]
+    assert _modes(server.data_dir) == {".": "0o700", "metadata.sqlite": "0o600"}

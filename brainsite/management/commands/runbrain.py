@@ -1,4 +1,4 @@
-"""`runbrain --config FILE`: validate the host config, migrate nothing, serve with Daphne."""
+"""`runbrain --config FILE`: validate the host config, migrate, serve with Daphne."""
 
 from __future__ import annotations
 
@@ -10,15 +10,20 @@ from typing import TYPE_CHECKING, Protocol
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.management.host_config import install_providers, load_checked_config, refusing_bad_providers
+from brainsite.management.host_config import (
+    PRIVATE_UMASK,
+    install_providers,
+    load_checked_config,
+    migrate_database,
+    refusing_bad_providers,
+)
 
 if TYPE_CHECKING:
     from twisted.internet.address import IPv4Address, IPv6Address
     from twisted.python.failure import Failure
 
-SHUTDOWN_SECONDS = 18.0
+SHUTDOWN_SECONDS = 18.0  # spec: exit within about 20 s of SIGTERM/SIGINT
 SWITCH_INTERVAL_SECONDS = 0.001
-PRIVATE_UMASK = 0o077  # spec: exit within about 20 s of SIGTERM/SIGINT
 PRIVATE_DIRECTORY_MODE = 0o700  # session ids are names in the data dir: nobody else may list them
 
 
@@ -46,9 +51,7 @@ class Command(BaseCommand):
         os.umask(PRIVATE_UMASK)
         _make_private(Path(settings.DATA_DIR), Path(config.data_dir))
         if not options["skip_migrate"]:
-            from django.core.management import call_command
-
-            call_command("migrate", verbosity=0, interactive=False)
+            migrate_database()
         from brainsite.staticfiles import collect_static_files
 
         collect_static_files()  # a fresh install has none; the admin never fails for want of them

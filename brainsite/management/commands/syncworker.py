@@ -12,9 +12,7 @@ import os
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from brainsite.management.host_config import load_checked_config
-
-PRIVATE_UMASK = 0o077
+from brainsite.management.host_config import PRIVATE_UMASK, load_checked_config
 
 
 class Command(BaseCommand):
