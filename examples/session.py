@@ -1,79 +1,199 @@
 """Example client: create a session, send messages, print the streamed reply of each turn.
 
-    BRAIN_API_KEY=... python examples/session.py [--url http://127.0.0.1:8080] [--model openai/gpt-4.1-mini]
+    export BRAIN_API_KEY=...                 # a token from the host config
+    export BRAIN_TOOLS=echo                  # optional: comma-separated tool names for the session
+    python examples/session.py "Hello!" 'call echo {"text": "hi"}'
 
-Uses the published client (`pip install aex-brain`), exactly as an application backend would.
+`BRAIN_URL` (default http://127.0.0.1:8080) and `BRAIN_MODEL` (default openai/gpt-4.1-mini) pick
+the server and the model; `--url`, `--model` and `--harness` override them. Uses the published
+client (`pip install aex-brain`) as an application backend would, including the two things a
+network makes necessary:
+
+- every message carries an idempotency key, and a send that fails in transport (the connection
+  dropped, so the message may or may not have been stored) is retried with the same key: Brain
+  returns the stored event instead of queueing the message twice;
+- the event stream remembers the cursor of the last retained event (what an SSE client keeps as
+  Last-Event-ID) and, when the connection drops, reconnects after it: no retained event is missed
+  or shown twice. Live-only `assistant.delta` events sent while disconnected are gone, so a reply
+  is completed from its retained `assistant.message`.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import sys
 import threading
+import time
+import uuid
+from collections.abc import Callable
 from queue import Queue
 from typing import Any
 
-from brain import Brain
+from brain import Brain, BrainError
 
 DEFAULT_MESSAGES = [
     "Hello! What can you do?",
     "Tell me a fun fact about octopuses.",
     "What was my first message?",
 ]
+SEND_ATTEMPTS = 5  # a send that keeps failing in transport gives up after this many tries
+RETRY_PAUSE_SECONDS = 1.0  # Brain's Retry-After for 429 is 1 s; transport retries back off from it
+TURN_TIMEOUT_SECONDS = 300.0  # how long to wait for events of a turn before giving up
+# What urllib raises when a connection fails or drops: URLError and socket errors are OSErrors,
+# a response cut short is an HTTPException; the client raises ValueError for a stream cut mid-event.
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 
-def _follow(brain: Brain, session_id: str, events: Queue[Any]) -> None:
-    try:
-        for event in brain.observe(session_id):
-            events.put(event)
-    except Exception:  # the stream ends when the demo exits
-        pass
-    events.put(None)
+def _note(text: str) -> None:
+    print(f"[{text}]", file=sys.stderr, flush=True)
+
+
+def send_message(brain: Brain, session_id: str, text: str) -> dict[str, Any]:
+    """POST the message with a fresh idempotency key; retry a transport failure (and a 429) with
+    the same key, so a message Brain stored before the connection dropped is not sent twice."""
+    key = str(uuid.uuid4())
+    for attempt in range(1, SEND_ATTEMPTS + 1):
+        try:
+            return dict(brain.send(session_id, {"type": "user.message", "text": text, "key": key}))
+        except BrainError as error:
+            if error.status != 429 or attempt == SEND_ATTEMPTS:
+                raise
+            _note(f"send refused ({error.code}); retrying with key {key}")
+        except TRANSPORT_ERRORS as error:
+            if attempt == SEND_ATTEMPTS:
+                raise
+            _note(f"send failed ({type(error).__name__}); retrying with key {key}")
+        time.sleep(RETRY_PAUSE_SECONDS * attempt)
+    raise AssertionError("unreachable")
+
+
+class EventFollower:
+    """Reads a session's events on a thread and hands them over through a queue. It keeps the
+    cursor of the last retained event and reconnects after it whenever the stream ends."""
+
+    def __init__(self, brain: Brain, session_id: str, *, on_retained: Callable[[dict[str, Any]], None]) -> None:
+        self.brain, self.session_id = brain, session_id
+        self.last_event_id = ""  # the cursor of the last retained event seen
+        self.events: Queue[dict[str, Any]] = Queue(maxsize=1024)
+        self._on_retained = on_retained
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._follow, name="brain-events", daemon=True)
+
+    def start(self) -> EventFollower:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop reconnecting (the thread is a daemon: a read in progress ends with the process)."""
+        self._stopped.set()
+
+    def _follow(self) -> None:
+        pause = 0.0
+        while not self._stopped.is_set():
+            try:
+                for event in self.brain.observe(self.session_id, after=self.last_event_id):
+                    pause = 0.0
+                    if event.get("cursor"):  # retained: a reconnect continues after it
+                        self.last_event_id = str(event["cursor"])
+                        self._on_retained(dict(event))
+                    self.events.put(dict(event))
+                reason = "the server ended the stream"
+            except BrainError as error:
+                if error.status != 429:
+                    _note(f"event stream refused: {error.status} {error.code}: {error}")
+                    return
+                reason = "too many streams"
+            except (*TRANSPORT_ERRORS, ValueError) as error:
+                reason = f"{type(error).__name__}: {error}"
+            if self._stopped.is_set():
+                return
+            _note(f"event stream dropped ({reason}); reconnecting after {self.last_event_id or 'the start'}")
+            time.sleep(pause)
+            pause = min(RETRY_PAUSE_SECONDS, pause + 0.2)
+
+
+def _print_turn(follower: EventFollower, input_id: str) -> str:
+    """Print the turn of `input_id` until it ends; returns the status or error code that ended it."""
+    shown = ""  # assistant text printed from deltas since the last complete message
+    while True:
+        event = follower.events.get(timeout=TURN_TIMEOUT_SECONDS)
+        if event.get("input_id") != input_id:
+            continue
+        kind, data = event["type"], event["data"]
+        if kind == "assistant.delta":
+            shown += data["text"]
+            print(data["text"], end="", flush=True)
+        elif kind == "assistant.message":
+            text = data["text"]
+            # deltas are live-only: the retained message completes what a reconnect missed
+            print(text[len(shown) :] if text.startswith(shown) else f"\n{text}", end="", flush=True)
+            shown = ""
+        elif kind == "tool.call":
+            print(f"\n  [tool.call {data['name']} {data['arguments']}]", flush=True)
+        elif kind == "tool.result":
+            print(f"  [tool.result {data['result']}]", flush=True)
+        elif kind == "session.error":
+            print(f"\n[error {data['code']}: {data['message']}]")
+            return str(data["code"])
+        elif kind == "session.status" and data["status"] != "running":
+            print("\n")
+            return str(data["status"])
 
 
 def run_conversation(
-    brain: Brain, *, harness: str, model: str, messages: list[str], tools: list[str] | None = None
+    brain: Brain,
+    *,
+    harness: str,
+    model: str,
+    messages: list[str],
+    tools: list[str] | None = None,
+    on_retained: Callable[[dict[str, Any]], None] = lambda event: None,
 ) -> str:
+    """Create a session, send each message after the previous turn ends, print every turn.
+    Returns the session id; the session stays open for more messages."""
     session = brain.create({"harness": harness, "config": {"model": model, "tools": tools or []}})
-    print(f"session {session['id']} ({harness}, {model})\n")
-    events: Queue[dict[str, Any] | None] = Queue()
-    threading.Thread(target=_follow, args=(brain, session["id"], events), daemon=True).start()
-    for text in messages:
-        print(f"you> {text}")
-        message = brain.send(session["id"], {"type": "user.message", "text": text})
-        print("agent> ", end="", flush=True)
-        while (event := events.get(timeout=120)) is not None:
-            if event.get("input_id") != message["id"]:
-                continue
-            if event["type"] == "assistant.delta":
-                print(event["data"]["text"], end="", flush=True)
-            elif event["type"] == "tool.call":
-                print(f"\n  [tool.call {event['data']['name']} {event['data']['arguments']}]", flush=True)
-            elif event["type"] == "tool.result":
-                print(f"  [tool.result {event['data']['result']}]", flush=True)
-            elif event["type"] == "session.error":
-                print(f"\n[error {event['data']['code']}: {event['data']['message']}]")
-                break
-            elif event["type"] == "session.status" and event["data"]["status"] == "idle":
-                print("\n")
-                break
+    print(f"Session: {session['id']} ({harness}, {model})\n", flush=True)
+    follower = EventFollower(brain, session["id"], on_retained=on_retained).start()
+    try:
+        for text in messages:
+            print(f"you> {text}")
+            message = send_message(brain, session["id"], text)
+            print("agent> ", end="", flush=True)
+            _print_turn(follower, str(message["id"]))
+    finally:
+        follower.stop()
     return str(session["id"])
 
 
+def tools_from_environment() -> list[str]:
+    """BRAIN_TOOLS: a comma-separated list of tool names (as the quickstart's examples take it)."""
+    return [name.strip() for name in os.environ.get("BRAIN_TOOLS", "").split(",") if name.strip()]
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--url", default="http://127.0.0.1:8080")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default=os.environ.get("BRAIN_URL", "http://127.0.0.1:8080"))
     parser.add_argument("--harness", default="loop")
-    parser.add_argument("--model", default="openai/gpt-4.1-mini")
+    parser.add_argument("--model", default=os.environ.get("BRAIN_MODEL", "openai/gpt-4.1-mini"))
+    parser.add_argument("--trace", action="store_true", help="also list each retained event (id, type) on stderr")
     parser.add_argument("message", nargs="*", help="messages to send (default: a short demo)")
     arguments = parser.parse_args()
     token = os.environ.get("BRAIN_API_KEY")
     if not token:
         sys.exit("set BRAIN_API_KEY to a token from the host config")
-    brain = Brain(arguments.url, token)
+
+    def trace(event: dict[str, Any]) -> None:
+        print(f"retained {event['id']} {event['type']}", file=sys.stderr, flush=True)
+
     run_conversation(
-        brain, harness=arguments.harness, model=arguments.model, messages=arguments.message or DEFAULT_MESSAGES
+        Brain(arguments.url, token),
+        harness=arguments.harness,
+        model=arguments.model,
+        messages=arguments.message or DEFAULT_MESSAGES,
+        tools=tools_from_environment(),
+        on_retained=trace if arguments.trace else lambda event: None,
     )
 
 
