@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -297,3 +298,73 @@ def test_revoke_credential_on_a_fresh_data_dir_answers_with_its_own_error(
         f"CommandError: session {session_id} has no live credential for binding 'crm'"
     ]
     assert _modes(server.data_dir) == {".": "0o700", "metadata.sqlite": "0o600"}
+
+
+# --- the README's demo by hand -------------------------------------------------------------------
+
+
+def _by_hand_block() -> list[str]:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("The same demo by hand", 1)[1]
+    block = section.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.split("#", 1)[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def _environment_names(config: dict[str, object]) -> set[str]:
+    """Every `*_env` value anywhere in the config."""
+    found: set[str] = set()
+
+    def walk(value: object) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if key.endswith("_env") and isinstance(item, str):
+                    found.add(item)
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(config)
+    return found
+
+
+def test_the_readme_runs_the_demo_by_hand_with_every_variable_and_service_it_needs() -> None:
+    # given: what examples/local.json names
+    providers = DEMO_CONFIG["providers"]
+    provider_ports = {urlsplit(provider["base_url"]).port for provider in providers.values()}
+    tool_ports = {urlsplit(tool["url"]).port for tool in DEMO_CONFIG["tools"]}
+    # when
+    lines = _by_hand_block()
+    exported = {name for line in lines if line.startswith("export ") for name in re.findall(r"(\w+)=", line)}
+    # then: every variable the config names, and the tool service's own two keys
+    assert _environment_names(DEMO_CONFIG) | {"BRAIN_TOOLS_KEY", "BRAIN_APPROVAL_KEY"} <= exported
+    assert provider_ports == {8091} and tool_ports == {8092}
+    assert ".venv/bin/python -m services.scripted_provider --port 8091 &" in lines
+    assert ".venv/bin/python -m examples.tools --port 8092 &" in lines
+    assert ".venv/bin/python manage.py runbrain --config examples/local.json" in lines
+
+
+def test_relative_paths_in_a_config_resolve_from_the_working_directory(
+    brain_factory: Callable[..., BrainServer], tmp_path: Path
+) -> None:
+    # given: a config in one directory naming a relative data_dir, a command started in another
+    server = brain_factory(start=False, data_dir="state")
+    server.env.pop("BRAIN_DATA_DIR")
+    server.config_path.write_text(json.dumps(server.config))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # when
+    completed = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "createsuperuser", "--noinput", "--username", OPERATOR]
+        + ["--email", "operator@example.com", "--config", str(server.config_path)],
+        cwd=elsewhere,
+        env={**server.env, "DJANGO_SUPERUSER_PASSWORD": OPERATOR_PASSWORD},
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+    )
+    # then: the data dir is under the working directory, not beside the config
+    assert completed.returncode == 0, completed.stderr
+    assert (elsewhere / "state" / "metadata.sqlite").is_file()
+    assert not (server.config_path.parent / "state").exists()
