@@ -73,6 +73,8 @@ class Result:
     seconds: float = 0.0
     forbidden: bool = False  # the discovery index holds the id for another tenant (403 on flush)
     lease_lost: bool = False  # FENCED in a fleet: another instance owns the session now
+    # PUBLISHED / UNCHANGED: the input-journal seq the checkpoint `latest` names covers (0: none)
+    covered_seq: int = 0
 
 
 def lock_dir(data_dir: Path) -> Path:
@@ -252,8 +254,7 @@ class Publisher:
                     index_epoch = (self._lease_epoch(session_id, lease_epoch) or 0) if self.fleet else 0
                     self.index.put(_index_entry(record), publication.checkpoint, epoch=index_epoch)
                 record_publication(session_id, record.tenant, seq, publication)
-                self._published(session_id, entry)
-                return Result(Outcome.UNCHANGED, publication)
+                return Result(Outcome.UNCHANGED, publication, covered_seq=self._published(session_id, entry))
             checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
             session = record.as_manifest()
             deadline = started + self.timeout + _unsent_bytes(snapshot.files, uploaded) / DEADLINE_BYTES_PER_SECOND
@@ -311,13 +312,17 @@ class Publisher:
             if self.index is not None:
                 self.index.put(_index_entry(record), checkpoint, epoch=held or 0)
             record_publication(session_id, record.tenant, seq, publication)
-            self._published(session_id, entry)
-            return Result(Outcome.PUBLISHED, publication, published.bytes_sent)
+            covered = self._published(session_id, entry)
+            return Result(Outcome.PUBLISHED, publication, published.bytes_sent, covered_seq=covered)
 
-    def _published(self, session_id: str, entry: Mapping[str, object]) -> None:
+    def _published(self, session_id: str, entry: Mapping[str, object]) -> int:
+        """`latest` names the checkpoint of `entry`: tell on_published what it covers; returns that."""
         covered = entry.get("covered_seq", 0)
-        if self._on_published is not None and isinstance(covered, int) and covered > 0:
+        if not isinstance(covered, int) or covered <= 0:
+            return 0
+        if self._on_published is not None:
             self._on_published(session_id, covered)
+        return covered
 
 
 def _unsent_bytes(files: list[archive.LocalFile], uploaded: localstate.Uploaded | None) -> int:
