@@ -37,10 +37,15 @@ __all__ = ["ErrorDetail", "ErrorResponse", "api", "error_response", "swagger_ass
 
 # The contract's name for the bearer scheme; ninja names a scheme after its auth class.
 SECURITY_SCHEMES = {BearerAuth.__name__: "bearer", ExecutorAuth.__name__: "bearer"}
+# The contract's text, with the fleet's 503 (a cluster block only) added to the list: its status
+# and envelope are the contract's `default` response, so the wire contract is unchanged.
 ERRORS_DESCRIPTION = (
     "Error. 400 invalid_request; 401 missing/invalid Bearer token; 403 forbidden; 404 not_found; "
     "409 conflict or cursor_unavailable; 413 body limit; 422 unsupported; 429 overloaded (Retry-After: 1); "
-    "500 brain_error. X-Request-ID is present on every response."
+    "500 brain_error; 503 unavailable (Retry-After: 1), in a fleet only: the session's owner cannot be "
+    "reached or its lease is lapsing or moving, this instance has not joined the fleet, or the fleet's "
+    "database is unreachable; retry the same request (a send with its idempotency key) through any "
+    "instance. X-Request-ID is present on every response."
 )
 # Swagger UI files shipped in ninja's package, by name, with their media types.
 SWAGGER_ASSETS = {

@@ -313,3 +313,21 @@ def test_the_document_is_built_once_and_served_from_then_on() -> None:
 
     # when / then: the same object, not a rebuild per request
     assert api.get_openapi_schema(path_prefix="") is api.get_openapi_schema(path_prefix="")
+
+
+def test_every_authenticated_operation_documents_the_fleets_retryable_503() -> None:
+    from foundation.errors import Unavailable
+
+    # given: the served document, as a client reads it
+    served = _served()
+    # when: the error responses of the operations that take a bearer token are read
+    described = {
+        (method, path): operation["responses"]["default"]["description"]
+        for path, operations in served["paths"].items()
+        for method, operation in operations.items()
+        if operation["security"]
+    }
+    # then: each names the 503 a fleet answers while a session's owner moves, and its Retry-After
+    assert len(described) >= 15
+    mentioned = f"{Unavailable.status} {Unavailable.code} (Retry-After: {Unavailable('').headers()['Retry-After']})"
+    assert [key for key, text in described.items() if mentioned not in text] == []
