@@ -281,6 +281,22 @@ class ArchiveService:
         logger.info("session taken over from the archive", extra={"session_id": session_id, "checkpoint": checkpoint})
         return True
 
+    async def rebuild(self, tenant: str, session_id: str) -> bool:
+        """In a fleet, a session the archive has no checkpoint of and this instance no copy of
+        (its owner died before the first upload): its directory as it was created, from its row
+        in the fleet's database, due for upload. False without a row of the tenant's."""
+        record = await sessions_db.aget_session(tenant, session_id)
+        if record is None:
+            return False
+        staging = self.storage.directory(f"{STAGING_PREFIX}{session_id}.restoring-{secrets.token_hex(8)}")
+        await asyncio.to_thread(localstate.materialize_created, record, staging, max_bytes=self.max_history_bytes)
+        await asyncio.to_thread(self._swap_in, session_id, tenant, staging, replace=False)
+        self.scheduler.mark_dirty(session_id)
+        logger.warning(
+            "session rebuilt as created: the archive has no checkpoint of it", extra={"session_id": session_id}
+        )
+        return True
+
     async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:
         """Write the checkpoint beside the session, swap it in, then import its row. Everything
         that can be refused is checked before the first byte is written; a failure after the
@@ -338,7 +354,7 @@ class ArchiveService:
             db.bump_epoch(session_id, tenant)
             if target.exists():
                 if not replace:
-                    _remove(staging)
+                    localstate.remove_tree(staging)
                     raise Conflict("the session appeared on local disk while it was being loaded")
                 aside = self.storage.directory(f"{session_id}{REPLACED_INFIX}{secrets.token_hex(8)}")
                 target.rename(aside)
@@ -355,7 +371,7 @@ class ArchiveService:
             target.rename(failed)
             if aside is not None:
                 aside.rename(target)
-        _remove(failed)
+        localstate.remove_tree(failed)
         logger.warning("restore rolled back", extra={"session_id": session_id})
 
     def _prune_replaced(self, session_id: str) -> None:
@@ -371,10 +387,10 @@ class ArchiveService:
         kept.sort(reverse=True)
         total = 0
         for index, (_, path) in enumerate(kept):
-            total += _tree_bytes(path)
+            total += localstate.tree_bytes(path)
             if index == 0 or (index < self.settings.keep_replaced and total <= budget):
                 continue
-            _remove(path)
+            localstate.remove_tree(path)
             logger.info("replaced session directory removed", extra={"session_id": session_id, "removed": path.name})
 
     def remove_stale_staging(self) -> None:
@@ -382,7 +398,7 @@ class ArchiveService:
         for entry in self.storage.entries():
             name = entry.name
             if name.startswith(STAGING_PREFIX) and (".restoring-" in name or ".failed-" in name):
-                _remove(Path(entry.path))
+                localstate.remove_tree(Path(entry.path))
 
     # -- discovery -----------------------------------------------------------------------------
 
@@ -401,7 +417,6 @@ class ArchiveService:
 MAX_RECOVERY_RECORDS = 64  # one per binding; a session has far fewer bindings
 STAGING_PREFIX = "."  # restores write beside the sessions under a hidden name
 REPLACED_INFIX = "-replaced-"  # spec: the replaced directory is kept as <id>-replaced-<ID>
-MAX_TREE_ENTRIES = 4096  # a replaced directory's walk: a session holds a few hundred files at most
 REOPEN_REFUSED = (
     "the session is closed, and this checkpoint was taken before its close: restoring it would reopen the session"
 )
@@ -415,26 +430,3 @@ def _unreadable(session_id: str, exc: StoreError) -> BrainError:
     """A store failure as clients see it: the generic reason; the SDK's text goes to the log."""
     logger.error("archive read failed", extra={"session_id": session_id, "error": str(exc)})
     return BrainError(f"the archive cannot be read: {exc.reason}")
-
-
-def _tree_bytes(path: Path) -> int:
-    total = entries = 0
-    pending = [path]
-    while pending and entries < MAX_TREE_ENTRIES:
-        try:
-            scanned = list(os.scandir(pending.pop()))
-        except OSError:
-            continue
-        for item in scanned:
-            entries += 1
-            if item.is_dir(follow_symlinks=False):
-                pending.append(Path(item.path))
-            elif item.is_file(follow_symlinks=False):
-                total += item.stat(follow_symlinks=False).st_size
-    return total
-
-
-def _remove(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

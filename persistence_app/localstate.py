@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,8 @@ import orjson
 
 from persistence_app.archive import ArchiveError, LocalFile, Manifest, UploadedFile, read_file
 from persistence_app.stores.base import ObjectStore
+from sessions_app.eventlog import Event, EventLog, new_id
+from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.storage import EVENT_LOG, NATIVE, CheckpointEntry, CheckpointError, SessionFiles, history_size
 from tools_app.vault import recovery_digest
 
@@ -30,10 +33,15 @@ __all__ = [
     "Uploaded",
     "history_size",
     "materialize",
+    "materialize_created",
     "read_uploaded",
+    "remove_tree",
     "snapshot",
+    "tree_bytes",
     "write_uploaded",
 ]
+
+MAX_TREE_ENTRIES = 4096  # a replaced directory's walk: a session holds a few hundred files at most
 
 
 class Uploaded(TypedDict):
@@ -137,7 +145,55 @@ def materialize(store: ObjectStore, manifest: Manifest, target: Path) -> None:
         raise
 
 
-def _remove_tree(path: Path) -> None:
-    import shutil
+def materialize_created(record: SessionRecord, target: Path, *, max_bytes: int) -> None:
+    """Write, into the new directory `target`, the session `record` (its row) describes as it
+    was created: native/, its creation checkpoint (offset 0, no native files) and an event log
+    that is empty, or holds only the close the row records (a closed session stays closed). For
+    a fleet's session whose owner died before its first upload; the input journal then brings
+    back the inputs acknowledged since. The checkpoint keeps the row's id while the row names
+    the creation checkpoint; a later one's turns are gone, so the creation gets a new id."""
+    checkpoint_id, time = record.checkpoint["id"], record.checkpoint["time"]
+    if record.checkpoint["offset"] != 0:
+        checkpoint_id, time = new_id(), record.created_at
+    try:
+        files = SessionFiles(target)
+        files.create()
+        files.checkpoints.record(checkpoint_id, offset=0, time=time, reported=[])
+        if record.status == SessionStatus.CLOSED:
+            log = EventLog(files.event_log, max_bytes=max_bytes)
+            try:
+                log.append(Event.build("session.status", {"status": SessionStatus.CLOSED.value}))
+                log.sync()
+            finally:
+                log.close()
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _remove_tree(target)
+        raise
 
+
+def tree_bytes(path: Path) -> int:
+    """The bytes of the regular files under `path`, walking at most MAX_TREE_ENTRIES entries."""
+    total = entries = 0
+    pending = [path]
+    while pending and entries < MAX_TREE_ENTRIES:
+        try:
+            scanned = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for item in scanned:
+            entries += 1
+            if item.is_dir(follow_symlinks=False):
+                pending.append(Path(item.path))
+            elif item.is_file(follow_symlinks=False):
+                total += item.stat(follow_symlinks=False).st_size
+    return total
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a directory tree beside the sessions, whatever is left of it."""
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_tree(path: Path) -> None:
     shutil.rmtree(path)

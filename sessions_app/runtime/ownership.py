@@ -34,6 +34,10 @@ class TakeOver(Protocol):
     async def take_over(self, tenant: str, session_id: str) -> bool:
         """Replace the local copy (kept aside) with the archive's latest: False without one."""
 
+    async def rebuild(self, tenant: str, session_id: str) -> bool:
+        """With no local copy and nothing in the archive: the session as created, from its row
+        in the fleet's database. False without a row."""
+
 
 class Recorded(Protocol):
     @property
@@ -102,7 +106,14 @@ class Ownership:
     async def claim(self, tenant: str, session_id: str) -> bool:
         """Take the lease of a session about to load here. The local copy serves when it was
         written under the epoch now held (nobody took the session meanwhile: it is the freshest
-        there is); otherwise the archive's latest replaces it. True when it was replaced."""
+        there is); otherwise the archive's latest replaces it. With neither (its owner died
+        before its first upload), the session is rebuilt as it was created from its row, and
+        the input journal, which nothing has pruned, brings back every input acknowledged since
+        (the actor adopts it at load). True when the local copy was replaced.
+
+        A load that fails after the acquire (the archive unreadable, say) keeps the lease: the
+        next request, here or forwarded here by another instance, acquires it again at the
+        same epoch, so retries never move the epoch on."""
         epoch = await self._acquire(session_id)
         files = self.storage.files(session_id)
         local = await asyncio.to_thread(files.read_lease_epoch)
@@ -116,8 +127,10 @@ class Ownership:
                     "stale session copy replaced",
                     extra={"session_id": session_id, "local_epoch": local, "epoch": epoch},
                 )
+            elif not exists and not replaced:
+                exists = await self.archive.rebuild(tenant, session_id)
         if not replaced and not exists:
-            raise Unavailable("the session's state is not in the archive yet")
+            raise Unavailable("the session's state is neither on this instance nor in the archive")
         await asyncio.to_thread(files.write_lease_epoch, epoch)
         return replaced
 
