@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+from foundation.hostconfig import ConfigError, Provider
+from foundation.hostconfig.provider_keys import ProviderKeys
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history
 
@@ -216,3 +218,38 @@ def test_a_runner_busy_during_the_rotation_finishes_its_turn_with_the_old_key(
     assert _keys_used(scripted_provider) == [KEY_A, KEY_A, KEY_B]
     contents = json.dumps(scripted_provider.bodies()[-1])
     assert "call gate" in contents and "gate opened" in contents and "after the rotation" in contents
+
+
+def test_a_key_file_that_vanishes_or_empties_keeps_the_last_key_and_a_new_one_is_taken(tmp_path: Path) -> None:
+    # given
+    key_file = tmp_path / "key"
+    _write_key(key_file, KEY_A)
+    keys = ProviderKeys({"openai": Provider(api_key_env="OPENAI_KEY")}, {"OPENAI_KEY_FILE": str(key_file)})
+    assert (dict(keys), keys.watched, keys.poll()) == ({"openai": KEY_A}, True, frozenset())
+    # when / then: a rotation half done (the file removed, then empty) changes nothing
+    key_file.unlink()
+    assert (keys.poll(), keys["openai"]) == (frozenset(), KEY_A)
+    key_file.write_text("")
+    assert (keys.poll(), keys["openai"]) == (frozenset(), KEY_A)
+    # when / then: the new key lands
+    _write_key(key_file, KEY_B)
+    assert (keys.poll(), keys["openai"]) == (frozenset({"openai"}), KEY_B)
+    assert keys.poll() == frozenset()
+    assert KEY_B not in repr(keys)
+
+
+def test_the_variable_wins_over_its_file_and_an_unreadable_file_stops_startup(tmp_path: Path) -> None:
+    provider = {"openai": Provider(api_key_env="OPENAI_KEY")}
+    key_file = tmp_path / "key"
+    _write_key(key_file, KEY_A)
+    both = ProviderKeys(provider, {"OPENAI_KEY": KEY_B, "OPENAI_KEY_FILE": str(key_file)})
+    assert (dict(both), both.watched) == ({"openai": KEY_B}, False)
+    with pytest.raises(ConfigError) as missing:
+        ProviderKeys(provider, {"OPENAI_KEY_FILE": str(tmp_path / "absent")})
+    assert str(missing.value) == "providers.openai.api_key_env: cannot read OPENAI_KEY_FILE: No such file or directory"
+    key_file.write_text("\n")
+    with pytest.raises(ConfigError) as empty:
+        ProviderKeys(provider, {"OPENAI_KEY_FILE": str(key_file)})
+    assert str(empty.value) == (
+        "providers.openai.api_key_env: environment variable OPENAI_KEY is not set (OPENAI_KEY_FILE names an empty file)"
+    )
