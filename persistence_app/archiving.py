@@ -74,6 +74,7 @@ class ArchiveService:
         lease_epoch: Callable[[str], int | None] | None = None,
         on_lease_lost: Callable[[str], None] | None = None,
         on_published: Callable[[str, int], None] | None = None,
+        dispatch_problem: Callable[[], str | None] | None = None,
     ) -> None:
         """In a fleet, `lease_epoch` gives the epoch this instance holds on a session (None when
         it holds none): `latest` is written fenced with it. `on_lease_lost` is called on the
@@ -90,6 +91,8 @@ class ArchiveService:
         self.index = DiscoveryIndex(environ[settings.postgres_env]) if settings.postgres_env else None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._on_lease_lost = on_lease_lost
+        self._dispatch_problem = dispatch_problem  # why dispatched publishes do not run (no worker), or None
+        self._lease_epoch = lease_epoch
         self.publisher = Publisher(
             self.store,
             data_dir,
@@ -156,6 +159,9 @@ class ArchiveService:
                 status["time"] = row.published_at
         if row is not None and row.error:
             status["error"] = row.error
+        problem = self._dispatch_problem() if self._dispatch_problem is not None and status["pending"] else None
+        if problem is not None:  # a publish waiting for a worker that is not there says so
+            status["error"] = problem
         return status
 
     async def flush(self, session_id: str) -> SyncStatusBody:
@@ -197,6 +203,7 @@ class ArchiveService:
         """Replace the local session with `checkpoint` from the archive; it lands interrupted
         (closed when the checkpoint was taken after a close). A closed session is never
         reopened: a checkpoint from before its close is 409."""
+        epoch = await self._writable_epoch(engine, tenant, session_id)
         await engine.flush()  # a close a moment ago is in the row the checks below read
         try:
             manifest = await self._manifest(session_id, checkpoint)
@@ -211,7 +218,23 @@ class ArchiveService:
             raise Conflict(REOPEN_REFUSED)
         async with engine.offline(tenant, session_id):
             await self._install(manifest, replace=True)
+            if epoch is not None:  # written under the lease held: the load keeps it, not latest
+                await asyncio.to_thread(self.storage.files(session_id).write_lease_epoch, epoch)
         return await engine.land_restored(tenant, session_id)
+
+    async def _writable_epoch(self, engine: LiveSessions, tenant: str, session_id: str) -> int | None:
+        """In a fleet, the epoch a restore writes under: the session loaded here first (its lease
+        taken), 503 while the lease is not ours to write; None outside a fleet or for a new session."""
+        if self._lease_epoch is None:
+            return None
+        try:
+            await engine.session_record(tenant, session_id)
+        except NotFound:
+            return None
+        epoch = self._lease_epoch(session_id)
+        if epoch is None:
+            raise Unavailable("this instance's lease on the session is lapsing; retry")
+        return epoch
 
     async def _closed_since(self, local: SessionRecord | None, session_id: str, checkpoint: str) -> bool:
         """Whether the session was closed after `checkpoint`: its local row says so, or the
