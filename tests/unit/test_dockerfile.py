@@ -115,6 +115,8 @@ def parse_dockerfile(text: str) -> list[Stage]:
             base, _, name = rest.partition(" AS ")
             stages.append(Stage(base=base.strip(), name=name.strip() or str(len(stages)), instructions=[]))
             continue
+        if not stages and instruction.keyword == "ARG":
+            continue  # a build argument FROM may use
         assert stages, f"{keyword} before FROM"
         stages[-1].instructions.append(instruction)
     return stages
