@@ -29,6 +29,7 @@ from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app.app_object import PersistenceAppObject
 from persistence_app.archiving import ArchiveService
+from persistence_app.workerwatch import WorkerWatch
 from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
@@ -54,6 +55,8 @@ JOIN_RETRY_SECONDS = 1.0
 # Graceful shutdown uploads each held session before releasing it; one stuck upload must not
 # hold the others' handoff (its lease expires instead).
 FLEET_FLUSH_SECONDS = 10.0
+# How long a ping of the broker waits for Celery workers' answers (in a thread of its own).
+WORKER_PING_SECONDS = 1.0
 
 __all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -110,6 +113,7 @@ class BrainApp:
             self.journal = InputJournal()
             self.relay = _executor_relay(self.executors, self.leases)
             self.executors.relay = self.relay
+        self.workers = _worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
         self.archive: ArchiveService | None = None
@@ -124,6 +128,7 @@ class BrainApp:
                 lease_epoch=self.leases.held_epoch if self.leases is not None else None,
                 on_lease_lost=self._lease_lost if self.leases is not None else None,
                 on_published=self.journal.prune_published if self.journal is not None else None,
+                dispatch_problem=self.workers.problem if self.workers is not None else None,
             )
         if self.leases is not None:
             storage = SessionStorage(Path(config.data_dir).resolve())
@@ -164,7 +169,10 @@ class BrainApp:
     async def start(self) -> None:
         await database_sync_to_async(sessions_db.mirror_config_tokens)(self.config, self.secrets.tokens)
         await database_sync_to_async(tools_db.mirror_config_bindings)(self.config.tools)
+        if self.workers is not None:
+            await self.workers.start()
         if self.archive is not None:
+            _log_upload_mode(self.config, self.workers)
             await self.archive.start()  # before the engine: loading settles sessions
         if self.leases is not None:
             self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
@@ -215,6 +223,8 @@ class BrainApp:
             await self._leave_fleet(self.leases)
         if self.archive is not None:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
+        if self.workers is not None:
+            await self.workers.close()
         await self.registry.aclose()
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
@@ -270,6 +280,33 @@ def _celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int],
             app.send_task(PUBLISH_TASK, args=(session_id, seq, leases.held_epoch(session_id)))
 
     return dispatch
+
+
+def _worker_watch(telemetry: Telemetry) -> WorkerWatch | None:
+    """With a broker, pings its Celery workers (sync publishes and knowledge jobs go there)."""
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL:
+        return None
+    from brainsite.celery import app
+
+    def ping() -> int:
+        with app.connection_for_write() as connection:
+            return len(app.control.ping(timeout=WORKER_PING_SECONDS, connection=connection))
+
+    return WorkerWatch(ping, broker=settings.CELERY_BROKER_URL, telemetry=telemetry)
+
+
+def _log_upload_mode(config: HostConfig, workers: WorkerWatch | None) -> None:
+    """Where this server's archive uploads run: its own threads, or Celery workers on a broker."""
+    assert config.persistence is not None
+    if workers is None:
+        logger.info("archive uploads run in this process", extra={"archive": config.persistence.provider})
+    else:
+        logger.info(
+            "archive uploads go to Celery workers",
+            extra={"archive": config.persistence.provider, "broker": workers.broker},
+        )
 
 
 def _celery_send(task: str) -> Callable[[int], None] | None:

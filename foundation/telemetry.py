@@ -294,6 +294,19 @@ class Telemetry:
             description="Sessions waiting for upload to external storage",
         )
 
+    def observe_sync_workers(self, workers: Callable[[], int]) -> None:
+        """brain.sync.workers: the Celery workers that answered the last ping of the broker."""
+        if self._instruments is None:
+            return
+        from opentelemetry.metrics import Observation
+
+        self._instruments.meter.create_observable_gauge(
+            "brain.sync.workers",
+            callbacks=[lambda _options: [Observation(workers())]],
+            unit="{worker}",
+            description="Celery workers that answered the last ping of the broker",
+        )
+
     def record_fleet_acquisition(self, *, failover: bool) -> None:
         """A session lease taken; `failover` when its previous owner's lease had expired."""
         if self._instruments is not None:

@@ -15,13 +15,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
 
+from persistence_app.workerwatch import public_broker_url
 from tests.admin.support import OPERATOR, OPERATOR_PASSWORD, AdminClient
-from tests.fixtures.server import BrainServer
+from tests.fixtures.server import BrainServer, create_session
+from tests.fixtures.services import RedisServer
+from tests.persistence.test_sync_services import SyncWorker, _filesystem, _sync, _wait, _wait_synced
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_SECONDS = 90
@@ -368,3 +372,85 @@ def test_relative_paths_in_a_config_resolve_from_the_working_directory(
     assert completed.returncode == 0, completed.stderr
     assert (elsewhere / "state" / "metadata.sqlite").is_file()
     assert not (server.config_path.parent / "state").exists()
+
+
+# --- where uploads go ----------------------------------------------------------------------------
+
+WATCH_SECONDS = 30.0  # a change of workers shows within a ping or two (every 2 s while none answers)
+BROKER_DATABASE = 14  # this module's Redis database on the session's server
+
+
+@pytest.fixture
+def broker_url(redis_server: RedisServer) -> str:
+    """A Redis database of its own for the broker, emptied first."""
+    import redis
+
+    url = redis_server.url.rsplit("/", 1)[0] + f"/{BROKER_DATABASE}"
+    with redis.Redis.from_url(url) as connection:
+        connection.flushdb()
+    return url
+
+
+def _log_entries(server: BrainServer, message: str) -> list[dict[str, Any]]:
+    entries = [json.loads(line) for line in server.logs().splitlines() if line.startswith("{")]
+    return [entry for entry in entries if entry["msg"] == message]
+
+
+def test_an_in_process_server_logs_that_uploads_run_in_it(
+    brain_factory: Callable[..., BrainServer], tmp_path: Path
+) -> None:
+    # when
+    server = brain_factory(persistence=_filesystem(tmp_path / "archive"))
+    # then
+    [entry] = _log_entries(server, "archive uploads run in this process")
+    assert (entry["level"], entry["archive"]) == ("info", "filesystem")
+    assert _log_entries(server, "archive uploads go to Celery workers") == []
+
+
+def test_a_broker_without_a_worker_shows_in_the_log_and_the_sync_status_until_one_answers(
+    brain_factory: Callable[..., BrainServer], broker_url: str, tmp_path: Path
+) -> None:
+    # given: a Celery-mode server whose broker runs, with no worker
+    server = brain_factory(start=False, persistence=_filesystem(tmp_path / "archive"))
+    server.env["BRAIN_CELERY_BROKER"] = broker_url
+    server.start()
+    # then: it says where uploads go, then that no worker answers
+    [mode] = _log_entries(server, "archive uploads go to Celery workers")
+    assert (mode["level"], mode["archive"], mode["broker"]) == ("info", "filesystem", broker_url)
+    silent = "no sync worker answers on the broker: uploads wait until `manage.py syncworker` runs"
+    [warning] = _wait(lambda: _log_entries(server, silent), WATCH_SECONDS, "the no-worker warning")
+    assert (warning["level"], warning["broker"]) == ("warning", broker_url)
+    # and: a session waiting for its upload says why
+    session_id = create_session(server)["id"]
+    status = _sync(server, session_id)
+    assert (status["pending"], status["error"]) == (True, "no sync worker answers on the broker")
+    # when: a worker starts
+    worker = SyncWorker(server, tmp_path / "syncworker.log")
+    try:
+        worker.start()
+        # then: the server notices, and the session is published with no error left
+        [answered] = _wait(
+            lambda: _log_entries(server, "sync workers answer on the broker"), WATCH_SECONDS, "workers answering"
+        )
+        assert (answered["level"], answered["broker"], answered["workers"]) == ("info", broker_url, 1)
+        published = _wait_synced(server, session_id)
+        assert published.get("error") is None
+        assert len(_log_entries(server, silent)) == 1  # said once, not at every ping
+    finally:
+        worker.stop()
+    # and when the worker is gone again, it says so again
+    _wait(lambda: len(_log_entries(server, silent)) == 2, WATCH_SECONDS, "the second no-worker warning")
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@10.0.0.5:6379/0", "redis://10.0.0.5:6379/0"),
+        ("redis://brain:s3cret@redis.internal/2?password=other", "redis://redis.internal/2"),
+        ("rediss://user:pw@[::1]:6380/1", "rediss://[::1]:6380/1"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ],
+    ids=["password_case", "user_and_query_case", "ipv6_case", "plain_case"],
+)
+def test_the_logged_broker_url_carries_no_credentials(url: str, shown: str) -> None:
+    assert public_broker_url(url) == shown
