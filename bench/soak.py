@@ -402,7 +402,14 @@ def _local_instance(directory: Path) -> tuple[BrainProcess, list[Any]]:
         "interval_seconds": 5,
         "queue": 1024,
     }
-    brain.start()
+    try:
+        brain.start()
+    except RuntimeError:
+        for process in (provider, tools):
+            stop(process)
+        log = (brain.directory / "brain.log").read_text(errors="replace").splitlines()
+        print("\n".join(["runbrain did not come up; the end of its log:", *log[-20:]]), file=sys.stderr)
+        raise
     return brain, [provider, tools]
 
 
@@ -420,7 +427,7 @@ def main() -> int:
     if arguments.url and not arguments.token:
         parser.error("--url needs --token")
     raise_nofile()
-    print(machine(), f"memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB")
+    print(machine(), f"memory {os.sysconf('SC_PHYS_PAGES') * os.sysconf('SC_PAGE_SIZE') / 2**30:.1f} GiB", flush=True)
     processes: list[Any] = []
     brain: BrainProcess | None = None
     with tempfile.TemporaryDirectory(prefix="brain-soak-") as scratch:
@@ -429,12 +436,15 @@ def main() -> int:
                 parts = urlsplit(arguments.url)
                 target = Target(parts.hostname or "127.0.0.1", parts.port or 80, arguments.token)
                 pid, data_dir = arguments.pid, arguments.data_dir
-                print(f"target: {arguments.url}")
+                print(f"target: {arguments.url}", flush=True)
             else:
                 brain, processes = _local_instance(Path(scratch))
                 target = Target(brain.host, brain.port, brain.token)
                 pid, data_dir = brain.pid, brain.data_dir
-                print(f"target: one local instance, pid {pid} (loop harness, scripted provider, echo, sync on)")
+                print(
+                    f"target: one local instance, pid {pid} (loop harness, scripted provider, echo, sync on)",
+                    flush=True,
+                )
             print(
                 f"workload: {arguments.workers} workers, {TURNS_PER_SESSION} turns per session "
                 f"(tool call every other turn), think {arguments.think_ms:.0f} ms, "

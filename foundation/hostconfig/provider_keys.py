@@ -147,4 +147,7 @@ class ProviderKeys(Mapping[str, str]):
             changed = await asyncio.to_thread(self.poll)
             if changed:
                 logger.info("provider key changed", extra={"providers": sorted(changed)})
-            await on_tick(changed)
+            try:
+                await on_tick(changed)
+            except Exception:  # supervision boundary: keep following the keys
+                logger.exception("recycling runners after a provider key change failed")
