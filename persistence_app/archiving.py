@@ -223,8 +223,7 @@ class ArchiveService:
         return await engine.land_restored(tenant, session_id)
 
     async def _writable_epoch(self, engine: LiveSessions, tenant: str, session_id: str) -> int | None:
-        """In a fleet, the epoch a restore writes under: the session loaded here first (its lease
-        taken), 503 while the lease is not ours to write; None outside a fleet or for a new session."""
+        """In a fleet, the lease epoch a restore writes under (None for a session new to it)."""
         if self._lease_epoch is None:
             return None
         try:
@@ -232,7 +231,7 @@ class ArchiveService:
         except NotFound:
             return None
         epoch = self._lease_epoch(session_id)
-        if epoch is None:
+        if epoch is None:  # loaded here, but the lease lapsed: a paused or cut-off owner
             raise Unavailable("this instance's lease on the session is lapsing; retry")
         return epoch
 
@@ -305,9 +304,7 @@ class ArchiveService:
         return True
 
     async def rebuild(self, tenant: str, session_id: str) -> bool:
-        """In a fleet, a session the archive has no checkpoint of and this instance no copy of
-        (its owner died before the first upload): its directory as it was created, from its row
-        in the fleet's database, due for upload. False without a row of the tenant's."""
+        """A fleet's session in neither the archive nor here: as created, from its row (or False)."""
         record = await sessions_db.aget_session(tenant, session_id)
         if record is None:
             return False
@@ -315,9 +312,7 @@ class ArchiveService:
         await asyncio.to_thread(localstate.materialize_created, record, staging, max_bytes=self.max_history_bytes)
         await asyncio.to_thread(self._swap_in, session_id, tenant, staging, replace=False)
         self.scheduler.mark_dirty(session_id)
-        logger.warning(
-            "session rebuilt as created: the archive has no checkpoint of it", extra={"session_id": session_id}
-        )
+        logger.warning("session rebuilt as created, not in the archive yet", extra={"session_id": session_id})
         return True
 
     async def _install(self, manifest: archive.Manifest, *, replace: bool) -> None:

@@ -242,8 +242,19 @@ async def _send_journaled(
             raise
 
 
+def _require_writable(engine: Engine, actor: SessionActor) -> None:
+    """In a fleet, every write to a session (send, interrupt, close, resume, an approval's
+    decision) is made under this instance's live lease on it, else 503 unavailable (retryable):
+    an owner paused or cut off past its lease changes nothing, whatever it still has loaded.
+    Requests for a session another instance owns never get here: routing forwards them."""
+    if engine.ownership is not None:
+        engine.ownership.require_writable(actor.id)
+
+
 async def interrupt_session(engine: Engine, principal: Principal, session_id: str) -> None:
-    (await _actor(engine, principal, session_id)).interrupt()
+    actor = await _actor(engine, principal, session_id)
+    _require_writable(engine, actor)
+    actor.interrupt()
 
 
 async def decide_approval(
@@ -257,7 +268,9 @@ async def decide_approval(
         raise InvalidRequest("decision must be approve or reject")
     if reason is not None and len(reason) > MAX_REASON_CHARS:
         raise InvalidRequest(f"reason exceeds {MAX_REASON_CHARS} characters")
-    approvals = (await _actor(engine, principal, session_id)).approvals
+    actor = await _actor(engine, principal, session_id)
+    _require_writable(engine, actor)
+    approvals = actor.approvals
     if approvals is None:
         raise NotFound("approval not found")
     return await approvals.decide(
@@ -270,12 +283,14 @@ async def decide_approval(
 
 async def resume_session(engine: Engine, principal: Principal, session_id: str) -> SessionRecord:
     actor = await _actor(engine, principal, session_id)
+    _require_writable(engine, actor)
     await actor.resume()
     return actor.record
 
 
 async def close_session(engine: Engine, principal: Principal, session_id: str) -> None:
     actor = await _actor(engine, principal, session_id)
+    _require_writable(engine, actor)
     actor.close()
     engine.executors.revoke_session(actor.id)  # spec: closing a session revokes its executor tokens
 
