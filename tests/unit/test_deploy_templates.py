@@ -575,3 +575,37 @@ def test_the_single_owner_templates_run_one_server_that_drains_before_it_is_kill
     assert ecs["healthCheck"]["command"] == ["CMD", *IMAGE_HEALTH]  # the image's, tested in test_dockerfile
     assert ecs["stopTimeout"] >= DRAIN_SECONDS + EXIT_MARGIN_SECONDS
     assert ecs["user"] == RUNTIME.last("USER").arguments
+
+
+def _fleet_config(tmp_path: Path, config: dict[str, Any], *arguments: str) -> subprocess.CompletedProcess[str]:
+    source, dest = tmp_path / "source.json", tmp_path / "run" / "brain.json"
+    source.write_text(json.dumps(config))
+    return subprocess.run(
+        [sys.executable, "deploy/fleet_config.py", *arguments, str(source), str(dest)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_a_pod_on_an_ipv6_network_gets_a_bracketed_instance_url(tmp_path: Path) -> None:
+    # given
+    template = json.loads(_one("kubernetes/configmap.yaml")["data"]["brain.json"])
+    # when
+    done = _fleet_config(tmp_path, template, "--instance", "brain-0", "--address", "fd00:10::7", "--port", "8080")
+    # then
+    assert (done.returncode, done.stderr) == (0, "")
+    written = json.loads((tmp_path / "run" / "brain.json").read_text())
+    assert written["cluster"] == {"instance": "brain-0", "url": "http://[fd00:10::7]:8080", "lease_seconds": 10}
+
+
+def test_fleet_config_refuses_a_config_without_a_cluster_block_and_writes_nothing(tmp_path: Path) -> None:
+    # given
+    single = json.loads((DEPLOY / "fly" / "brain.json").read_text())
+    # when
+    done = _fleet_config(tmp_path, single, "--instance", "brain-0", "--address", "10.0.0.1")
+    # then
+    assert done.returncode == 1
+    assert done.stderr.strip() == f"fleet_config: {tmp_path / 'source.json'}: the config has no cluster block"
+    assert not (tmp_path / "run").exists()

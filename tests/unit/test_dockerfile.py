@@ -21,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.fixtures.provider import ScriptedProvider
 from tests.fixtures.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -380,7 +381,7 @@ def _health(image: ImageLayout) -> subprocess.CompletedProcess[bytes]:
 
 
 def test_the_entry_point_starts_runbrain_from_the_image_layout_and_the_health_check_follows_it(
-    image: ImageLayout,
+    image: ImageLayout, scripted_provider: ScriptedProvider
 ) -> None:
     # given: a host config mounted where $BRAIN_CONFIG says, state under the /data volume
     port = free_port()
@@ -391,12 +392,12 @@ def test_the_entry_point_starts_runbrain_from_the_image_layout_and_the_health_ch
         "data_dir": str(image.root / "data" / "brain"),
         "tokens": [{"token_env": "BRAIN_API_KEY", "tenant": "acme", "manage": True}],
         "harnesses": {"loop": {"command": ["python", "-m", "runners.loop"]}},
-        "providers": {"openai": {"api_key_env": "OPENAI_API_KEY"}},
+        "providers": scripted_provider.providers("OPENAI_API_KEY"),
     }
     config_path = Path(image.env["BRAIN_CONFIG"])
     assert config_path == image.root / "config" / "brain.json"
     config_path.write_text(json.dumps(config))
-    env = {**image.env, "BRAIN_API_KEY": token, "OPENAI_API_KEY": "sk-never-called"}
+    env = {**image.env, "BRAIN_API_KEY": token, "OPENAI_API_KEY": "scripted-provider-key"}
     assert image.command[:2] == ["sh", "-c"]
     assert _health(image).returncode == 1  # nothing listens yet
     log = (image.root / "runbrain.log").open("wb")
@@ -431,6 +432,18 @@ def test_the_entry_point_starts_runbrain_from_the_image_layout_and_the_health_ch
         assert created.status_code == 201, created.text
         assert (image.root / "data" / "brain" / "sessions" / created.json()["id"] / "events.jsonl").is_file()
         assert (image.root / "data" / "brain").stat().st_mode & 0o777 == 0o700
+        # a turn: the loop runner starts as a child from the layout and answers through the provider
+        session_url = f"{url}/sessions/{created.json()['id']}"
+        headers = {"Authorization": f"Bearer {token}"}
+        sent = httpx.post(f"{session_url}/events", headers=headers, json={"type": "user.message", "text": "hello"})
+        assert sent.status_code == 202, sent.text
+        replies: list[str] = []
+        deadline = time.monotonic() + START_SECONDS
+        while not replies and time.monotonic() < deadline:
+            events = httpx.get(f"{session_url}/events", headers=headers, params={"limit": 100}, timeout=10).json()
+            replies = [event["data"]["text"] for event in events["events"] if event["type"] == "assistant.message"]
+            time.sleep(0.1)
+        assert len(replies) == 1 and replies[0].startswith("Hello! I am the scripted demo model")
     finally:
         process.send_signal(signal.SIGTERM)
         try:
