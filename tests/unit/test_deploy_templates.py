@@ -42,7 +42,7 @@ TEMPLATES = [
     "kubernetes/kustomization.yaml",
     "kubernetes/migrate-job.yaml",
     "kubernetes/pdb.yaml",
-    "kubernetes/secrets.yaml",
+    "kubernetes/secrets.example.yaml",
     "kubernetes/service.yaml",
 ]
 IMAGE_ENV = RUNTIME.environment({})
@@ -175,7 +175,7 @@ def _compose_containers() -> Iterator[Container]:
 def _kubernetes_secrets() -> dict[tuple[str, str], str]:
     return {
         (document["metadata"]["name"], key): value
-        for document in _load("kubernetes/secrets.yaml")
+        for document in _load("kubernetes/secrets.example.yaml")
         for key, value in document["stringData"].items()
     }
 
@@ -346,7 +346,7 @@ def test_the_templates_are_these_and_each_parses() -> None:
     )
     # then
     assert found == TEMPLATES
-    assert [len(_load(relative)) for relative in TEMPLATES] == [1] * 14 + [2, 1]  # secrets.yaml: two Secrets
+    assert [len(_load(relative)) for relative in TEMPLATES] == [1] * 14 + [2, 1]  # two Secrets in one file
     assert [type(document).__name__ for relative in TEMPLATES for document in _load(relative)] == ["dict"] * 17
 
 
@@ -535,8 +535,11 @@ def test_the_kubernetes_service_and_budget_select_the_deployment_pods() -> None:
     assert budget["spec"]["selector"]["matchLabels"] == labels
     assert deployment["spec"]["replicas"] == 3
     assert budget["spec"]["maxUnavailable"] == 1
+    # every manifest but the example Secrets, which hold placeholders
     assert sorted(kustomization["resources"]) == sorted(
-        path.name for path in (DEPLOY / "kubernetes").glob("*.yaml") if path.name != "kustomization.yaml"
+        path.name
+        for path in (DEPLOY / "kubernetes").glob("*.yaml")
+        if path.name not in ("kustomization.yaml", "secrets.example.yaml")
     )
 
 
