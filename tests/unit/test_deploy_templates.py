@@ -612,3 +612,29 @@ def test_fleet_config_refuses_a_config_without_a_cluster_block_and_writes_nothin
     assert done.returncode == 1
     assert done.stderr.strip() == f"fleet_config: {tmp_path / 'source.json'}: the config has no cluster block"
     assert not (tmp_path / "run").exists()
+
+
+def test_the_compose_nginx_config_passes_nginx_own_check_where_the_image_includes_it(tmp_path: Path) -> None:
+    # given: the official image includes conf.d/*.conf inside `http`; compose's service names
+    # resolve only on its network, so the check sees loopback addresses instead
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    compose = _one("compose/docker-compose.yml")
+    (mount,) = compose["services"]["nginx"]["volumes"]
+    assert mount == "./nginx.conf:/etc/nginx/conf.d/default.conf:ro"
+    site = re.sub(r"server brain-[abc]:", "server 127.0.0.1:", (DEPLOY / "compose" / "nginx.conf").read_text())
+    (tmp_path / "site.conf").write_text(site)
+    kinds = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    temporary = " ".join(f"{kind}_temp_path {tmp_path / kind};" for kind in kinds)
+    include = f"include {tmp_path / 'site.conf'};"
+    main = f"pid {tmp_path / 'nginx.pid'};\nevents {{}}\nhttp {{ {temporary} access_log off; {include} }}\n"
+    (tmp_path / "nginx.conf").write_text(main)
+    # when
+    done = subprocess.run(
+        [nginx, "-t", "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-e", "stderr"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    # then
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().endswith("test is successful")
