@@ -350,6 +350,7 @@ def test_the_templates_are_these_and_each_parses() -> None:
     assert [type(document).__name__ for relative in TEMPLATES for document in _load(relative)] == ["dict"] * 17
 
 
+@pytest.mark.timeout(600)  # a Django start and four --help runs
 def test_every_container_runs_a_command_of_the_project_from_files_the_image_holds(
     containers: list[Container],
 ) -> None:
@@ -433,6 +434,9 @@ def _outcome(process: subprocess.Popen[str]) -> tuple[int, str, str]:
     return process.returncode, stdout.strip(), stderr.strip()[-300:]
 
 
+@pytest.mark.timeout(
+    600
+)  # six Django starts side by side: about 15 s alone on 2 cores, minutes while the machine is busy
 def test_every_host_config_passes_check_brain_config_with_the_environment_its_template_gives(
     containers: list[Container], tmp_path: Path
 ) -> None:

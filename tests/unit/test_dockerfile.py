@@ -380,6 +380,7 @@ def _health(image: ImageLayout) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run(image.health, cwd=image.workdir, env=image.env, capture_output=True, timeout=30)
 
 
+@pytest.mark.timeout(600)  # collectstatic, then runbrain and a turn: about 30 s on 2 busy cores
 def test_the_entry_point_starts_runbrain_from_the_image_layout_and_the_health_check_follows_it(
     image: ImageLayout, scripted_provider: ScriptedProvider
 ) -> None:
