@@ -260,7 +260,9 @@ def _executor_relay(hub: ExecutorHub, leases: LeaseManager) -> ExecutorRelay | N
     async def alive(instance: str, incarnation: str) -> bool:
         return await fleet_db.ainstance_alive(instance, incarnation=incarnation, using=leases.database)
 
-    return ExecutorRelay(hub, redis_url=url, instance=leases.instance, incarnation=leases.incarnation, alive=alive)
+    return ExecutorRelay(
+        hub, redis_url=url, instance=leases.instance, incarnation=leases.incarnation, url=leases.url, alive=alive
+    )
 
 
 def _celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], None] | None:

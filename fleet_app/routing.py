@@ -9,6 +9,13 @@ receiving instance is not the owner either, it answers 503 and the first instanc
 retries. A session with no live owner is served where the request lands (the engine acquires
 its lease). `POST /sessions` and every other route are served locally.
 
+A runtime executor's own routes (`/executors/{id}/responses`, `/close` and the `/commands`
+stream) go the same way to the instance holding the executor, found in the executor relay's
+Redis records when this instance does not hold it: a reply through any instance reaches the
+executor's pending calls. An executor no instance is known to hold is answered here (the
+executor credential refused, as on a single instance), as is one whose holder is gone; while
+Redis is out of reach nobody can tell where it is held: 503.
+
 The owner of a session is looked up in PostgreSQL once and remembered for OWNER_CACHE_SECONDS
 (well under a lease); an answer of 503 from it, an owner that cannot be reached, or one that
 loses its lease while the request waits for its answer forgets it at once. A stale entry costs
@@ -34,6 +41,7 @@ import httpx
 
 from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_envelope
 
+from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of
 from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
 from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
 
@@ -109,11 +117,6 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
         if key == name:
             return bytes(value)
     return None
-
-
-def _session_of(scope: Scope) -> str:
-    match = SESSION_PATH.match(scope.get("path", ""))
-    return match.group(1) if match is not None else ""
 
 
 def _target(scope: Scope) -> bytes:
@@ -200,8 +203,13 @@ class FleetRouter:
         locally with (the body replayed when this layer had to read it)."""
         signed = _header(scope, SIGNATURE) is not None
         match = SESSION_PATH.match(scope.get("path", ""))
+        remote: tuple[ExecutorLocator, str] | None = None  # an executor's route, not held here
         if not signed and match is None:
-            return receive
+            executor = EXECUTOR_PATH.match(scope.get("path", ""))
+            locator = executors_of(brain) if executor is not None else None
+            if executor is None or locator is None or locator.holds(executor.group(1)):
+                return receive
+            remote = (locator, executor.group(1))
         if not signed and match is not None and leases.held_epoch(match.group(1)) is not None:
             return receive  # ours: the common case costs no query
         try:
@@ -214,6 +222,8 @@ class FleetRouter:
         if signed and not self._admit(brain, leases, scope, body):
             await _respond(send, scope, Unauthorized("fleet request signature refused"))
             return None
+        if remote is not None:
+            return await self._route_executor(brain, leases, *remote, scope, receive, send, body)
         if match is None:
             return _replaying(body, receive)
         session_id = match.group(1)
@@ -230,7 +240,60 @@ class FleetRouter:
         if signed:  # a second hop could loop between two instances that disagree: the first retries
             await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
             return None
-        await self._forward(brain, leases, owner, scope, receive, send, body)
+        reached = await self._forward(
+            brain,
+            leases,
+            owner,
+            scope,
+            receive,
+            send,
+            body,
+            still_owner=lambda: self._still_owner(leases, session_id, owner),
+            forget=lambda: self.forget_owner(session_id),
+        )
+        if not reached:
+            await _respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
+        return None
+
+    async def _route_executor(
+        self,
+        brain: object,
+        leases: LeaseView,
+        locator: ExecutorLocator,
+        executor_id: str,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: bytes,
+    ) -> Receive | None:
+        """An executor's route, the executor not held here: forwarded to its holder, or served
+        here when no live instance holds it (the credential is then refused here)."""
+        try:
+            holder = await locator.holder_of(executor_id)
+        except Exception:  # Redis: without it nobody can tell which instance holds the executor
+            logger.warning("fleet executor lookup failed", exc_info=True, extra={"executor": executor_id})
+            await _respond(send, scope, OwnerUnavailable("the runtime executors' routes are out of reach"))
+            return None
+        if holder is None:
+            return _replaying(body, receive)
+
+        async def alive() -> bool | None:
+            """Whether the holder is still a live member of the fleet; None when the database
+            cannot tell."""
+            try:
+                return await locator.holder_alive(holder.instance, holder.incarnation)
+            except Exception:
+                logger.warning("fleet executor holder check failed", exc_info=True, extra={"executor": executor_id})
+                return None
+
+        async def still_alive() -> bool:
+            return bool(await alive())
+
+        if await self._forward(brain, leases, holder, scope, receive, send, body, still_owner=still_alive):
+            return None
+        if await alive() is False:  # its instance is gone, and the executor with it
+            return _replaying(body, receive)
+        await _respond(send, scope, OwnerUnavailable("the runtime executor's instance is not answering"))
         return None
 
     async def _owner(self, leases: LeaseView, session_id: str) -> LeaseOwnerView | None:
@@ -282,10 +345,15 @@ class FleetRouter:
         receive: Receive,
         send: Send,
         body: bytes,
-    ) -> None:
+        *,
+        still_owner: Callable[[], Awaitable[bool]],
+        forget: Callable[[], None] = lambda: None,
+    ) -> bool:
+        """Send the request to `owner` and stream its answer back. False when the owner could
+        not be reached before its answer started (nothing was sent to the client then): the
+        caller answers."""
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
         client = scope.get("client") or ("", 0)
-        session_id = _session_of(scope)
         self.forwarded += 1
         telemetry = getattr(brain, "telemetry", None)
         if telemetry is not None:
@@ -314,21 +382,21 @@ class FleetRouter:
                 headers=headers,
                 body=body,
                 client_address=str(client[0] or ""),
-                still_owner=lambda: self._still_owner(leases, session_id, owner),
+                still_owner=still_owner,
                 recheck_seconds=min(RECHECK_SECONDS, leases.lease_seconds / 3),
             ) as answer:
                 if answer.status == 503:  # the owner is draining, moving, or not the owner
-                    self.forget_owner(session_id)
+                    forget()
                 await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
                 started = True
                 async for chunk in answer.body:
                     await self._write(scope, send, chunk)
                 await send({"type": "http.response.body", "body": b""})
         except OwnerUnreachable as exc:
-            self.forget_owner(session_id)
+            forget()
             logger.warning("fleet owner unreachable", extra={"owner": owner.instance, "error": str(exc)})
             if not started:
-                await _respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
+                return False
         except (httpx.TransportError, TimeoutError):
             # Mid-body: the response was already started, so the client must see a cut
             # connection, not a short body that looks complete; SSE clients reconnect.
@@ -340,6 +408,7 @@ class FleetRouter:
                 raise
         finally:
             watcher.cancel()
+        return True
 
     async def _still_owner(self, leases: LeaseView, session_id: str, owner: LeaseOwnerView) -> bool:
         """Whether `owner` still holds the session's live lease at the epoch it was found with

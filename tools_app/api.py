@@ -1,6 +1,8 @@
 """GET /catalog: the tools the caller's tenant may enable; GET /tasks: its tasks (read-only).
-The runtime executor routes (/executors...): registration with an API token, then the executor's own credential for its
-command stream (SSE here, WebSocket in tools_app.consumers), replies and close.
+The runtime executor routes (/executors...): registration with an API token, then the executor's
+own credential for its command stream (SSE here, WebSocket in tools_app.consumers), replies and
+close; in a fleet these reach the instance holding the executor through any instance
+(fleet_app.routing forwards them).
 """
 
 from __future__ import annotations
@@ -114,8 +116,10 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
             raise Conflict(f"the tools differ from the descriptors saved for binding {body.binding!r}")
     executor_id, token = brain.executors.register(principal.tenant, body.binding, tools, session=session)
     relay = brain.executors.relay
-    if session and isinstance(relay, ExecutorRelay):
-        await _take_over_route(relay, session, body.binding, executor_id)
+    if isinstance(relay, ExecutorRelay):  # a fleet: its own routes reach it through any instance
+        await relay.hold(executor_id)
+        if session:
+            await _take_over_route(relay, session, body.binding, executor_id)
     return 201, {"id": executor_id, "token": token}
 
 

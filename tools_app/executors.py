@@ -96,11 +96,14 @@ class Connection:
 
 class Relay(Protocol):
     """A fleet's relay (tools_app.relay) as the hub and the call path see it: binds announced,
-    closes withdrawn, a session's call sent to whichever instance serves its alias."""
+    closes withdrawn, a closed session's executors on other instances closed, a session's call
+    sent to whichever instance serves its alias."""
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None: ...
 
     def withdraw_soon(self, executor: Executor) -> None: ...
+
+    def revoke_soon(self, session: str) -> None: ...
 
     async def call(
         self,
@@ -292,9 +295,15 @@ class ExecutorHub:
         logger.info("runtime executor closed", extra={"executor": executor.id, "reason": reason})
 
     def revoke_session(self, session: str) -> None:
-        """The session closed: its executors and their credentials end."""
+        """The session closed: its executors and their credentials end, in a fleet those on
+        other instances too."""
         for executor in [e for e in self._executors.values() if e.session == session]:
             self.close(executor, reason="the session closed")
+        if self.relay is not None:
+            self.relay.revoke_soon(session)
+
+    def executor_ids(self) -> list[str]:
+        return list(self._executors)
 
     # -- calls -----------------------------------------------------------------------------
 

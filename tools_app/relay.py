@@ -9,6 +9,12 @@ result back to the caller's channel. Nothing is replayed: a call whose holder le
 (its instance row gone or expired, or a new incarnation under its name) before a result came,
 or whose send or reply path fails on Redis, ends with an unknown outcome; a call to a holder
 that is not alive is refused before it is sent.
+
+Each executor registered here is also recorded in Redis with its holder (this instance's name,
+incarnation and URL), so its own routes (`/executors/{id}/responses`, `/close`, `/commands`)
+reaching another instance are forwarded here (fleet_app.routing). A session's routes are kept in
+one hash, so closing the session on its owner closes the executors that serve it on every
+instance.
 """
 
 from __future__ import annotations
@@ -25,20 +31,33 @@ from foundation.logs import logger
 
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable
 
-__all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Route"]
+__all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Route"]
 
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
-ROUTE_KEY = "brain:executor-route:{session}:{alias}"
+ROUTES_KEY = "brain:executor-routes:{session}"  # a hash: alias -> the route that serves it
+HOLDER_KEY = "brain:executor-holder:{executor}"  # the instance holding an executor
+# A holder record is written at registration and rewritten every HOLDER_REFRESH_SECONDS while
+# the executor lives, so one left by a killed instance goes within HOLDER_SECONDS.
+HOLDER_SECONDS = 900
+HOLDER_REFRESH_SECONDS = 300.0
 CHANNEL_PREFIX = "brain-executors."
 ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
 HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
 MESSAGE_EXPIRY_SECONDS = 30  # a command nobody received by then is dropped, never delivered late
 CHANNEL_CAPACITY = 1000
+REDIS_SECONDS = 5.0  # a Redis command (a route, a holder record) answers within this or fails
+# The layer's receive is a blocking pop of 5 s (channels_redis's brpop_timeout), retried while
+# nothing comes; redis-py's default socket timeout is 5 s too, which cut every idle pop short and
+# failed the calls out at that moment as if Redis were gone. Its reads get this much instead.
+LAYER_READ_SECONDS = 15.0
 
 # (instance, incarnation) -> whether that process is a live member of the fleet
 AliveCheck = Callable[[str, str], Awaitable[bool]]
 
 _DELETE_IF_SAME = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
+_HDELETE_IF_SAME = (
+    "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('hdel', KEYS[1], ARGV[1]) end return 0"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +78,26 @@ class Route:
             return None
 
 
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """The instance whose hub holds an executor, and how the other instances reach it."""
+
+    instance: str
+    incarnation: str
+    url: str
+
+    def encode(self) -> bytes:
+        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "url": self.url})
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Holder | None:
+        try:
+            value = orjson.loads(raw)
+            return cls(str(value["instance"]), str(value["incarnation"]), str(value["url"]))
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+
+
 @dataclass(eq=False)
 class _Pending:
     future: asyncio.Future[object]
@@ -69,10 +108,13 @@ class ExecutorRelay:
     """This instance's end of the relay: announces its binds, sends calls to other instances and
     serves the calls they send to executors connected here."""
 
-    def __init__(self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, alive: AliveCheck) -> None:
+    def __init__(
+        self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, url: str, alive: AliveCheck
+    ) -> None:
         self.hub = hub
         self.instance = instance
         self.incarnation = incarnation
+        self.holder = Holder(instance, incarnation, url)
         self.channel = channel_of(instance)
         self._alive = alive
         # imported here, not at module load: redis pulls in the OpenTelemetry SDK when it is
@@ -82,25 +124,36 @@ class ExecutorRelay:
         from redis.exceptions import RedisError
 
         self.errors: tuple[type[Exception], ...] = (RedisError, OSError)  # what "Redis is out of reach" looks like
-        self._redis = aioredis.Redis.from_url(redis_url, socket_timeout=5.0, socket_connect_timeout=5.0)
+        self._redis = aioredis.Redis.from_url(
+            redis_url, socket_timeout=REDIS_SECONDS, socket_connect_timeout=REDIS_SECONDS
+        )
         self._layer = RedisChannelLayer(
-            hosts=[redis_url], prefix="brain-relay", expiry=MESSAGE_EXPIRY_SECONDS, capacity=CHANNEL_CAPACITY
+            hosts=[
+                {"address": redis_url, "socket_timeout": LAYER_READ_SECONDS, "socket_connect_timeout": REDIS_SECONDS}
+            ],
+            prefix="brain-relay",
+            expiry=MESSAGE_EXPIRY_SECONDS,
+            capacity=CHANNEL_CAPACITY,
         )
         self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
         self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
         self._tasks: set[asyncio.Task[None]] = set()
         self._receiver: asyncio.Task[None] | None = None
+        self._refresher: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._receiver = asyncio.get_running_loop().create_task(self._receive(), name="brain-executor-relay")
+        loop = asyncio.get_running_loop()
+        self._receiver = loop.create_task(self._receive(), name="brain-executor-relay")
+        self._refresher = loop.create_task(self._refresh_holders(), name="brain-executor-holders")
 
     async def stop(self) -> None:
-        if self._receiver is not None:
-            self._receiver.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._receiver
+        for task in (self._receiver, self._refresher):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         for task in [*self._serving.values(), *self._tasks]:
             task.cancel()
         self._fail_pending("this instance is stopping")
@@ -122,18 +175,38 @@ class ExecutorRelay:
     async def announce(self, session: str, alias: str, executor_id: str) -> None:
         """This instance now serves the session's alias (the last bind wins)."""
         route = Route(self.instance, self.incarnation, executor_id)
-        await self._redis.set(ROUTE_KEY.format(session=session, alias=alias), route.encode())
+        await self._redis.hset(ROUTES_KEY.format(session=session), alias, route.encode())
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
         self._spawn(self._quietly(self.announce(session, alias, executor_id), "announce"))
 
     def withdraw_soon(self, executor: Executor) -> None:
-        """The executor closed: its route goes, unless a later bind replaced it."""
+        """The executor closed: its holder record goes, and its route unless a later bind
+        replaced it."""
+        holder = HOLDER_KEY.format(executor=executor.id)
+        self._spawn(self._quietly(self._redis.eval(_DELETE_IF_SAME, 1, holder, self.holder.encode()), "withdraw"))
         if not executor.session:
             return
-        key = ROUTE_KEY.format(session=executor.session, alias=executor.binding)
+        key = ROUTES_KEY.format(session=executor.session)
         value = Route(self.instance, self.incarnation, executor.id).encode()
-        self._spawn(self._quietly(self._redis.eval(_DELETE_IF_SAME, 1, key, value), "withdraw"))
+        self._spawn(self._quietly(self._redis.eval(_HDELETE_IF_SAME, 1, key, executor.binding, value), "withdraw"))
+
+    def revoke_soon(self, session: str) -> None:
+        """The session closed here: the executors serving it on other instances close too."""
+        self._spawn(self._quietly(self._revoke(session), "revoke"))
+
+    async def _revoke(self, session: str) -> None:
+        key = ROUTES_KEY.format(session=session)
+        routes = await self._redis.hgetall(key)
+        for raw in routes.values():
+            route = Route.decode(raw)
+            if route is not None and (route.instance, route.incarnation) != (self.instance, self.incarnation):
+                await self._send(
+                    route.instance,
+                    "close",
+                    {"executor": route.executor, "session": session, "reason": "the session closed"},
+                )
+        await self._redis.delete(key)
 
     async def _quietly(self, awaitable: Awaitable[object], what: str) -> None:
         try:
@@ -142,8 +215,45 @@ class ExecutorRelay:
             logger.warning("executor route not updated", extra={"action": what, "error": str(exc)})
 
     async def route(self, session: str, alias: str) -> Route | None:
-        raw = await self._redis.get(ROUTE_KEY.format(session=session, alias=alias))
+        raw = await self._redis.hget(ROUTES_KEY.format(session=session), alias)
         return Route.decode(raw) if raw is not None else None
+
+    # -- holders: where an executor's own routes are served ------------------------------------
+
+    async def hold(self, executor_id: str) -> None:
+        """Record that this instance holds the executor (registered here). Without Redis the
+        executor still works through this instance; its routes through others answer 401."""
+        key = HOLDER_KEY.format(executor=executor_id)
+        await self._quietly(self._redis.set(key, self.holder.encode(), ex=HOLDER_SECONDS), "hold")
+
+    def holds(self, executor_id: str) -> bool:
+        return self.hub.get(executor_id) is not None
+
+    async def holder_of(self, executor_id: str) -> Holder | None:
+        """The other instance recorded as holding the executor (alive or not); None when none
+        is (or this one is). Raises one of `errors` when Redis is out of reach."""
+        raw = await self._redis.get(HOLDER_KEY.format(executor=executor_id))
+        holder = Holder.decode(raw) if raw is not None else None
+        if holder is None or (holder.instance, holder.incarnation) == (self.instance, self.incarnation):
+            return None
+        return holder
+
+    async def holder_alive(self, instance: str, incarnation: str) -> bool:
+        return await self._alive(instance, incarnation)
+
+    async def _refresh_holders(self) -> None:
+        while True:
+            await asyncio.sleep(HOLDER_REFRESH_SECONDS)
+            ids = self.hub.executor_ids()
+            if not ids:
+                continue
+            try:
+                async with self._redis.pipeline(transaction=False) as pipe:
+                    for executor_id in ids:
+                        pipe.set(HOLDER_KEY.format(executor=executor_id), self.holder.encode(), ex=HOLDER_SECONDS)
+                    await pipe.execute()
+            except self.errors as exc:
+                logger.warning("executor holders not refreshed", extra={"error": str(exc)})
 
     # -- the calling side ------------------------------------------------------------------
 
@@ -263,7 +373,8 @@ class ExecutorRelay:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
         elif kind == "relay.close":
             executor = self.hub.get(str(body.get("executor", "")))
-            if executor is not None:
+            session = body.get("session")  # a session's close: only an executor that serves it
+            if executor is not None and (session is None or executor.session == session):
                 self.hub.close(executor, reason=str(body.get("reason", "closed by another instance")))
 
     async def _serve(self, relay_id: str, body: dict[str, object]) -> None:

@@ -1,0 +1,37 @@
+"""Where a runtime executor's own HTTP routes are served in a fleet: what fleet_app.routing needs
+of the executor relay (tools_app.relay.ExecutorRelay), seen through narrow protocols so this app
+imports no other. No Django.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Protocol
+
+__all__ = ["EXECUTOR_PATH", "ExecutorLocator", "HolderView", "executors_of"]
+
+# An executor's HTTP routes (its WebSocket RPC is not HTTP and is served where it lands).
+EXECUTOR_PATH = re.compile(r"^/executors/([0-9a-fA-F]{32})/(?:responses|close|commands)$")
+
+
+class HolderView(Protocol):
+    @property
+    def instance(self) -> str: ...
+    @property
+    def incarnation(self) -> str: ...
+    @property
+    def url(self) -> str: ...
+
+
+class ExecutorLocator(Protocol):
+    """What routing needs of tools_app.relay.ExecutorRelay: where an executor is held."""
+
+    def holds(self, executor_id: str) -> bool: ...
+    async def holder_of(self, executor_id: str) -> HolderView | None: ...
+    async def holder_alive(self, instance: str, incarnation: str) -> bool: ...
+
+
+def executors_of(brain: object) -> ExecutorLocator | None:
+    """The app object's executor relay; None without one (executors are served where they land)."""
+    locator: ExecutorLocator | None = getattr(brain, "relay", None)
+    return locator
