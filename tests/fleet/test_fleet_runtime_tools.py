@@ -289,3 +289,35 @@ def test_closing_a_session_on_its_owner_closes_its_executor_on_another_instance(
         assert history(a, sid)[-1]["data"]["status"] == "closed"
     finally:
         on_b.dispose()  # its executor is closed already: the client's close is refused, as expected
+
+
+def test_an_executors_routes_through_another_instance_are_a_retryable_503_while_redis_is_out(
+    fleet: Callable[[str], BrainServer], redis_server: RedisServer
+) -> None:
+    a, b = fleet("brain-a"), fleet("brain-b")
+    tool = RuntimeTool("lookup", "Read application data", SCHEMA, lambda arguments, context: {})
+    # given an executor registered and connected on B
+    with b.client() as api:
+        registered = api.post("/executors", json={"binding": "runtime", "tools": [tool.descriptor()]})
+    assert registered.status_code == 201
+    credential = registered.json()
+    path = f"/executors/{credential['id']}"
+    with (
+        httpx.Client(timeout=30, headers={"Authorization": f"Bearer {credential['token']}"}) as http,
+        http.stream("GET", f"{b.url}{path}/commands") as stream,
+    ):
+        commands = _commands(stream)  # kept: closing the iterator would close the stream
+        ready = next(commands)
+        unsolicited = {"connection": ready["connection"], "call_id": "0" * 32, "result": {"content": []}}
+        # when Redis is out of reach
+        with redis_server.stopped():
+            through_a = http.post(f"{a.url}{path}/responses", json=unsolicited)
+            on_b = http.post(f"{b.url}{path}/responses", json=unsolicited)
+        # then A cannot tell where the executor is held and says so, retryably; B, its holder, answers
+        assert _envelope(through_a)[0] == 503
+        assert _envelope(through_a)[1]["code"] == "unavailable"
+        assert through_a.headers["retry-after"] == "1"
+        assert _envelope(on_b) == (
+            409,
+            {"code": "conflict", "message": "no such pending call on this connection (unsolicited or duplicate)"},
+        )
