@@ -90,8 +90,7 @@ class Child:
     process: subprocess.Popen[bytes]
     log: Path
     stage: int  # stopped in reverse order of stage, a stage's children together
-    stop_signal: int = signal.SIGTERM
-    reported: bool = False
+    reported: bool = False  # its exit was reported while the fleet ran
 
     def tail(self) -> str:
         try:
@@ -384,13 +383,14 @@ class Cluster:
             time.sleep(0.5)
 
     def stop(self) -> None:
-        """SIGTERM to each child (a stage at a time, last started first), SIGKILL to its process
-        group after STOP_SECONDS or once it exited (its own children, if any were left)."""
+        """SIGTERM to each child (a stage at a time, last started first; nginx stops at once,
+        Brain drains, Celery finishes its task), then SIGKILL to its process group after
+        STOP_SECONDS or once it exited (its own children, if any were left)."""
         for stage in sorted({child.stage for child in self.children}, reverse=True):
             group = [child for child in self.children if child.stage == stage]
             for child in group:
                 if child.process.poll() is None:
-                    child.process.send_signal(child.stop_signal)
+                    child.process.terminate()
             for child in group:
                 try:
                     child.process.wait(timeout=STOP_SECONDS)
@@ -524,8 +524,6 @@ def main() -> None:
         sys.exit(
             f"port {port} on 127.0.0.1 is taken (another `make cluster`?): stop what listens there or pass --port N"
         )
-    signal.signal(signal.SIGINT, _raise_stopped)
-    signal.signal(signal.SIGTERM, _raise_stopped)
     runtime = Path(tempfile.mkdtemp(prefix="brain-cluster-run-", dir="/tmp"))
     runtime.chmod(0o711)  # the postgres user and nginx's workers reach their directories inside
     state = arguments.directory.resolve() if arguments.directory else runtime / "state"
@@ -533,6 +531,8 @@ def main() -> None:
     cluster = Cluster(state=state, runtime=runtime, port=port)
     code = 0
     try:
+        signal.signal(signal.SIGINT, _raise_stopped)
+        signal.signal(signal.SIGTERM, _raise_stopped)
         run(arguments, cluster)
     except Stopped:
         pass

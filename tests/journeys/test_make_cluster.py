@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty, Queue
 from typing import Any
 
 import pytest
@@ -32,7 +34,9 @@ INSTANCES = ("brain-a", "brain-b", "brain-c")
 RUN_SECONDS = 400.0  # a loaded 2-core machine starts ten processes and three migrations slowly
 SUBREAPER = """
 import ctypes, json, os, signal, subprocess, sys
+from dataclasses import dataclass, field
 from pathlib import Path
+from queue import Empty, Queue
 
 PR_SET_CHILD_SUBREAPER = 36
 ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
@@ -95,36 +99,52 @@ def directory() -> Iterator[Path]:
     shutil.rmtree(path, ignore_errors=True)
 
 
-def _start(tmp_path: Path, directory: Path, *arguments: str) -> subprocess.Popen[str]:
+@dataclass
+class Run:
+    """run_cluster.py under the subreaper, its output read line by line on a thread."""
+
+    process: subprocess.Popen[str]
+    output: Queue[str | None] = field(default_factory=Queue)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.output.put(line.rstrip("\n"))
+        self.output.put(None)
+
+    def read_until(self, marker: str | None) -> list[str]:
+        """Output lines up to the one starting with `marker` (None: to the end)."""
+        lines: list[str] = []
+        deadline = time.monotonic() + RUN_SECONDS
+        while time.monotonic() < deadline:
+            try:
+                line = self.output.get(timeout=1)
+            except Empty:
+                continue
+            if line is None:
+                return lines
+            lines.append(line)
+            if marker is not None and line.startswith(marker):
+                return lines
+        self.process.kill()
+        raise AssertionError("run_cluster.py did not finish:\n" + "\n".join(lines[-60:]))
+
+
+def _start(tmp_path: Path, directory: Path, *arguments: str) -> Run:
     subreaper = tmp_path / "subreaper.py"
     subreaper.write_text(SUBREAPER)
     command = [sys.executable, str(subreaper), sys.executable, str(SCRIPT), "--port", "0"]
-    return subprocess.Popen(
+    process = subprocess.Popen(
         [*command, "--directory", str(directory), *arguments],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-
-
-def _read_until(process: subprocess.Popen[str], marker: str | None) -> list[str]:
-    """Output lines up to the one starting with `marker` (None: to the end)."""
-    assert process.stdout is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + RUN_SECONDS
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 1)
-        if not ready:
-            continue
-        line = process.stdout.readline()
-        if not line:
-            return lines
-        lines.append(line.rstrip("\n"))
-        if marker is not None and line.startswith(marker):
-            return lines
-    process.kill()
-    raise AssertionError("run_cluster.py did not finish:\n" + "\n".join(lines[-60:]))
+    return Run(process)
 
 
 def _outcome(lines: list[str]) -> dict[str, Any]:
@@ -180,9 +200,9 @@ def test_make_cluster_streams_the_demo_through_nginx_over_three_instances_and_le
     nginx: str, directory: Path, tmp_path: Path
 ) -> None:
     # when
-    process = _start(tmp_path, directory, "--exit-after-demo")
-    lines = _read_until(process, None)
-    process.wait()
+    run = _start(tmp_path, directory, "--exit-after-demo")
+    lines = run.read_until(None)
+    run.process.wait()
     # then
     assert _outcome(lines) == {"code": 0, "left": []}, "\n".join(lines[-60:])
     _check_demo(lines, directory)
@@ -192,13 +212,13 @@ def test_make_cluster_streams_the_demo_through_nginx_over_three_instances_and_le
 @pytest.mark.timeout(RUN_SECONDS + 60)
 def test_ctrl_c_stops_every_process_of_a_running_cluster(nginx: str, directory: Path, tmp_path: Path) -> None:
     # given: the fleet, running after its demo
-    process = _start(tmp_path, directory)
-    lines = _read_until(process, "Ctrl-C stops the fleet.")
+    run = _start(tmp_path, directory)
+    lines = run.read_until("Ctrl-C stops the fleet.")
     assert lines[-1] == "Ctrl-C stops the fleet.", "\n".join(lines[-60:])
     # when
-    process.send_signal(signal.SIGINT)
-    lines += _read_until(process, None)
-    process.wait()
+    run.process.send_signal(signal.SIGINT)
+    lines += run.read_until(None)
+    run.process.wait()
     # then
     assert _outcome(lines) == {"code": 0, "left": []}, "\n".join(lines[-60:])
     _check_demo(lines, directory)
