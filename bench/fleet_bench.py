@@ -18,7 +18,9 @@ Then, unless `--turns 0`, two real `runbrain` instances on that PostgreSQL and a
 filesystem archive (the test harness that answers at once): a session created on A, and turns
 sent alternately to A (the owner) and through B (forwarded), each on a keep-alive connection.
 For each it prints the median and p99 of the send (until its 202) and of the whole turn (until
-the turn's idle status arrives on an SSE stream open on A, the same observer for both).
+the turn's idle status arrives on an SSE stream open on A, the same observer for both), and the
+CPU both instances spend per turn sent to A and per turn through B (a figure other load on the
+machine does not stretch as it stretches wall time).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import shutil
 import statistics
@@ -237,15 +240,37 @@ def _instances(postgres: PostgresServer, directory: Path, turns: int) -> None:
                     if index >= TURN_WARMUP:
                         samples[label][0].append(accepted - began)
                         samples[label][1].append(time.perf_counter() - began)
+            # CPU, which other load on the machine does not stretch as it does wall time: both
+            # instances' CPU seconds over `turns` turns all sent to the owner, then all through B
+            cpu: dict[str, float] = {}
+            for label, client in (("owner", to_owner), ("non-owner", to_other)):
+                began_cpu = _cpu_seconds(owner) + _cpu_seconds(other)
+                for index in range(turns):
+                    response = client.post(
+                        f"/sessions/{session_id}/events", json={"type": "user.message", "text": f"cpu {index}"}
+                    )
+                    stream.wait_for_event("session.status", input_id=response.json()["id"], status="idle")
+                cpu[label] = (_cpu_seconds(owner) + _cpu_seconds(other) - began_cpu) / turns
         print(f"real runbrain instances, one session owned by A; {turns} turns each way, alternating")
         for label, (sends, whole) in samples.items():
             print(_line(f"send (202) to the {label}", sends))
             print(_line(f"turn (send to idle) via the {label}", whole))
         added = statistics.median(samples["non-owner"][1]) - statistics.median(samples["owner"][1])
         print(f"a turn through a non-owner adds (median difference): {added * 1000:.3f} ms")
+        extra = cpu["non-owner"] - cpu["owner"]
+        print(
+            f"CPU of both instances per turn: {cpu['owner'] * 1000:.3f} ms sent to the owner, "
+            f"{cpu['non-owner'] * 1000:.3f} ms through the non-owner (adds {extra * 1000:.3f} ms)"
+        )
     finally:
         for server in servers:
             server.stop()
+
+
+def _cpu_seconds(server: Any) -> float:
+    """User and system CPU seconds the server's process has used (Linux /proc)."""
+    fields = Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _fleet(postgres: PostgresServer, directory: Path, names: tuple[str, ...], lease_seconds: int = 10) -> list[Any]:

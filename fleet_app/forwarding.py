@@ -2,39 +2,42 @@
 streamed back byte for byte as it arrives (SSE cursors and Last-Event-ID work unchanged).
 
 The egress module for instance-to-instance HTTP: one httpx client per instance from
-`fleet_client`, explicit timeouts, no redirects, no proxies from the environment. No Django.
+`fleet_client`, explicit timeouts, no redirects, no proxies from the environment; its own
+transport (fleet_app.transport) keeps HTTP/1.1 connections to each owner alive. No Django.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
 from .signing import FORWARDED_HEADERS, sign_request
+from .transport import CONNECT_SECONDS, MAX_CONNECTIONS, POOL_SECONDS, READ_SECONDS, WRITE_SECONDS, FleetTransport
 
-__all__ = ["CLIENT_HEADER", "Forwarded", "OwnerUnreachable", "fleet_client", "forward_request"]
+__all__ = [
+    "CLIENT_HEADER",
+    "FleetClient",
+    "Forwarded",
+    "OwnerUnreachable",
+    "fleet_client",
+    "forward_request",
+]
 
 CLIENT_HEADER = "brain-fleet-client"
-# Owners are in the same network: a connection that takes longer means the owner is gone.
-CONNECT_SECONDS = 2.0
-# Between two reads of a response: longer than the SSE keepalive (15 s, spec) several times
-# over, and than a flush's upload of an ordinary session; a partitioned owner ends the stream
-# here, and the client reconnects with Last-Event-ID through any instance.
-READ_SECONDS = 120.0
 # Until the owner's answer starts (its status line), the forwarding instance checks this often
 # that the owner still holds the lease: a paused owner (SIGSTOP, a long GC) accepts connections
 # and never answers, and its lease lapses; then the client gets a retryable 503 at once instead
 # of waiting READ_SECONDS. A started answer (a stream) keeps READ_SECONDS between reads.
 RECHECK_SECONDS = 2.0
-WRITE_SECONDS = 10.0
-POOL_SECONDS = 2.0
-MAX_CONNECTIONS = 256  # per instance, to all owners together
 # Hop-by-hop headers (RFC 9110 7.6.1) belong to one connection and are not passed on; date and
 # server are the forwarding instance's own.
 HOP_BY_HOP = frozenset(
@@ -71,8 +74,19 @@ class Forwarded:
     body: AsyncIterator[bytes]  # the owner's body bytes, each chunk as soon as it arrives
 
 
+class FleetClient(httpx.AsyncClient):
+    """fleet_client's client. On its own FleetTransport, forward_request writes each request
+    straight to the transport: httpx's request and response models, cookie jar and event hooks
+    cost more CPU than the hop itself and do nothing for a signed request between instances. An
+    injected transport (faults in tests) gets requests through httpx as usual."""
+
+    def __init__(self, *, transport: httpx.AsyncBaseTransport | None, **options: Any) -> None:
+        self.fleet_transport = FleetTransport(max_connections=MAX_CONNECTIONS) if transport is None else None
+        super().__init__(transport=self.fleet_transport or transport, **options)
+
+
 def fleet_client(*, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
+    return FleetClient(
         timeout=httpx.Timeout(connect=CONNECT_SECONDS, read=READ_SECONDS, write=WRITE_SECONDS, pool=POOL_SECONDS),
         limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
         follow_redirects=False,
@@ -81,14 +95,35 @@ def fleet_client(*, transport: httpx.AsyncBaseTransport | None = None) -> httpx.
     )
 
 
-def _response_headers(response: httpx.Response) -> list[tuple[bytes, bytes]]:
+def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    lowered = [(name.lower(), value) for name, value in raw]
     named = {
-        token.strip().lower().encode()
-        for value in response.headers.get_list("connection")
-        for token in value.split(",")
+        token.strip().lower()
+        for name, value in lowered
+        if name == b"connection"
+        for token in value.split(b",")
         if token.strip()
     }
-    return [(name.lower(), value) for name, value in response.headers.raw if name.lower() not in HOP_BY_HOP | named]
+    return [(name, value) for name, value in lowered if name not in HOP_BY_HOP and name not in named]
+
+
+@functools.lru_cache(maxsize=1024)
+def _origin(owner_url: str) -> tuple[str, int, bytes, bytes]:
+    """host, port, Host header and path prefix of an instance's URL (instances' URLs are few)."""
+    parts = urlsplit(owner_url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {owner_url!r}")
+    return parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"), parts.path.rstrip("/").encode("latin-1")
+
+
+def _clean(value: str) -> bool:
+    return "\r" not in value and "\n" not in value and "\0" not in value
+
+
+# Methods whose requests carry a body (and so a Content-Length, 0 included), as httpx sends them.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+_T = TypeVar("_T")
 
 
 @asynccontextmanager
@@ -115,10 +150,77 @@ async def forward_request(
     `recheck_seconds` while the answer has not started, says the owner lost the session);
     httpx.TransportError mid-body."""
     lowered = {name.lower(): value for name, value in headers.items()}
-    forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name)}
-    forwarded[CLIENT_HEADER] = client_address
+    forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name) and _clean(lowered[name])}
+    forwarded[CLIENT_HEADER] = client_address if _clean(client_address) else ""
+    transport = client.fleet_transport if isinstance(client, FleetClient) else None
+    try:
+        if transport is not None:
+            host, port, netloc, prefix = _origin(owner_url)
+            path = prefix + target
+            signature = sign_request(
+                secret,
+                sender=sender,
+                target_instance=owner,
+                method=method,
+                target=path,
+                body=body,
+                headers=forwarded,
+                now=now(),
+                nonce=secrets.token_hex(16),
+            )
+            head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("latin-1"), path, netloc)]
+            if body or method in BODY_METHODS:
+                head.append(b"content-length: %d\r\n" % len(body))
+            for fields in (forwarded, signature):
+                head.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in fields.items())
+            head.append(b"\r\n")
+            data = b"".join(head) + body
+            answer = await _answer(
+                lambda: transport.exchange(host, port, method, data),
+                owner,
+                still_owner,
+                recheck_seconds,
+                discard=lambda answer: answer.body.aclose(),
+            )
+        else:
+            response = await _answer(
+                lambda: _send(client, secret, sender, owner, owner_url, method, target, body, forwarded, now()),
+                owner,
+                still_owner,
+                recheck_seconds,
+                discard=lambda response: response.aclose(),
+            )
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise OwnerUnreachable(f"owner {owner} unreachable: {type(exc).__name__}", reached=False) from exc
+    except httpx.TransportError as exc:
+        raise OwnerUnreachable(f"owner {owner} did not answer: {type(exc).__name__}", reached=True) from exc
+    if transport is not None:
+        try:
+            yield Forwarded(answer.status, _response_headers(answer.headers), aiter(answer.body))
+        finally:
+            await answer.body.aclose()
+        return
+    try:
+        yield Forwarded(response.status_code, _response_headers(response.headers.raw), response.aiter_raw())
+    finally:
+        await response.aclose()
+
+
+async def _send(
+    client: httpx.AsyncClient,
+    secret: bytes,
+    sender: str,
+    owner: str,
+    owner_url: str,
+    method: str,
+    target: bytes,
+    body: bytes,
+    forwarded: Mapping[str, str],
+    now: float,
+) -> httpx.Response:
+    """The request through httpx (an injected transport), signed as sent: httpx adds headers of
+    its own (an Accept of */* when none was given)."""
     request = client.build_request(method, owner_url + target.decode("latin-1"), headers=forwarded, content=body)
-    # Signed as sent: httpx adds headers of its own (an Accept of */* when none was given).
     sent = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
     request.headers.update(
         sign_request(
@@ -129,34 +231,27 @@ async def forward_request(
             target=request.url.raw_path,
             body=body,
             headers=sent,
-            now=now(),
+            now=now,
             nonce=secrets.token_hex(16),
         )
     )
-    try:
-        response = await _answer(client, request, owner, still_owner, recheck_seconds)
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
-        raise OwnerUnreachable(f"owner {owner} unreachable: {type(exc).__name__}", reached=False) from exc
-    except httpx.TransportError as exc:
-        raise OwnerUnreachable(f"owner {owner} did not answer: {type(exc).__name__}", reached=True) from exc
-    try:
-        yield Forwarded(response.status_code, _response_headers(response), response.aiter_raw())
-    finally:
-        await response.aclose()
+    return await client.send(request, stream=True)
 
 
 async def _answer(
-    client: httpx.AsyncClient,
-    request: httpx.Request,
+    send: Callable[[], Awaitable[_T]],
     owner: str,
     still_owner: Callable[[], Awaitable[bool]] | None,
     recheck_seconds: float,
-) -> httpx.Response:
-    """The owner's response once its status line and headers arrived; while they have not, ask
-    `still_owner` every `recheck_seconds` and give up when it says no."""
+    *,
+    discard: Callable[[_T], Awaitable[None]],
+) -> _T:
+    """The owner's answer once its status line and headers arrived; while they have not, ask
+    `still_owner` every `recheck_seconds` and give up when it says no. An answer that arrives
+    as the caller gives up (cancelled) is discarded, so its connection is not held forever."""
     if still_owner is None:
-        return await client.send(request, stream=True)
-    sending = asyncio.ensure_future(client.send(request, stream=True))
+        return await send()
+    sending = asyncio.ensure_future(send())
     try:
         while True:
             done, _ = await asyncio.wait((sending,), timeout=recheck_seconds)
@@ -164,7 +259,10 @@ async def _answer(
                 return sending.result()
             if not await still_owner():
                 raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True)
-    finally:
+    except BaseException:
         if not sending.done():
             sending.cancel()
             await asyncio.gather(sending, return_exceptions=True)
+        elif not sending.cancelled() and sending.exception() is None:
+            await discard(sending.result())
+        raise

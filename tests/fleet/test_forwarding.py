@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
+import httpx
 import pytest
 
 from fleet_app.forwarding import OwnerUnreachable, fleet_client, forward_request
@@ -162,19 +163,16 @@ async def test_sse_is_streamed_back_byte_for_byte_as_each_piece_arrives(owner: t
         SESSION_EVENTS + b"?after=eyJvIjowLCJpIjoiYSJ9",
         "brain-b",
     )
-    assert sorted(request.headers) == [
+    assert sorted(request.headers) == [  # the signed ones and the Host: nothing unsigned reaches the owner
         "accept",
-        "accept-encoding",  # httpx's own, like connection, host and user-agent
         "authorization",
         "brain-fleet-client",
         "brain-fleet-instance",
         "brain-fleet-nonce",
         "brain-fleet-signature",
         "brain-fleet-time",
-        "connection",
         "host",
         "last-event-id",
-        "user-agent",
     ]
     assert (request.headers["authorization"], request.headers["last-event-id"]) == (
         "Bearer tok-1234567890abcdefghijkl",
@@ -293,3 +291,118 @@ async def test_an_owner_that_is_not_listening_is_unreachable_before_any_byte_is_
     # then
     assert unreachable.value.reached is False
     assert str(unreachable.value) == "owner brain-a unreachable: ConnectError"
+
+
+@dataclass
+class KeptAlive:
+    """An owner that keeps its connections alive: answers every request on a connection with a
+    Content-Length body, counting the connections it accepted; `close_after` closes each one
+    after that many answers, and `answer` replaces the whole answer (a hostile owner)."""
+
+    connections: int = 0
+    answered: int = 0
+    close_after: int = 0
+    answer: bytes = b""
+    closed: asyncio.Event = field(default_factory=asyncio.Event)  # the owner closed a connection
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while await reader.readline():
+                length = 0
+                while (line := (await reader.readline()).rstrip(b"\r\n")) != b"":
+                    name, _, value = line.partition(b":")
+                    if name.lower() == b"content-length":
+                        length = int(value)
+                body = await reader.readexactly(length)
+                self.answered += 1
+                served += 1
+                payload = b'{"echo":%d}' % len(body)
+                writer.write(
+                    self.answer
+                    or b"HTTP/1.1 202 Accepted\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                    % (len(payload), payload)
+                )
+                await writer.drain()
+                if self.close_after and served >= self.close_after:
+                    break
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            await writer.wait_closed()
+            self.closed.set()
+
+
+async def _send_through(client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}') -> tuple[int, bytes]:
+    async with forward_request(
+        client,
+        secret=SECRET,
+        sender="brain-b",
+        owner="brain-a",
+        owner_url=url,
+        method="POST",
+        target=SESSION_EVENTS,
+        headers={"content-type": "application/json"},
+        body=body,
+        client_address="127.0.0.1",
+    ) as forwarded:
+        return forwarded.status, b"".join([chunk async for chunk in forwarded.body])
+
+
+async def test_requests_to_an_owner_share_one_kept_alive_connection() -> None:
+    # given
+    owner = KeptAlive()
+    server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, fleet_client() as client:
+        # when: ten sends, one after the other
+        answers = [await _send_through(client, url) for _ in range(10)]
+    # then: every one answered, all on the first connection
+    assert answers == [(202, b'{"echo":13}')] * 10
+    assert (owner.connections, owner.answered) == (1, 10)
+
+
+async def test_a_connection_the_owner_closed_while_idle_is_not_reused() -> None:
+    # given: an owner that closes each connection after one answer
+    owner = KeptAlive(close_after=1)
+    server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, fleet_client() as client:
+        first = await _send_through(client, url)
+        await asyncio.wait_for(owner.closed.wait(), WAIT_SECONDS)
+        await asyncio.sleep(0)  # the owner's FIN, already in the socket, is read while the connection is idle
+        # when
+        second = await _send_through(client, url)
+    # then: the second went on a new connection, and nothing failed
+    assert (first, second) == ((202, b'{"echo":13}'), (202, b'{"echo":13}'))
+    assert (owner.connections, owner.answered) == (2, 2)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", id="over_long_header_case"),
+        pytest.param(b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 200 + b"\r\n", id="too_many_headers_case"),
+        pytest.param(b"SSH-2.0-OpenSSH_9.2\r\n\r\n", id="not_http_case"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", id="bad_chunk_case"),
+    ],
+)
+async def test_a_malformed_answer_is_an_error_never_a_hang_or_a_crash(answer: bytes) -> None:
+    # given
+    owner = KeptAlive(answer=answer)
+    server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, fleet_client() as client:
+        # when
+        with pytest.raises((OwnerUnreachable, httpx.RemoteProtocolError)) as failed:
+            async with asyncio.timeout(WAIT_SECONDS):
+                await _send_through(client, url)
+        # then: reported as an answer that went wrong after the request arrived, and the
+        # connection is not reused: the next send opens another
+        if isinstance(failed.value, OwnerUnreachable):
+            assert failed.value.reached is True
+        owner.answer = b""
+        assert await _send_through(client, url) == (202, b'{"echo":13}')
+    assert owner.connections == 2

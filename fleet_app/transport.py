@@ -1,0 +1,278 @@
+"""HTTP/1.1 between a fleet's instances: kept-alive connections per owner on asyncio streams.
+
+httpcore's general pool (anyio streams, cancel scopes, h11 events) cost about 0.6 ms of CPU per
+forwarded request on a 2-core machine, most of what forwarding a request added; this speaks
+the little HTTP/1.1 the hop needs: a request written in one piece, an answer's head read with
+bounds, its body streamed as it arrives (Content-Length, chunked, or until the connection
+closes). Failures are httpx's TransportError family, as httpcore raises them. No Django.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable
+from dataclasses import dataclass
+
+import httpx
+
+__all__ = [
+    "CONNECT_SECONDS",
+    "MAX_CONNECTIONS",
+    "POOL_SECONDS",
+    "READ_SECONDS",
+    "WRITE_SECONDS",
+    "Answer",
+    "FleetTransport",
+]
+
+# Owners are in the same network: a connection that takes longer means the owner is gone.
+CONNECT_SECONDS = 2.0
+# Between two reads of an answer: longer than the SSE keepalive (15 s, spec) several times
+# over, and than a flush's upload of an ordinary session; a partitioned owner ends the stream
+# here, and the client reconnects with Last-Event-ID through any instance.
+READ_SECONDS = 120.0
+WRITE_SECONDS = 10.0
+POOL_SECONDS = 2.0
+MAX_CONNECTIONS = 256  # per instance, to all owners together
+# An owner's answer is read with the bounds a server puts on requests: its status line and each
+# header line at most this long, this many header lines; body pieces are passed on as they come,
+# at most READ_BYTES each.
+MAX_HEADER_LINE_BYTES = 16 * 1024
+MAX_HEADER_LINES = 100
+READ_BYTES = 64 * 1024
+MAX_CHUNK_SIZE_DIGITS = 16  # a chunk-size line: hex digits of a 64-bit size, then extensions
+
+
+class _Connection:
+    """One HTTP/1.1 connection to an owner, used by one request at a time."""
+
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @property
+    def reusable(self) -> bool:
+        # an idle connection the owner closed (restart, keep-alive timeout) has seen EOF by now
+        return not self.reader.at_eof() and not self.writer.is_closing()
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+async def _read(operation: Awaitable[bytes]) -> bytes:
+    try:
+        async with asyncio.timeout(READ_SECONDS):
+            return await operation
+    except TimeoutError as exc:
+        raise httpx.ReadTimeout("the owner sent nothing for too long") from exc
+    except asyncio.IncompleteReadError as exc:
+        raise httpx.RemoteProtocolError("the owner closed the connection mid-response") from exc
+    except (asyncio.LimitOverrunError, ValueError) as exc:
+        raise httpx.RemoteProtocolError("the owner sent an over-long line") from exc
+    except OSError as exc:
+        raise httpx.ReadError(f"reading the owner's answer failed: {exc.strerror or exc}") from exc
+
+
+async def _line(reader: asyncio.StreamReader) -> bytes:
+    line = await _read(reader.readuntil(b"\n"))
+    if len(line) > MAX_HEADER_LINE_BYTES:
+        raise httpx.RemoteProtocolError("the owner sent an over-long line")
+    return line.rstrip(b"\r\n")
+
+
+class _Body(httpx.AsyncByteStream):
+    """The owner's body, framed by Content-Length, chunked coding, or the connection's end; each
+    piece yielded as it arrives. Read to its end, the connection goes back to the pool."""
+
+    def __init__(self, transport: FleetTransport, origin: str, link: _Connection, framing: int | None) -> None:
+        self._transport = transport
+        self._origin = origin
+        self._connection: _Connection | None = link
+        self._framing = framing  # remaining bytes, CHUNKED, or None: until the connection closes
+        self._complete = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        link = self._connection
+        if link is None:
+            return
+        reader = link.reader
+        if self._framing == CHUNKED:
+            while True:
+                size_line = await _line(reader)
+                digits = size_line.split(b";", 1)[0].strip()
+                if not digits or len(digits) > MAX_CHUNK_SIZE_DIGITS:
+                    raise httpx.RemoteProtocolError("the owner sent a malformed chunk size")
+                try:
+                    remaining = int(digits, 16)
+                except ValueError as exc:
+                    raise httpx.RemoteProtocolError("the owner sent a malformed chunk size") from exc
+                if remaining == 0:
+                    while await _line(reader):  # trailers, if any, then the empty line
+                        pass
+                    break
+                while remaining:
+                    piece = await _read(reader.read(min(remaining, READ_BYTES)))
+                    if not piece:
+                        raise httpx.RemoteProtocolError("the owner closed the connection mid-chunk")
+                    remaining -= len(piece)
+                    yield piece
+                if await _read(reader.readexactly(2)) != b"\r\n":
+                    raise httpx.RemoteProtocolError("the owner sent a malformed chunk")
+        elif self._framing is None:
+            while piece := await _read(reader.read(READ_BYTES)):
+                yield piece
+        else:
+            remaining = self._framing
+            while remaining:
+                piece = await _read(reader.read(min(remaining, READ_BYTES)))
+                if not piece:
+                    raise httpx.RemoteProtocolError("the owner closed the connection mid-body")
+                remaining -= len(piece)
+                yield piece
+        self._complete = self._framing is not None
+
+    async def aclose(self) -> None:
+        link, self._connection = self._connection, None
+        if link is not None:
+            self._transport.release(self._origin, link, reuse=self._complete)
+
+
+CHUNKED = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An owner's answer as FleetTransport reads it: the head, and the body still to stream."""
+
+    status: int
+    version: bytes
+    reason: bytes
+    headers: list[tuple[bytes, bytes]]  # as received
+    body: _Body
+
+
+class FleetTransport(httpx.AsyncBaseTransport):
+    """HTTP/1.1 to the fleet's instances over kept-alive connections, per owner origin: a
+    request is written in one piece, the answer's head read and its body streamed (no HTTP/2,
+    no TLS: instances talk over the fleet's own network, each request signed). At most
+    MAX_CONNECTIONS at once; a request waits POOL_SECONDS for one."""
+
+    def __init__(self, *, max_connections: int = MAX_CONNECTIONS) -> None:
+        self._idle: dict[str, deque[_Connection]] = {}
+        self._slots = asyncio.Semaphore(max_connections)
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        if url.scheme != "http" or not url.host:
+            raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {url.scheme}://")
+        body = b"".join([piece async for piece in request.stream])  # type: ignore[union-attr]
+        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
+        head.extend(b"%s: %s\r\n" % (name, value) for name, value in request.headers.raw)
+        head.append(b"\r\n")
+        answer = await self.exchange(url.host, url.port or 80, request.method, b"".join(head) + body)
+        return httpx.Response(
+            answer.status,
+            headers=answer.headers,
+            stream=answer.body,
+            extensions={"http_version": answer.version, "reason_phrase": answer.reason},
+        )
+
+    async def exchange(self, host: str, port: int, method: str, data: bytes) -> Answer:
+        """Send `data` (a whole HTTP/1.1 request: head and body) on a kept-alive connection to
+        host:port, or a new one; the answer once its head arrived. httpx's TransportError
+        family on failure, as httpcore raises it (ConnectError: nothing was sent)."""
+        origin = f"{host}:{port}"
+        try:
+            async with asyncio.timeout(POOL_SECONDS):
+                await self._slots.acquire()
+        except TimeoutError as exc:
+            raise httpx.PoolTimeout("every connection to the fleet is in use") from exc
+        try:
+            link = self._pooled(origin) or await self._connect(host, port)
+            await self._write(link, data)
+            return await self._response(method, origin, link)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def _pooled(self, origin: str) -> _Connection | None:
+        idle = self._idle.get(origin)
+        while idle:
+            link = idle.pop()
+            if link.reusable:
+                return link
+            link.close()
+        return None
+
+    async def _connect(self, host: str, port: int) -> _Connection:
+        try:
+            async with asyncio.timeout(CONNECT_SECONDS):
+                reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEADER_LINE_BYTES)
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        except OSError as exc:
+            raise httpx.ConnectError(f"connecting to {host}:{port} failed: {exc.strerror or exc}") from exc
+        return _Connection(reader, writer)
+
+    @staticmethod
+    async def _write(link: _Connection, data: bytes) -> None:
+        try:
+            link.writer.write(data)
+            async with asyncio.timeout(WRITE_SECONDS):
+                await link.writer.drain()
+        except TimeoutError as exc:
+            link.close()
+            raise httpx.WriteTimeout("the owner does not take the request") from exc
+        except OSError as exc:
+            link.close()
+            raise httpx.WriteError(f"sending to the owner failed: {exc.strerror or exc}") from exc
+
+    async def _response(self, method: str, origin: str, link: _Connection) -> Answer:
+        try:
+            version, _, rest = (await _line(link.reader)).partition(b" ")
+            code, _, reason = rest.partition(b" ")
+            if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
+                raise httpx.RemoteProtocolError("the owner's answer is not HTTP/1.x")
+            headers: list[tuple[bytes, bytes]] = []
+            while line := await _line(link.reader):
+                name, colon, value = line.partition(b":")
+                if not colon or not name or name != name.strip() or len(headers) >= MAX_HEADER_LINES:
+                    raise httpx.RemoteProtocolError("the owner sent a malformed header")
+                headers.append((name, value.strip()))
+        except BaseException:
+            link.close()
+            raise
+        status = int(code)
+        fields = {name.lower(): value.lower() for name, value in headers}
+        keep_alive = b"close" not in fields.get(b"connection", b"") and (
+            version == b"HTTP/1.1" or b"keep-alive" in fields.get(b"connection", b"")
+        )
+        framing: int | None
+        if method == "HEAD" or status in (204, 304) or status < 200:
+            framing = 0
+        elif b"chunked" in fields.get(b"transfer-encoding", b""):
+            framing = CHUNKED
+        elif fields.get(b"content-length", b"").isdigit():
+            framing = int(fields[b"content-length"])
+        else:
+            framing, keep_alive = None, False
+        return Answer(status, version, reason, headers, _Body(self, origin if keep_alive else "", link, framing))
+
+    def release(self, origin: str, link: _Connection, *, reuse: bool) -> None:
+        """A response closed: its connection back to the pool when its answer was read whole."""
+        self._slots.release()
+        if reuse and origin and not self._closed and link.reusable:
+            self._idle.setdefault(origin, deque()).append(link)
+        else:
+            link.close()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            while idle:
+                idle.pop().close()
+        self._idle.clear()
