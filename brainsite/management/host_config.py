@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError
 
@@ -65,39 +64,43 @@ def prepare_config_command(argv: Sequence[str]) -> None:
     if command in NOT_MIGRATING_FIRST or HELP_FLAGS.intersection(argv):
         return
     import django
-    from django.db import Error as DatabaseError
 
     django.setup()
-    try:
-        migrate_database()
-    except DatabaseError as exc:
-        sys.exit(f"cannot migrate the database: {exc}")
+    migrate_database()
 
 
 def migrate_database() -> None:
     """`migrate`, one process at a time per database: a server and its sync worker (or a fleet's
     instances) started together would otherwise both create the same tables and one fail.
-    SQLite: a flock on the data dir; PostgreSQL: an advisory lock held for the migration."""
+    SQLite: a flock on the data dir; PostgreSQL: an advisory lock, held on a connection of its own
+    for the migration."""
+    from django.conf import settings
     from django.core.management import call_command
-    from django.db import connection
 
-    if connection.vendor == "sqlite":
+    database = settings.DATABASES["default"]
+    with _migration_lock(database):
+        call_command("migrate", verbosity=0, interactive=False)
+
+
+@contextlib.contextmanager
+def _migration_lock(database: dict[str, Any]) -> Iterator[None]:
+    if str(database["ENGINE"]).endswith("sqlite3"):
         import fcntl
 
-        directory = os.open(Path(str(connection.settings_dict["NAME"])).parent, os.O_RDONLY)
+        directory = os.open(Path(str(database["NAME"])).parent, os.O_RDONLY)
         try:
             fcntl.flock(directory, fcntl.LOCK_EX)  # released when the descriptor is closed
-            call_command("migrate", verbosity=0, interactive=False)
+            yield
         finally:
             os.close(directory)
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
-    try:
-        call_command("migrate", verbosity=0, interactive=False)
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_unlock(%s)", [MIGRATION_LOCK_KEY])
+    import psycopg
+
+    parameters = {"dbname": "NAME", "user": "USER", "password": "PASSWORD", "host": "HOST", "port": "PORT"}
+    given = {key: database[name] for key, name in parameters.items() if database.get(name)}
+    with psycopg.connect(**given, autocommit=True) as connection:
+        connection.execute("SELECT pg_advisory_lock(%s)", [MIGRATION_LOCK_KEY])
+        yield  # the lock ends with its connection
 
 
 def load_checked_config(path: str) -> tuple[HostConfig, Secrets]:
