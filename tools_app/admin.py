@@ -1,32 +1,34 @@
-"""Admin for tool bindings. Config-declared bindings are mirrored read-only; admin-created ones
-are validated exactly like the host config and serve new sessions as soon as they are saved."""
+"""Admin for tool bindings, memories and tasks (the knowledge bases' is
+providers/knowledge/admin.py, registered from here). Config-declared bindings are mirrored
+read-only; admin-created ones are validated exactly like the host config and serve new sessions
+as soon as they are saved."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from asgiref.sync import async_to_sync
 from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
-from django.utils import timezone
 from pydantic import ValidationError
 
 from foundation.app_object import SCOPE_KEY
 from foundation.hostconfig import ToolBindingConfig
+from foundation.rest_templates import METHODS
 
 from .app_object import brain_of
 from .db import declared_token_origins
-from .ingest.documents import MAX_DOCUMENT_BYTES, KnowledgeError, KnowledgeJobStatus, media_type_of
-from .models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
+from .listing import MAX_LISTED_NAME, MAX_LISTED_TEXT, cut
+from .models import Memory, Task, ToolBinding
 from .origins import url_origin
 from .provider_tools import bind_provider_tool
 from .providers.base import ToolProvider
-from .providers.knowledge import BASE_NAME
-from .providers.knowledge.db import count_active_knowledge_jobs
-from .providers.knowledge.jobs import JobBudgets, KnowledgeJobs, KnowledgeJobsBusy, submit_knowledge_job
+from .providers.knowledge import admin as knowledge_admin  # registers the knowledge bases' admin
+
+__all__ = ["ToolBindingAdmin", "ToolBindingForm", "knowledge_admin"]
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
 _FORM_FIELDS = (
@@ -55,6 +57,37 @@ _FORM_FIELDS = (
 
 
 APPROVAL_TIMEOUT_DEFAULT = ToolBindingConfig.model_fields["approval_timeout_seconds"].default
+TRANSPORT_CHOICES = (
+    ("http", "http: a tool service (JSON or SSE)"),
+    ("mcp", "mcp: an MCP server (Streamable HTTP)"),
+    ("rest", "rest: a plain REST API"),
+    ("provider", "provider: an installed tool provider"),
+)
+METHOD_CHOICES = tuple((method, method) for method in METHODS)
+# The fields each transport takes beside the common ones (name, description, schemas, tenants,
+# limits, approval); the form shows only these (templates/admin/tools_app/toolbinding/change_form.html).
+TRANSPORT_FIELDS = {
+    "http": ("url", "token_env", "inspect_session"),
+    "mcp": ("url", "token_env", "mcp_tool"),
+    "rest": ("method", "url", "query", "headers", "body", "token_env"),
+    "provider": ("provider", "operation", "parameters"),
+}
+JSON_PLACEHOLDERS = {
+    "input_schema": '{"type": "object", "properties": {"text": {"type": "string"}}}',
+    "output_schema": "optional: a JSON Schema the results must match",
+    "tenants": '["acme"]',
+    "query": '{"page": "{{page}}"}',
+    "headers": '{"X-Request-Source": "brain"}',
+    "body": '{"quantity": "{{quantity}}"}',
+    "parameters": '{"space": "support"}',
+}
+
+
+class OptionalJSONField(forms.JSONField):
+    """A JSON field that shows an empty box, not `null`, when it has no value (empty is None)."""
+
+    def prepare_value(self, value: Any) -> Any:
+        return "" if value is None else super().prepare_value(value)
 
 
 class _ServingBrain(Protocol):
@@ -66,7 +99,9 @@ class _ServingBrain(Protocol):
 
 class ToolBindingForm(forms.ModelForm[ToolBinding]):
     # Tool URLs are written out in full (startup rejects a missing scheme); no scheme is assumed.
-    url = forms.URLField(max_length=2048, assume_scheme="https", required=False)  # provider tools have none
+    url = forms.URLField(
+        label="URL", max_length=2048, assume_scheme="https", required=False
+    )  # provider tools have none
     # only tools that require approval use it; left out, it is the host config's default
     approval_timeout_seconds = forms.IntegerField(min_value=1, required=False, initial=APPROVAL_TIMEOUT_DEFAULT)
     brain: _ServingBrain | None = None  # the application object of the server answering (ToolBindingAdmin.get_form)
@@ -74,6 +109,23 @@ class ToolBindingForm(forms.ModelForm[ToolBinding]):
     class Meta:
         model = ToolBinding
         fields = _FORM_FIELDS
+        field_classes = {name: OptionalJSONField for name in JSON_PLACEHOLDERS}
+        widgets: ClassVar[dict[str, forms.Widget]] = {
+            # validated as the host config's (an unknown one names the field), chosen from a list here
+            "transport": forms.Select(choices=TRANSPORT_CHOICES),
+            "method": forms.Select(choices=METHOD_CHOICES),
+            **{
+                name: forms.Textarea(attrs={"rows": 4, "cols": 60, "placeholder": placeholder})
+                for name, placeholder in JSON_PLACEHOLDERS.items()
+            },
+        }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # a row saved without a transport shows the one it has (mcp when it names an MCP tool)
+        binding = self.instance
+        self.initial["transport"] = binding.transport or ("mcp" if binding.mcp_tool else "http")
+        self.initial["method"] = binding.method or "GET"
 
     def clean(self) -> dict[str, object]:
         data: dict[str, object] = super().clean() or {}
@@ -138,7 +190,7 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
 
     @admin.display(description="content")
     def short_content(self, obj: Memory) -> str:
-        return obj.content if len(obj.content) <= 80 else obj.content[:79] + "…"
+        return cut(obj.content, MAX_LISTED_TEXT)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -149,7 +201,12 @@ class MemoryAdmin(admin.ModelAdmin[Memory]):
 
 @admin.register(Task)
 class TaskAdmin(admin.ModelAdmin[Task]):
-    list_display = ("id", "tenant", "title", "status", "parent", "updated_at")
+    list_display = ("id", "tenant", "short_title", "status", "parent", "updated_at")
+
+    @admin.display(description="title", ordering="title")
+    def short_title(self, obj: Task) -> str:
+        return cut(obj.title, MAX_LISTED_TEXT)
+
     list_filter = ("tenant", "status")
     search_fields = ("title", "description")
     ordering = ("-id",)
@@ -159,11 +216,68 @@ class TaskAdmin(admin.ModelAdmin[Task]):
         return False
 
 
+BINDING_FIELDS = (
+    "name", "transport", "description", "tenants", "input_schema", "output_schema",
+    "url", "method", "token_env", "mcp_tool", "inspect_session", "query", "headers", "body",
+    "provider", "operation", "parameters",
+    "timeout_seconds", "max_output_bytes", "require_approval", "approval_timeout_seconds",
+)  # fmt: skip
+COMMON_FIELDS = (
+    "name",
+    "transport",
+    "description",
+    "tenants",
+    "input_schema",
+    "output_schema",
+    "timeout_seconds",
+    "max_output_bytes",
+    "require_approval",
+    "approval_timeout_seconds",
+)
+
+
 @admin.register(ToolBinding)
 class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
+    """Bindings of the host config are shown read-only with a note saying so; the add and change
+    form shows the fields of the chosen transport only (its template toggles them)."""
+
     form = ToolBindingForm
-    list_display = ("name", "transport", "url", "timeout_seconds", "from_config")
+    fields = BINDING_FIELDS
+    list_display = ("name", "shown_transport", "target", "timeout_seconds", "source")
     search_fields = ("name",)
+    change_form_template = "admin/tools_app/toolbinding/change_form.html"
+
+    @admin.display(description="transport", ordering="transport")
+    def shown_transport(self, obj: ToolBinding) -> str:
+        return _transport_of(obj)
+
+    @admin.display(description="calls")
+    def target(self, obj: ToolBinding) -> str:
+        if _transport_of(obj) == "provider":
+            return f"{obj.provider}: {obj.operation}"
+        return cut(obj.url, MAX_LISTED_NAME)
+
+    @admin.display(description="source", ordering="from_config")
+    def source(self, obj: ToolBinding) -> str:
+        return "host config" if obj.from_config else "admin"
+
+    def get_fields(self, request: HttpRequest, obj: ToolBinding | None = None) -> Any:  # the stubs' union
+        if obj is None or not obj.from_config:
+            return BINDING_FIELDS  # every field: the template shows the chosen transport's
+        shown = set(COMMON_FIELDS) | set(TRANSPORT_FIELDS[_transport_of(obj)])
+        return tuple(field for field in BINDING_FIELDS if field in shown)
+
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        context["transport_fields"] = {key: list(fields) for key, fields in TRANSPORT_FIELDS.items()}
+        return super().render_change_form(request, context, *args, **kwargs)
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        entry = actions.get("delete_selected")
+        if entry is not None:
+            _, name, description = entry
+            actions["delete_selected"] = (_delete_admin_bindings, name, description)
+        return actions
 
     def has_change_permission(self, request: HttpRequest, obj: ToolBinding | None = None) -> bool:
         return obj is None or not obj.from_config
@@ -195,180 +309,32 @@ class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
         _forget_bindings(request)
 
 
+def _transport_of(binding: ToolBinding) -> str:
+    return binding.transport or ("mcp" if binding.mcp_tool else "http")
+
+
+def _delete_admin_bindings(modeladmin: ToolBindingAdmin, request: HttpRequest, queryset: Any) -> Any:
+    """Django's delete action for the admin's own bindings; those of the host config are left as
+    they are, with a note saying where they come from (not a permission error)."""
+    from django.contrib.admin.actions import delete_selected
+
+    configured = sorted(queryset.filter(from_config=True).values_list("name", flat=True))
+    if configured:
+        names = ", ".join(f"“{name}”" for name in configured)
+        modeladmin.message_user(
+            request,
+            f"{names}: from the host config, not deleted; change the config's `tools` and restart Brain",
+            level=messages.WARNING,
+        )
+    remaining = queryset.exclude(from_config=True)
+    if not remaining.exists():
+        return None
+    return delete_selected(modeladmin, request, remaining)
+
+
 def _forget_bindings(request: HttpRequest) -> None:
     """A binding changed: this process's registry reloads admin bindings on next use (other
     processes' caches expire within 30 s)."""
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and SCOPE_KEY in scope:
         brain_of(scope).registry.forget_bindings()
-
-
-def _knowledge_jobs(request: HttpRequest) -> KnowledgeJobs | None:
-    """The answering server's knowledge jobs (None outside runbrain: a runner's poll finds the job)."""
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and SCOPE_KEY in scope:
-        jobs: KnowledgeJobs | None = getattr(scope[SCOPE_KEY], "knowledge_jobs", None)
-        return jobs
-    return None
-
-
-def _job_budgets(request: HttpRequest) -> JobBudgets:
-    jobs = _knowledge_jobs(request)
-    return jobs.budgets if jobs is not None else JobBudgets.from_environment(os.environ)
-
-
-class KnowledgeBaseForm(forms.ModelForm[KnowledgeBase]):
-    """A knowledge base, and optionally one file to add to it: checked here (size, type, the
-    tenant's share of jobs), then read, chunked and indexed by a background job on save."""
-
-    upload = forms.FileField(
-        required=False,
-        help_text="a text, Markdown, HTML or PDF file to add (at most 20 MiB); it is indexed in the background",
-        label="Add a document",
-    )
-    document_title = forms.CharField(
-        required=False, max_length=300, help_text="the added document's title (default: its own or the file name)"
-    )
-    request: HttpRequest | None = None  # set by KnowledgeBaseAdmin.get_form's subclass
-
-    class Meta:
-        model = KnowledgeBase
-        fields = ("tenant", "name", "description")
-
-    def clean_name(self) -> str:
-        name: str = self.cleaned_data["name"]
-        if not BASE_NAME.fullmatch(name):
-            raise forms.ValidationError("1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
-        return name
-
-    def clean(self) -> dict[str, object] | None:
-        cleaned = super().clean()
-        upload = self.cleaned_data.get("upload")
-        tenant = self.cleaned_data.get("tenant")
-        if upload is None or not tenant:
-            return cleaned
-        if upload.size is not None and upload.size > MAX_DOCUMENT_BYTES:
-            self.add_error("upload", f"file too large: {upload.size} bytes; at most {MAX_DOCUMENT_BYTES} bytes")
-            return cleaned
-        try:
-            media_type_of(upload.name or "upload")
-        except KnowledgeError as exc:
-            self.add_error("upload", str(exc))
-            return cleaned
-        budgets = _job_budgets(self.request) if self.request is not None else JobBudgets.from_environment(os.environ)
-        if count_active_knowledge_jobs(tenant) >= budgets.jobs_per_tenant:
-            self.add_error("upload", KnowledgeJobsBusy(tenant, budgets.jobs_per_tenant).message)
-        return cleaned
-
-
-class DocumentInline(admin.TabularInline[Document, KnowledgeBase]):
-    model = Document
-    fields = ("title", "source", "media_type", "size", "chunk_count", "created_at")
-    readonly_fields = fields
-    extra = 0
-    show_change_link = True
-
-    def has_add_permission(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> bool:
-        return False
-
-
-class KnowledgeJobInline(admin.TabularInline[KnowledgeJob, KnowledgeBase]):
-    model = KnowledgeJob
-    fields = ("source", "status", "progress", "stage", "error", "created_at", "finished_at")
-    readonly_fields = fields
-    extra = 0
-    show_change_link = True
-    ordering = ("-created_at",)
-    verbose_name_plural = "knowledge jobs"
-    can_delete = False
-
-    def has_add_permission(self, request: HttpRequest, obj: KnowledgeBase | None = None) -> bool:
-        return False
-
-
-@admin.register(KnowledgeBase)
-class KnowledgeBaseAdmin(admin.ModelAdmin[KnowledgeBase]):
-    """Knowledge bases per tenant; documents are added with the upload field (a background job,
-    listed below with its progress) or the add_knowledge command, and deleted from the list."""
-
-    form = KnowledgeBaseForm
-    inlines = (KnowledgeJobInline, DocumentInline)
-    list_display = ("name", "tenant", "description", "created_at")
-    list_filter = ("tenant",)
-    search_fields = ("name", "description")
-    ordering = ("tenant", "name")
-
-    def get_form(
-        self, request: HttpRequest, obj: KnowledgeBase | None = None, change: bool = False, **kwargs: object
-    ) -> type[forms.ModelForm[KnowledgeBase]]:
-        form = super().get_form(request, obj, change=change, **kwargs)
-        # the form class is made for this request (a KnowledgeBaseForm subclass): its server's job budgets
-        form.request = request  # type: ignore[attr-defined]  # declared on KnowledgeBaseForm
-        return form
-
-    def save_model(
-        self, request: HttpRequest, obj: KnowledgeBase, form: forms.ModelForm[KnowledgeBase], change: bool
-    ) -> None:
-        if obj.created_at is None:
-            obj.created_at = timezone.now()
-        super().save_model(request, obj, form, change)
-        upload = form.cleaned_data.get("upload")
-        if upload is None:
-            return
-        jobs = _knowledge_jobs(request)
-        try:
-            job = submit_knowledge_job(
-                obj.pk,
-                obj.tenant,
-                upload.chunks(),
-                source=upload.name or "upload",
-                title=form.cleaned_data.get("document_title", ""),
-                budgets=_job_budgets(request),
-                dispatch=jobs.dispatch if jobs is not None else None,
-            )
-        except (KnowledgeJobsBusy, KnowledgeError) as exc:  # lost a race for the tenant's last share
-            self.message_user(request, f"{upload.name}: not added: {exc}", level=messages.ERROR)
-            return
-        self.message_user(request, f"{job.source}: queued as knowledge job {job.id}; it is indexed in the background")
-
-
-@admin.register(KnowledgeJob)
-class KnowledgeJobAdmin(admin.ModelAdmin[KnowledgeJob]):
-    """Uploads being indexed, and those that were: state, progress, and why one failed."""
-
-    list_display = ("source", "base", "tenant", "status", "progress", "stage", "error", "created_at", "finished_at")
-    list_filter = ("status", "tenant")
-    search_fields = ("source", "error")
-    ordering = ("-created_at",)
-    readonly_fields = (
-        "base", "tenant", "source", "title", "size", "status", "progress", "stage", "error", "document",
-        "created_at", "started_at", "finished_at",
-    )  # fmt: skip
-    exclude = ("spool_path",)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: KnowledgeJob | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: KnowledgeJob | None = None) -> bool:
-        # a queued or running job's worker still needs its row and spooled file
-        return obj is None or obj.status not in (KnowledgeJobStatus.QUEUED.value, KnowledgeJobStatus.RUNNING.value)
-
-
-@admin.register(Document)
-class DocumentAdmin(admin.ModelAdmin[Document]):
-    """Documents are added through their knowledge base; here they are listed, read and deleted."""
-
-    list_display = ("title", "base", "source", "media_type", "size", "chunk_count", "created_at")
-    list_filter = ("base__tenant", "media_type")
-    search_fields = ("title", "source")
-    ordering = ("-created_at",)
-    readonly_fields = ("base", "title", "source", "media_type", "size", "chunk_count", "created_at")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Document | None = None) -> bool:
-        return False

@@ -15,11 +15,13 @@ class ToolBinding(models.Model):
     description = models.TextField(blank=True)
     input_schema = models.JSONField(null=True, blank=True)
     output_schema = models.JSONField(null=True, blank=True)
-    url = models.URLField(max_length=2048, blank=True)
+    url = models.URLField("URL", max_length=2048, blank=True)
     tenants = models.JSONField(help_text="tenant IDs allowed to see and enable the tool")
-    token_env = models.CharField(max_length=256, blank=True)
+    token_env = models.CharField(
+        "token variable", max_length=256, blank=True, help_text="the environment variable holding its bearer token"
+    )
     transport = models.CharField(max_length=32, blank=True)
-    mcp_tool = models.CharField(max_length=256, blank=True)
+    mcp_tool = models.CharField("MCP tool", max_length=256, blank=True, help_text="the tool's name on the MCP server")
     timeout_seconds = models.PositiveIntegerField(default=300)
     max_output_bytes = models.PositiveIntegerField(default=1 << 20)
     inspect_session = models.BooleanField(default=False)
@@ -32,7 +34,7 @@ class ToolBinding(models.Model):
     provider = models.CharField(max_length=64, blank=True, help_text="transport provider: an installed provider")
     operation = models.CharField(max_length=64, blank=True, help_text="transport provider: the provider's operation")
     parameters = models.JSONField(null=True, blank=True, help_text="transport provider: the binding's parameters")
-    from_config = models.BooleanField(default=False, editable=False)
+    from_config = models.BooleanField("from the host config", default=False, editable=False)
 
     def __str__(self) -> str:
         return self.name
@@ -75,6 +77,7 @@ class Memory(models.Model):
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "space", "created_at"])]
+        verbose_name_plural = "memories"
 
     def __str__(self) -> str:
         return self.content[:60]
