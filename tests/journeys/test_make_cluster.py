@@ -19,13 +19,15 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from queue import Empty, Queue
 from typing import Any
 
+import httpx
 import pytest
+from websockets.sync.client import connect
 
 from tests.fixtures.server import ROOT
 
@@ -60,6 +62,7 @@ for stat in Path("/proc").glob("[0-9]*/stat"):
         pass
 print("SUBREAPER " + json.dumps({"code": code, "left": left}), flush=True)
 """
+RUNTIME_TOOL = {"name": "blob", "description": "Return a large text.", "input_schema": {"type": "object"}}
 TRANSCRIPT = [
     "you> Hello! What can you do?",
     "you> Tell me a fun fact about octopuses.",
@@ -133,18 +136,34 @@ class Run:
         raise AssertionError("run_cluster.py did not finish:\n" + "\n".join(lines[-60:]))
 
 
-def _start(tmp_path: Path, directory: Path, *arguments: str) -> Run:
+@pytest.fixture
+def start_cluster(tmp_path: Path, directory: Path) -> Iterator[Callable[..., Run]]:
+    """Start run_cluster.py (nginx on a free port, state in `directory`); a run a failed test left
+    going is interrupted, as Ctrl-C would, at the end."""
     subreaper = tmp_path / "subreaper.py"
     subreaper.write_text(SUBREAPER)
-    command = [sys.executable, str(subreaper), sys.executable, str(SCRIPT), "--port", "0"]
-    process = subprocess.Popen(
-        [*command, "--directory", str(directory), *arguments],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return Run(process)
+    runs: list[Run] = []
+
+    def start(*arguments: str) -> Run:
+        command = [sys.executable, str(subreaper), sys.executable, str(SCRIPT), "--port", "0"]
+        process = subprocess.Popen(
+            [*command, "--directory", str(directory), *arguments],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        runs.append(Run(process))
+        return runs[-1]
+
+    yield start
+    for run in runs:
+        if run.process.poll() is None:
+            run.process.send_signal(signal.SIGINT)
+            try:
+                run.process.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                run.process.kill()
 
 
 def _outcome(lines: list[str]) -> dict[str, Any]:
@@ -173,10 +192,10 @@ def _check_demo(lines: list[str], directory: Path) -> None:
         assert expected in lines, output
     session_id = re.search(r"^session ([0-9a-f]{32}) \(loop, openai/gpt-4.1-mini\)$", output, re.MULTILINE)
     assert session_id is not None, output
-    entries = _access_log(directory)
+    entries = [entry for entry in _access_log(directory) if " /executors" not in entry[0]]  # the demo's
     events_path = f"/sessions/{session_id[1]}/events"
     # the conversation went through nginx: the session, four messages and one event stream
-    assert [(request, status) for request, status, _, _ in entries if request.startswith("POST ")] == [
+    assert [(request, status) for request, status, _, _ in entries if request.startswith("POST /sessions")] == [
         ("POST /sessions HTTP/1.1", 201),
         *[(f"POST {events_path} HTTP/1.1", 202)] * 4,
     ]
@@ -197,10 +216,10 @@ def _check_demo(lines: list[str], directory: Path) -> None:
 
 @pytest.mark.timeout(RUN_SECONDS + 60)
 def test_make_cluster_streams_the_demo_through_nginx_over_three_instances_and_leaves_nothing_running(
-    nginx: str, directory: Path, tmp_path: Path
+    nginx: str, directory: Path, start_cluster: Callable[..., Run]
 ) -> None:
     # when
-    run = _start(tmp_path, directory, "--exit-after-demo")
+    run = start_cluster("--exit-after-demo")
     lines = run.read_until(None)
     run.process.wait()
     # then
@@ -210,11 +229,17 @@ def test_make_cluster_streams_the_demo_through_nginx_over_three_instances_and_le
 
 
 @pytest.mark.timeout(RUN_SECONDS + 60)
-def test_ctrl_c_stops_every_process_of_a_running_cluster(nginx: str, directory: Path, tmp_path: Path) -> None:
-    # given: the fleet, running after its demo
-    run = _start(tmp_path, directory)
+def test_ctrl_c_stops_every_process_of_a_running_cluster(
+    nginx: str, directory: Path, start_cluster: Callable[..., Run]
+) -> None:
+    # given: the fleet, running after its demo, and an executor connected through nginx
+    run = start_cluster()
     lines = run.read_until("Ctrl-C stops the fleet.")
     assert lines[-1] == "Ctrl-C stops the fleet.", "\n".join(lines[-60:])
+    url = re.search(r"is running behind nginx at (http://127\.0\.0\.1:\d+) ", "\n".join(lines))
+    token = re.search(r"^API token: export BRAIN_API_KEY=([0-9a-f]+)$", "\n".join(lines), re.MULTILINE)
+    assert url is not None and token is not None
+    executor, ready = _connect_executor(url[1], token[1])
     # when
     run.process.send_signal(signal.SIGINT)
     lines += run.read_until(None)
@@ -222,6 +247,25 @@ def test_ctrl_c_stops_every_process_of_a_running_cluster(nginx: str, directory: 
     # then
     assert _outcome(lines) == {"code": 0, "left": []}, "\n".join(lines[-60:])
     _check_demo(lines, directory)
+    # an executor's WebSocket went through nginx (101), to the instance it registered with
+    assert ready == {"type": "ready", "connection": ready["connection"]}
+    entries = _access_log(directory)
+    registered = [instance for request, status, instance, _ in entries if request == "POST /executors HTTP/1.1"]
+    upgraded = [
+        (status, instance) for request, status, instance, _ in entries if f"/executors/{executor}/rpc" in request
+    ]
+    assert len(registered) == 1 and upgraded == [(101, registered[0])]
+
+
+def _connect_executor(url: str, token: str) -> tuple[str, dict[str, Any]]:
+    """Register an executor through nginx and open its WebSocket RPC there; its first frame."""
+    headers = {"Authorization": f"Bearer {token}"}
+    body = {"binding": "runtime", "tools": [RUNTIME_TOOL]}
+    credential = httpx.post(f"{url}/executors", json=body, headers=headers, timeout=30).json()
+    rpc = url.replace("http://", "ws://") + f"/executors/{credential['id']}/rpc"
+    protocols: Any = ["brain-rpc", f"brain-auth.{credential['token']}"]
+    with connect(rpc, subprotocols=protocols, compression=None) as socket:
+        return credential["id"], json.loads(socket.recv(timeout=30))
 
 
 def test_a_taken_port_is_refused_before_anything_starts(directory: Path, listener: int) -> None:
