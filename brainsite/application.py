@@ -294,6 +294,8 @@ def _worker_watch(telemetry: Telemetry) -> WorkerWatch | None:
 
     def ping() -> int:
         with app.connection_for_write() as connection:
+            # one try: a broker that refuses fails this ping at once, the next one tries again
+            connection.ensure_connection(max_retries=0)
             return len(app.control.ping(timeout=WORKER_PING_SECONDS, connection=connection))
 
     return WorkerWatch(ping, broker=settings.CELERY_BROKER_URL, telemetry=telemetry)

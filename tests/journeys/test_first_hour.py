@@ -454,3 +454,29 @@ def test_a_broker_without_a_worker_shows_in_the_log_and_the_sync_status_until_on
 )
 def test_the_logged_broker_url_carries_no_credentials(url: str, shown: str) -> None:
     assert public_broker_url(url) == shown
+
+
+def test_a_broker_that_cannot_be_reached_shows_in_the_log_and_the_sync_status(
+    brain_factory: Callable[..., BrainServer], tmp_path: Path
+) -> None:
+    # given: a Celery-mode server whose broker's port nothing listens on
+    with _listening_socket() as port:
+        pass  # a loopback port that was free a moment ago, now closed
+    broker = f"redis://127.0.0.1:{port}/0"
+    server = brain_factory(start=False, persistence=_filesystem(tmp_path / "archive"))
+    server.env["BRAIN_CELERY_BROKER"] = broker
+    server.start()
+    # when
+    session_id = create_session(server)["id"]
+    # then
+    [warning] = _wait(
+        lambda: _log_entries(server, "the sync broker cannot be reached"), WATCH_SECONDS, "the broker warning"
+    )
+    assert (warning["level"], warning["broker"]) == ("warning", broker)
+    assert f"connecting to 127.0.0.1:{port}" in warning["error"]
+    status = _sync(server, session_id)
+    assert (status["pending"], status["error"]) == (True, "the sync broker cannot be reached")
+    assert (
+        _log_entries(server, "no sync worker answers on the broker: uploads wait until `manage.py syncworker` runs")
+        == []
+    )
