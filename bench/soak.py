@@ -13,7 +13,9 @@ the last cursor it saw, then closes the session. A watcher opens short-lived str
 a recent session and go away. Every `--sample-seconds` it prints a row: turns and errors in the
 period, p50/p99 turn latency, and for a local server (its pid from /proc) RSS, the harness hosts'
 RSS, open files, threads and the bytes of every session's events.jsonl. At the end: start vs
-end of each figure and its least-squares slope per hour. Exit code 1 when any error was counted.
+end of each figure and its least-squares slope per hour, over the whole run and over its second
+half (after warm-up: runners started, `limits.loaded` sessions held). Exit code 1 when any error
+was counted.
 """
 
 from __future__ import annotations
@@ -335,11 +337,12 @@ def summary_lines(samples: list[Sample]) -> list[str]:
         ("p50 turn ms", "p50_ms"),
         ("p99 turn ms", "p99_ms"),
     ]
-    lines = [f"{'figure':<16} {'start':>10} {'end':>10} {'slope/hour':>12}"]
+    lines = [f"{'figure':<16} {'start':>10} {'end':>10} {'slope/hour':>12} {'2nd half':>12}"]
     for label, name in figures:
         values = [(sample.minute, float(getattr(sample, name))) for sample in samples]
         start, end = values[0][1], values[-1][1]
-        lines.append(f"{label:<16} {_cell(start, 10)} {_cell(end, 10)} {_cell(slope_per_hour(values), 12, 2)}")
+        overall, settled = slope_per_hour(values), slope_per_hour(values[len(values) // 2 :])
+        lines.append(f"{label:<16} {_cell(start, 10)} {_cell(end, 10)} {_cell(overall, 12, 2)} {_cell(settled, 12, 2)}")
     return lines
 
 

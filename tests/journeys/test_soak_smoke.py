@@ -52,6 +52,7 @@ def test_a_short_soak_prints_every_figure_and_counts_no_errors() -> None:
     assert int(totals.group(2)) == 0
     assert int(totals.group(3)) == int(totals.group(4)) > 0  # every session created was closed
     for figure in FIGURES:
-        line = re.search(rf"^{re.escape(figure)}\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$", output, re.MULTILINE)
+        pattern = rf"^{re.escape(figure)}\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})\s+({NUMBER})$"
+        line = re.search(pattern, output, re.MULTILINE)
         assert line is not None, f"{figure} missing from:\n{output}"
     assert "error:" not in output
