@@ -27,7 +27,7 @@ from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, cast
+from typing import Any, TextIO, cast
 
 import httpx
 from brain import Brain
@@ -395,7 +395,7 @@ class Cluster:
                 try:
                     child.process.wait(timeout=STOP_SECONDS)
                 except subprocess.TimeoutExpired:
-                    print(f"{child.name} did not stop within {STOP_SECONDS:.0f} s: killed", file=sys.stderr)
+                    _say(f"{child.name} did not stop within {STOP_SECONDS:.0f} s: killed", file=sys.stderr)
                 try:
                     os.killpg(child.process.pid, signal.SIGKILL)
                 except ProcessLookupError:
@@ -538,17 +538,25 @@ def main() -> None:
         pass
     except SystemExit as exc:  # a refusal or a process that failed: say why, then stop the rest
         if isinstance(exc.code, str):
-            print(exc.code, file=sys.stderr, flush=True)
+            _say(exc.code, file=sys.stderr)
         code = 0 if exc.code in (None, 0) else 1
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the teardown short
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print("stopping the fleet...", flush=True)
+        _say("stopping the fleet...")
         stopping = time.monotonic()
-        cluster.stop()
-        shutil.rmtree(runtime, ignore_errors=True)
-        print(f"stopped in {time.monotonic() - stopping:.0f} s: nothing of the fleet is running", flush=True)
+        try:
+            cluster.stop()
+        finally:
+            shutil.rmtree(runtime, ignore_errors=True)
+        _say(f"stopped in {time.monotonic() - stopping:.0f} s: nothing of the fleet is running")
     sys.exit(code)
+
+
+def _say(line: str, *, file: TextIO | None = None) -> None:
+    """Print during the teardown, which must go on if the terminal or pipe is gone."""
+    with contextlib.suppress(OSError):
+        print(line, file=file or sys.stdout, flush=True)
 
 
 if __name__ == "__main__":

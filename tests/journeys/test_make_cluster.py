@@ -42,7 +42,8 @@ from queue import Empty, Queue
 
 PR_SET_CHILD_SUBREAPER = 36
 ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-child = subprocess.Popen(sys.argv[1:])
+# the script gets SIGTERM (and stops its fleet) if this process is killed
+child = subprocess.Popen(sys.argv[1:], preexec_fn=lambda: ctypes.CDLL(None).prctl(1, signal.SIGTERM, 0, 0, 0))
 for signum in (signal.SIGINT, signal.SIGTERM):
     signal.signal(signum, lambda signum, frame: child.send_signal(signum))
 code = child.wait()
@@ -132,8 +133,7 @@ class Run:
             lines.append(line)
             if marker is not None and line.startswith(marker):
                 return lines
-        self.process.kill()
-        raise AssertionError("run_cluster.py did not finish:\n" + "\n".join(lines[-60:]))
+        raise AssertionError("run_cluster.py did not finish:\n" + "\n".join(lines[-60:]))  # stopped at teardown
 
 
 @pytest.fixture
