@@ -7,7 +7,8 @@ it, and a new connection supersedes the old. Commands are never replayed: a call
 a connection that drops, or to an executor that closes, ends with an unknown outcome; a call to
 an executor with no connection fails before dispatch. Everything lives in this process's
 memory: after a restart clients register again and rebind. In a fleet with a relay
-(tools_app.relay) each bind is announced, so a session owned by another instance reaches it.
+(tools_app.relay) each bind is announced, so a session owned by another instance reaches it, and
+a session created on one instance may bind an executor another instance holds.
 """
 
 from __future__ import annotations
@@ -105,6 +106,10 @@ class Relay(Protocol):
 
     def revoke_soon(self, session: str) -> None: ...
 
+    async def held_elsewhere(self, executor_id: str) -> Executor | None: ...
+
+    def bind_elsewhere_soon(self, session: str, executor: Executor) -> None: ...
+
     async def call(
         self,
         session: str,
@@ -138,6 +143,9 @@ class Executor:
     connection: Connection | None = None
     calls: dict[str, _Call] = field(default_factory=dict)
     closed: bool = False
+    # (instance, incarnation) of the fleet instance holding it, for one registered elsewhere
+    # (as its holder recorded it); None for one this process holds
+    holder: tuple[str, str] | None = None
 
     @property
     def tool_names(self) -> frozenset[str]:
@@ -220,11 +228,16 @@ class ExecutorHub:
         executor = self._executors.get(executor_id)
         return executor if executor is not None and not executor.closed else None
 
-    def bind(self, executor: Executor, session: str) -> None:
+    def bind(self, executor: Executor, session: str, *, announce: bool = True) -> None:
+        """`announce`: record the alias's route in a fleet (not when another instance did)."""
         executor.session = session
+        if executor.holder is not None:  # held by another instance: its route names that one
+            if self.relay is not None:
+                self.relay.bind_elsewhere_soon(session, executor)
+            return
         self._unbound.pop(executor.id, None)
         self._routes[(session, executor.binding)] = executor.id
-        if self.relay is not None:
+        if self.relay is not None and announce:
             self.relay.announce_soon(session, executor.binding, executor.id)
 
     def executor_for(self, session: str, alias: str) -> Executor | None:

@@ -12,9 +12,11 @@ that is not alive is refused before it is sent.
 
 Each executor registered here is also recorded in Redis with its holder (this instance's name,
 incarnation and URL), so its own routes (`/executors/{id}/responses`, `/close`, `/commands`)
-reaching another instance are forwarded here (fleet_app.routing). A session's routes are kept in
-one hash, so closing the session on its owner closes the executors that serve it on every
-instance.
+reaching another instance are forwarded here (fleet_app.routing). Beside it goes what a session
+created on another instance binds it by (its tenant, alias, tools as registered, and the session
+it serves once bound): that instance writes the alias's route naming this one and tells this one,
+which marks the executor bound. A session's routes are kept in one hash, so closing the session
+on its owner closes the executors that serve it on every instance.
 """
 
 from __future__ import annotations
@@ -22,12 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import orjson
 
+from foundation.errors import Unavailable
 from foundation.logs import logger
+from runners.protocol import ToolDescriptor
 
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable
 
@@ -36,6 +41,7 @@ __all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Route"]
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
 ROUTES_KEY = "brain:executor-routes:{session}"  # a hash: alias -> the route that serves it
 HOLDER_KEY = "brain:executor-holder:{executor}"  # the instance holding an executor
+EXECUTOR_KEY = "brain:executor:{executor}"  # what a bind on another instance checks it by
 # A holder record is written at registration and rewritten every HOLDER_REFRESH_SECONDS while
 # the executor lives, so one left by a killed instance goes within HOLDER_SECONDS.
 HOLDER_SECONDS = 900
@@ -137,6 +143,8 @@ class ExecutorRelay:
         )
         self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
         self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
+        # (session, alias) -> the route of a bind to an executor held elsewhere, being written
+        self._binding: dict[tuple[str, str], asyncio.Task[None]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._receiver: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
@@ -175,7 +183,12 @@ class ExecutorRelay:
     async def announce(self, session: str, alias: str, executor_id: str) -> None:
         """This instance now serves the session's alias (the last bind wins)."""
         route = Route(self.instance, self.incarnation, executor_id)
-        await self._redis.hset(ROUTES_KEY.format(session=session), alias, route.encode())
+        executor = self.hub.get(executor_id)
+        async with self._redis.pipeline(transaction=False) as pipe:
+            pipe.hset(ROUTES_KEY.format(session=session), alias, route.encode())
+            if executor is not None:  # bound now: another instance's bind check sees it
+                pipe.set(EXECUTOR_KEY.format(executor=executor_id), _record(executor), ex=HOLDER_SECONDS)
+            await pipe.execute()
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
         self._spawn(self._quietly(self.announce(session, alias, executor_id), "announce"))
@@ -185,6 +198,7 @@ class ExecutorRelay:
         replaced it."""
         holder = HOLDER_KEY.format(executor=executor.id)
         self._spawn(self._quietly(self._redis.eval(_DELETE_IF_SAME, 1, holder, self.holder.encode()), "withdraw"))
+        self._spawn(self._quietly(self._redis.delete(EXECUTOR_KEY.format(executor=executor.id)), "withdraw"))
         if not executor.session:
             return
         key = ROUTES_KEY.format(session=executor.session)
@@ -221,10 +235,85 @@ class ExecutorRelay:
     # -- holders: where an executor's own routes are served ------------------------------------
 
     async def hold(self, executor_id: str) -> None:
-        """Record that this instance holds the executor (registered here). Without Redis the
-        executor still works through this instance; its routes through others answer 401."""
-        key = HOLDER_KEY.format(executor=executor_id)
-        await self._quietly(self._redis.set(key, self.holder.encode(), ex=HOLDER_SECONDS), "hold")
+        """Record that this instance holds the executor (registered here), and what a bind
+        through another instance checks it by. Without Redis the executor still works through
+        this instance; its routes through others answer 401, binds through them 400."""
+        executor = self.hub.get(executor_id)
+        if executor is None:
+            return
+        await self._quietly(self._hold([executor]), "hold")
+
+    async def _hold(self, executors: list[Executor]) -> None:
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for executor in executors:
+                pipe.set(HOLDER_KEY.format(executor=executor.id), self.holder.encode(), ex=HOLDER_SECONDS)
+                pipe.set(EXECUTOR_KEY.format(executor=executor.id), _record(executor), ex=HOLDER_SECONDS)
+            await pipe.execute()
+
+    async def held_elsewhere(self, executor_id: str) -> Executor | None:
+        """An executor a live other instance holds, as its holder recorded it (`holder` set,
+        `session` the one it serves if bound); None when no live instance does (or this one
+        does). A retryable 503 when Redis is out of reach."""
+        try:
+            raw_holder, raw_record = await self._redis.mget(
+                HOLDER_KEY.format(executor=executor_id), EXECUTOR_KEY.format(executor=executor_id)
+            )
+        except self.errors as exc:
+            raise Unavailable("the runtime executor records are out of reach; retry") from exc
+        holder = Holder.decode(raw_holder) if raw_holder is not None else None
+        if (
+            holder is None
+            or raw_record is None
+            or (holder.instance, holder.incarnation)
+            == (
+                self.instance,
+                self.incarnation,
+            )
+        ):
+            return None
+        try:
+            record = orjson.loads(raw_record)
+            tenant, binding, session, tools = record["tenant"], record["binding"], record["session"], record["tools"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return None
+        if not (isinstance(tenant, str) and isinstance(binding, str) and isinstance(session, str)):
+            return None
+        if not isinstance(tools, list) or not await self._alive(holder.instance, holder.incarnation):
+            return None
+        descriptors: list[ToolDescriptor] = tools
+        return Executor(
+            id=executor_id,
+            tenant=tenant,
+            binding=binding,
+            tools=descriptors,
+            token_digest=b"",
+            created=time.monotonic(),
+            session=session,
+            holder=(holder.instance, holder.incarnation),
+        )
+
+    def bind_elsewhere_soon(self, session: str, executor: Executor) -> None:
+        """A session created here binds an executor another instance holds: the alias's route
+        names that instance, which is told to mark the executor bound. A call of the session
+        waits for the route to be written."""
+        key = (session, executor.binding)
+        task = asyncio.get_running_loop().create_task(self._quietly(self._bind_elsewhere(session, executor), "bind"))
+        self._binding[key] = task
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+        def written(done: asyncio.Task[None]) -> None:
+            if self._binding.get(key) is done:
+                del self._binding[key]
+
+        task.add_done_callback(written)
+
+    async def _bind_elsewhere(self, session: str, executor: Executor) -> None:
+        assert executor.holder is not None
+        instance, incarnation = executor.holder
+        route = Route(instance, incarnation, executor.id)
+        await self._redis.hset(ROUTES_KEY.format(session=session), executor.binding, route.encode())
+        await self._send(instance, "bind", {"executor": executor.id, "session": session})
 
     def holds(self, executor_id: str) -> bool:
         return self.hub.get(executor_id) is not None
@@ -244,14 +333,11 @@ class ExecutorRelay:
     async def _refresh_holders(self) -> None:
         while True:
             await asyncio.sleep(HOLDER_REFRESH_SECONDS)
-            ids = self.hub.executor_ids()
-            if not ids:
+            executors = [e for e in map(self.hub.get, self.hub.executor_ids()) if e is not None]
+            if not executors:
                 continue
             try:
-                async with self._redis.pipeline(transaction=False) as pipe:
-                    for executor_id in ids:
-                        pipe.set(HOLDER_KEY.format(executor=executor_id), self.holder.encode(), ex=HOLDER_SECONDS)
-                    await pipe.execute()
+                await self._hold(executors)
             except self.errors as exc:
                 logger.warning("executor holders not refreshed", extra={"error": str(exc)})
 
@@ -269,6 +355,9 @@ class ExecutorRelay:
         progress: Callable[[object], None],
     ) -> object:
         """The call on whichever instance serves the alias now (this one included)."""
+        binding = self._binding.get((session, alias))
+        if binding is not None:  # bound here to an executor held elsewhere: its route first
+            await asyncio.shield(binding)
         local = self.hub.executor_for(session, alias)
         try:
             route = await self.route(session, alias)
@@ -371,6 +460,16 @@ class ExecutorRelay:
                 pending.future.set_exception(ExecutorUnavailable(str(body.get("message", ""))))
             else:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
+        elif kind == "relay.bind":  # a session created on another instance bound it
+            executor = self.hub.get(str(body.get("executor", "")))
+            bound = str(body.get("session", ""))
+            if executor is not None and bound and executor.session in ("", bound):
+                # its route was written by the binding instance (a later rebind's is not undone)
+                self.hub.bind(executor, bound, announce=False)
+                record = self._redis.set(
+                    EXECUTOR_KEY.format(executor=executor.id), _record(executor), ex=HOLDER_SECONDS
+                )
+                self._spawn(self._quietly(record, "bind"))
         elif kind == "relay.close":
             executor = self.hub.get(str(body.get("executor", "")))
             session = body.get("session")  # a session's close: only an executor that serves it
@@ -411,6 +510,12 @@ class ExecutorRelay:
         await self._quietly(
             self._send(route.instance, "close", {"executor": route.executor, "reason": reason}), "close"
         )
+
+
+def _record(executor: Executor) -> bytes:
+    return orjson.dumps(
+        {"tenant": executor.tenant, "binding": executor.binding, "tools": executor.tools, "session": executor.session}
+    )
 
 
 def channel_of(instance: str) -> str:

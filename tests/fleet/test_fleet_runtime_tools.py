@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from brain import RuntimeTool
+from brain.runtime import RuntimeExecutor
 
 from fleet_app.executor_routes import ExecutorLocator
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
@@ -321,3 +322,89 @@ def test_an_executors_routes_through_another_instance_are_a_retryable_503_while_
             409,
             {"code": "conflict", "message": "no such pending call on this connection (unsolicited or duplicate)"},
         )
+
+
+def test_a_session_created_on_one_instance_binds_an_executor_registered_on_another(
+    fleet: Callable[[str], BrainServer], redis_server: RedisServer
+) -> None:
+    a, b, c = fleet("brain-a"), fleet("brain-b"), fleet("brain-c")
+    served: list[tuple[str, Any]] = []
+
+    def lookup(arguments: Any, context: Any) -> dict[str, Any]:
+        served.append((context.scope["session_id"], arguments))
+        return {"value": f"answer to {arguments['q']}"}
+
+    tools = [RuntimeTool("lookup", "Read application data", SCHEMA, lookup)]
+    descriptors = [tool.descriptor() for tool in tools]
+
+    def create(server: BrainServer, bound: dict[str, Any]) -> httpx.Response:
+        body = {"harness": "instant", "config": {"model": MODEL, "tools": [], "bindings": [bound]}}
+        with server.client() as api:
+            return api.post("/sessions", json=body)
+
+    def sessions() -> list[str]:
+        with a.client() as api:
+            return [session["id"] for session in api.get("/sessions", params={"limit": 100}).json()["sessions"]]
+
+    # when a session is created on A binding an executor A does not hold while Redis is out of reach
+    with redis_server.stopped():
+        outage = create(a, {"alias": "runtime", "executor": secrets.token_hex(16), "runtime": descriptors})
+    # then A cannot tell whether another instance holds it and says so, retryably, creating nothing
+    assert _envelope(outage) == (
+        503,
+        {"code": "unavailable", "message": "the runtime executor records are out of reach; retry"},
+    )
+    assert outage.headers["retry-after"] == "1"
+    assert sessions() == []
+    # given the client's executor registered and connected on B, bound to no session yet
+    executor = RuntimeExecutor(b.sdk(), tools)
+    binding = {"alias": "runtime", "executor": executor.id, "runtime": descriptors}
+    try:
+        # and an executor no instance holds is refused on A as on one instance
+        unknown_id = secrets.token_hex(16)
+        unknown = create(a, {**binding, "executor": unknown_id})
+        assert _envelope(unknown) == (
+            400,
+            {
+                "code": "invalid_request",
+                "message": f"binding 'runtime': runtime executor '{unknown_id}' is not registered",
+            },
+        )
+        # and so are tools other than those B recorded at its registration
+        other = {**binding, "runtime": [{**tools[0].descriptor(), "description": "Something else"}]}
+        assert _envelope(create(a, other)) == (
+            400,
+            {
+                "code": "invalid_request",
+                "message": "binding 'runtime': the runtime tools differ from the executor's registration",
+            },
+        )
+        assert sessions() == []
+        # when the session is created on A with B's executor bound
+        created = create(a, binding)
+        assert created.status_code == 201, created.text
+        sid = created.json()["id"]
+        assert sessions() == [sid]
+        # and a message sent through C makes the model call the client's function
+        accepted = send_ok(c, sid, 'tool:runtime_lookup {"q": "through c"}')
+        (result,) = _results(wait_for_turn_end(a, sid, accepted["id"]))
+        # then the result came back from B's executor, the call reached the client exactly once
+        assert result["outcome"] == "ok", result
+        assert result["result"]["structured_content"] == {"value": "answer to through c"}
+        assert served == [(sid, {"q": "through c"})]
+        calls = [event["data"]["id"] for event in history(a, sid) if event["type"] == "tool.call"]
+        assert len(calls) == 1
+        assert not (b.data_dir / "sessions" / sid).exists()
+        # and B took the executor as bound to the session: closing the session on A closes it
+        with a.client() as api:
+            closed = api.post(f"/sessions/{sid}/close")
+        assert (closed.status_code, closed.json()) == (202, {"status": "close_requested"})
+        assert executor.stopped.wait(30)
+        refused = httpx.post(
+            f"{b.url}/executors/{executor.id}/close", headers={"Authorization": f"Bearer {executor.client.token}"}
+        )
+        assert _envelope(refused) == (401, {"code": "forbidden", "message": "invalid executor credential"})
+        assert served == [(sid, {"q": "through c"})]
+    finally:
+        if not executor.stopped.is_set():
+            executor.close()

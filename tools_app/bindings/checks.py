@@ -89,7 +89,7 @@ class CheckedBindings:
     executors: list[Executor]  # to bind to the session once it exists
 
 
-def _check_runtime_binding(
+async def _check_runtime_binding(
     binding: RequestBinding, alias: str, *, tenant: str, hub: ExecutorHub
 ) -> tuple[SavedBinding, list[ToolDescriptor], Executor]:
     if binding.get("operations") is not None or binding.get("parameters") is not None:
@@ -99,6 +99,8 @@ def _check_runtime_binding(
         raise InvalidRequest(f"binding {alias!r} needs an executor and its runtime tools, or a provider")
     declared = check_runtime_tools(runtime)
     executor = hub.get(executor_id)
+    if executor is None and hub.relay is not None:  # a fleet: another instance may hold it
+        executor = await hub.relay.held_elsewhere(executor_id)
     if executor is None or executor.tenant != tenant:
         raise InvalidRequest(f"binding {alias!r}: runtime executor {executor_id!r} is not registered")
     if executor.session:
@@ -178,7 +180,9 @@ async def check_bindings(
 ) -> CheckedBindings:
     """Validate `config.bindings` of a create request: 400 for a bad binding or a tool name
     collision, 403 for a provider the tenant may not use, 422 for one not installed. Provider
-    bindings are bound (their parameters checked, their descriptors resolved) but nothing runs."""
+    bindings are bound (their parameters checked, their descriptors resolved) but nothing runs.
+    In a fleet a runtime executor another live instance holds is checked by what its holder
+    recorded in Redis (503 while Redis is out of reach)."""
     if len(raw) > MAX_BINDINGS:
         raise InvalidRequest(f"a session has at most {MAX_BINDINGS} bindings")
     installed = providers if providers is not None else ProviderRegistry()
@@ -199,7 +203,7 @@ async def check_bindings(
         if binding.get("provider") is not None:
             entry, declared = await _check_provider_binding(binding, alias, tenant=tenant, providers=installed)
         else:
-            entry, declared, executor = _check_runtime_binding(binding, alias, tenant=tenant, hub=hub)
+            entry, declared, executor = await _check_runtime_binding(binding, alias, tenant=tenant, hub=hub)
             executors.append(executor)
         for tool in declared:
             visible = f"{alias}_{tool['name']}"
