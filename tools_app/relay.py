@@ -380,6 +380,7 @@ class ExecutorRelay:
         command = {
             "relay": relay_id,
             "reply_to": self.channel,
+            "session": session,
             "executor": route.executor,
             "call_id": call_id,
             "tool": tool,
@@ -487,10 +488,15 @@ class ExecutorRelay:
 
         answer: dict[str, object] = {"relay": relay_id}
         scope = body.get("scope")
+        executor = self.hub.get(str(body.get("executor", "")))
+        session = body.get("session")
         try:
+            if executor is not None and session is not None and executor.session != session:
+                # a bind through another instance that lost a race with one of another session
+                raise ExecutorUnavailable("the runtime executor serves another session; the client must rebind")
             async with asyncio.timeout(HOLDER_CALL_SECONDS):
                 answer["result"] = await self.hub.call(
-                    self.hub.get(str(body.get("executor", ""))),
+                    executor,
                     call_id=str(body.get("call_id", "")),
                     tool=str(body.get("tool", "")),
                     arguments=body.get("arguments"),

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from brain import RuntimeTool
 from brain.runtime import RuntimeExecutor
 
@@ -395,6 +396,23 @@ def test_a_session_created_on_one_instance_binds_an_executor_registered_on_anoth
         calls = [event["data"]["id"] for event in history(a, sid) if event["type"] == "tool.call"]
         assert len(calls) == 1
         assert not (b.data_dir / "sessions" / sid).exists()
+        # when another session's route names that executor (a bind that lost a race, made by hand)
+        on_a = a.sdk()
+        other_sid = on_a.create({"harness": "instant", "config": {"model": MODEL, "tools": []}}, runtime_tools=tools)[
+            "id"
+        ]
+        on_a.dispose()
+        with redis.Redis.from_url(redis_server.url) as store:
+            holder = json.loads(store.get(f"brain:executor-holder:{executor.id}"))
+            route = {"instance": "brain-b", "incarnation": holder["incarnation"], "executor": executor.id}
+            store.hset(f"brain:executor-routes:{other_sid}", "runtime", json.dumps(route))
+        stray = send_ok(a, other_sid, 'tool:runtime_lookup {"q": "stray"}')
+        (refused_call,) = _results(wait_for_turn_end(a, other_sid, stray["id"]))
+        # then B refuses it before dispatch: the executor serves its own session only
+        assert refused_call["outcome"] == "error", refused_call
+        assert "unknown_outcome" not in refused_call["result"]
+        assert "serves another session" in refused_call["result"]["content"][0]["text"]
+        assert served == [(sid, {"q": "through c"})]
         # and B took the executor as bound to the session: closing the session on A closes it
         with a.client() as api:
             closed = api.post(f"/sessions/{sid}/close")
