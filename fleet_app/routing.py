@@ -389,6 +389,10 @@ class FleetRouter:
                     forget()
                 await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
                 started = True
+                # Daphne writes the head with the first body message. The owner flushes its
+                # stream's head with an empty body, which no HTTP/1.1 chunk can carry here: flush
+                # it now, or the client waits for the stream's first event or keep-alive.
+                await send({"type": "http.response.body", "body": b"", "more_body": True})
                 async for chunk in answer.body:
                     await self._write(scope, send, chunk)
                 await send({"type": "http.response.body", "body": b""})

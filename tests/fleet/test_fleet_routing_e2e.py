@@ -6,6 +6,7 @@ forward to a paused owner waits for its read timeout."""
 
 from __future__ import annotations
 
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -141,3 +142,33 @@ def test_forwarded_and_direct_send_latency_are_printed(fleet: Callable[[str], Br
         f"send median over {LATENCY_SAMPLES}: direct to the owner {direct_ms:.2f} ms, "
         f"through a non-owner {forwarded_ms:.2f} ms (+{forwarded_ms - direct_ms:.2f} ms)"
     )
+
+
+HEAD_BOUND_SECONDS = 8.0  # well inside the 15 s keep-alive: a head that waits for it is late
+
+
+def test_a_stream_through_a_non_owner_answers_its_head_before_any_event(
+    fleet: Callable[[str], BrainServer],
+) -> None:
+    # given an idle session created on A, with nothing to stream after its last event
+    a, b = fleet("brain-a"), fleet("brain-b")
+    sid = create_session(a)["id"]
+    last = history(a, sid)[-1]["id"] if history(a, sid) else ""
+    path = f"/sessions/{sid}/events" + (f"?after={last}" if last else "")
+    # when a stream is opened through B, which forwards it to A
+    host, port = str(b.config["listen"]).rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.settimeout(HEAD_BOUND_SECONDS)
+        sock.sendall(
+            f"GET {path} HTTP/1.1\r\nHost: brain\r\nAuthorization: Bearer {b.token()}\r\n"
+            "Accept: text/event-stream\r\n\r\n".encode()
+        )
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = sock.recv(4096)  # socket.timeout when the head waits for an event
+            assert chunk, f"B closed the stream before its head: {head!r}"
+            head += chunk
+    # then its head arrived at once, as on the owner, not with the first event or keep-alive
+    status_line, _, rest = head.partition(b"\r\n")
+    assert status_line == b"HTTP/1.1 200 OK"
+    assert b"content-type: text/event-stream" in rest.lower()
