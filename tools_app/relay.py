@@ -10,13 +10,11 @@ result back to the caller's channel. Nothing is replayed: a call whose holder le
 or whose send or reply path fails on Redis, ends with an unknown outcome; a call to a holder
 that is not alive is refused before it is sent.
 
-Each executor registered here is also recorded in Redis with its holder (this instance's name,
-incarnation and URL), so its own routes (`/executors/{id}/responses`, `/close`, `/commands`)
-reaching another instance are forwarded here (fleet_app.routing). Beside it goes what a session
-created on another instance binds it by (its tenant, alias, tools as registered, and the session
-it serves once bound): that instance writes the alias's route naming this one and tells this one,
-which marks the executor bound. A session's routes are kept in one hash, so closing the session
-on its owner closes the executors that serve it on every instance.
+Each executor registered here is recorded in Redis (tools_app.relay_records) with its holder, so
+its routes reaching another instance are forwarded here (fleet_app.routing), and with what a
+session created elsewhere binds it by: that instance writes the alias's route naming this one and
+tells this one, which marks it bound. A session's routes are one hash: closing the session on its
+owner closes the executors that serve it on every instance.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -32,21 +29,18 @@ import orjson
 
 from foundation.errors import Unavailable
 from foundation.logs import logger
-from runners.protocol import ToolDescriptor
 
+from . import relay_records as records
 from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable
+from .relay_records import Holder, Route
 
 __all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Route"]
 
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
-ROUTES_KEY = "brain:executor-routes:{session}"  # a hash: alias -> the route that serves it
-HOLDER_KEY = "brain:executor-holder:{executor}"  # the instance holding an executor
-EXECUTOR_KEY = "brain:executor:{executor}"  # what a bind on another instance checks it by
 # A holder record is written at registration and rewritten every HOLDER_REFRESH_SECONDS while
 # the executor lives, so one left by a killed instance goes within HOLDER_SECONDS.
 HOLDER_SECONDS = 900
 HOLDER_REFRESH_SECONDS = 300.0
-CHANNEL_PREFIX = "brain-executors."
 ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
 HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
 MESSAGE_EXPIRY_SECONDS = 30  # a command nobody received by then is dropped, never delivered late
@@ -59,49 +53,6 @@ LAYER_READ_SECONDS = 15.0
 
 # (instance, incarnation) -> whether that process is a live member of the fleet
 AliveCheck = Callable[[str, str], Awaitable[bool]]
-
-_DELETE_IF_SAME = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) end return 0"
-_HDELETE_IF_SAME = (
-    "if redis.call('hget', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('hdel', KEYS[1], ARGV[1]) end return 0"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    instance: str
-    incarnation: str
-    executor: str
-
-    def encode(self) -> bytes:
-        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "executor": self.executor})
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> Route | None:
-        try:
-            value = orjson.loads(raw)
-            return cls(str(value["instance"]), str(value["incarnation"]), str(value["executor"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            return None
-
-
-@dataclass(frozen=True, slots=True)
-class Holder:
-    """The instance whose hub holds an executor, and how the other instances reach it."""
-
-    instance: str
-    incarnation: str
-    url: str
-
-    def encode(self) -> bytes:
-        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "url": self.url})
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> Holder | None:
-        try:
-            value = orjson.loads(raw)
-            return cls(str(value["instance"]), str(value["incarnation"]), str(value["url"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            return None
 
 
 @dataclass(eq=False)
@@ -121,7 +72,7 @@ class ExecutorRelay:
         self.instance = instance
         self.incarnation = incarnation
         self.holder = Holder(instance, incarnation, url)
-        self.channel = channel_of(instance)
+        self.channel = records.channel_of(instance)
         self._alive = alive
         # imported here, not at module load: redis pulls in the OpenTelemetry SDK when it is
         # installed, and a server without a fleet relay must not load it (telemetry is opt-in)
@@ -185,9 +136,9 @@ class ExecutorRelay:
         route = Route(self.instance, self.incarnation, executor_id)
         executor = self.hub.get(executor_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(ROUTES_KEY.format(session=session), alias, route.encode())
+            pipe.hset(records.routes_key(session), alias, route.encode())
             if executor is not None:  # bound now: another instance's bind check sees it
-                pipe.set(EXECUTOR_KEY.format(executor=executor_id), _record(executor), ex=HOLDER_SECONDS)
+                pipe.set(records.executor_key(executor_id), records.executor_record(executor), ex=HOLDER_SECONDS)
             await pipe.execute()
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
@@ -196,21 +147,25 @@ class ExecutorRelay:
     def withdraw_soon(self, executor: Executor) -> None:
         """The executor closed: its holder record goes, and its route unless a later bind
         replaced it."""
-        holder = HOLDER_KEY.format(executor=executor.id)
-        self._spawn(self._quietly(self._redis.eval(_DELETE_IF_SAME, 1, holder, self.holder.encode()), "withdraw"))
-        self._spawn(self._quietly(self._redis.delete(EXECUTOR_KEY.format(executor=executor.id)), "withdraw"))
+        holder = records.holder_key(executor.id)
+        self._spawn(
+            self._quietly(self._redis.eval(records.DELETE_IF_SAME, 1, holder, self.holder.encode()), "withdraw")
+        )
+        self._spawn(self._quietly(self._redis.delete(records.executor_key(executor.id)), "withdraw"))
         if not executor.session:
             return
-        key = ROUTES_KEY.format(session=executor.session)
+        key = records.routes_key(executor.session)
         value = Route(self.instance, self.incarnation, executor.id).encode()
-        self._spawn(self._quietly(self._redis.eval(_HDELETE_IF_SAME, 1, key, executor.binding, value), "withdraw"))
+        self._spawn(
+            self._quietly(self._redis.eval(records.HDELETE_IF_SAME, 1, key, executor.binding, value), "withdraw")
+        )
 
     def revoke_soon(self, session: str) -> None:
         """The session closed here: the executors serving it on other instances close too."""
         self._spawn(self._quietly(self._revoke(session), "revoke"))
 
     async def _revoke(self, session: str) -> None:
-        key = ROUTES_KEY.format(session=session)
+        key = records.routes_key(session)
         routes = await self._redis.hgetall(key)
         for raw in routes.values():
             route = Route.decode(raw)
@@ -229,7 +184,7 @@ class ExecutorRelay:
             logger.warning("executor route not updated", extra={"action": what, "error": str(exc)})
 
     async def route(self, session: str, alias: str) -> Route | None:
-        raw = await self._redis.hget(ROUTES_KEY.format(session=session), alias)
+        raw = await self._redis.hget(records.routes_key(session), alias)
         return Route.decode(raw) if raw is not None else None
 
     # -- holders: where an executor's own routes are served ------------------------------------
@@ -246,8 +201,8 @@ class ExecutorRelay:
     async def _hold(self, executors: list[Executor]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             for executor in executors:
-                pipe.set(HOLDER_KEY.format(executor=executor.id), self.holder.encode(), ex=HOLDER_SECONDS)
-                pipe.set(EXECUTOR_KEY.format(executor=executor.id), _record(executor), ex=HOLDER_SECONDS)
+                pipe.set(records.holder_key(executor.id), self.holder.encode(), ex=HOLDER_SECONDS)
+                pipe.set(records.executor_key(executor.id), records.executor_record(executor), ex=HOLDER_SECONDS)
             await pipe.execute()
 
     async def held_elsewhere(self, executor_id: str) -> Executor | None:
@@ -256,41 +211,18 @@ class ExecutorRelay:
         does). A retryable 503 when Redis is out of reach."""
         try:
             raw_holder, raw_record = await self._redis.mget(
-                HOLDER_KEY.format(executor=executor_id), EXECUTOR_KEY.format(executor=executor_id)
+                records.holder_key(executor_id), records.executor_key(executor_id)
             )
         except self.errors as exc:
             raise Unavailable("the runtime executor records are out of reach; retry") from exc
         holder = Holder.decode(raw_holder) if raw_holder is not None else None
-        if (
-            holder is None
-            or raw_record is None
-            or (holder.instance, holder.incarnation)
-            == (
-                self.instance,
-                self.incarnation,
-            )
-        ):
+        mine = (self.instance, self.incarnation)
+        if holder is None or raw_record is None or (holder.instance, holder.incarnation) == mine:
             return None
-        try:
-            record = orjson.loads(raw_record)
-            tenant, binding, session, tools = record["tenant"], record["binding"], record["session"], record["tools"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+        executor = records.executor_of_record(executor_id, raw_record, holder)
+        if executor is None or not await self._alive(holder.instance, holder.incarnation):
             return None
-        if not (isinstance(tenant, str) and isinstance(binding, str) and isinstance(session, str)):
-            return None
-        if not isinstance(tools, list) or not await self._alive(holder.instance, holder.incarnation):
-            return None
-        descriptors: list[ToolDescriptor] = tools
-        return Executor(
-            id=executor_id,
-            tenant=tenant,
-            binding=binding,
-            tools=descriptors,
-            token_digest=b"",
-            created=time.monotonic(),
-            session=session,
-            holder=(holder.instance, holder.incarnation),
-        )
+        return executor
 
     def bind_elsewhere_soon(self, session: str, executor: Executor) -> None:
         """A session created here binds an executor another instance holds: the alias's route
@@ -312,7 +244,7 @@ class ExecutorRelay:
         assert executor.holder is not None
         instance, incarnation = executor.holder
         route = Route(instance, incarnation, executor.id)
-        await self._redis.hset(ROUTES_KEY.format(session=session), executor.binding, route.encode())
+        await self._redis.hset(records.routes_key(session), executor.binding, route.encode())
         await self._send(instance, "bind", {"executor": executor.id, "session": session})
 
     def holds(self, executor_id: str) -> bool:
@@ -321,7 +253,7 @@ class ExecutorRelay:
     async def holder_of(self, executor_id: str) -> Holder | None:
         """The other instance recorded as holding the executor (alive or not); None when none
         is (or this one is). Raises one of `errors` when Redis is out of reach."""
-        raw = await self._redis.get(HOLDER_KEY.format(executor=executor_id))
+        raw = await self._redis.get(records.holder_key(executor_id))
         holder = Holder.decode(raw) if raw is not None else None
         if holder is None or (holder.instance, holder.incarnation) == (self.instance, self.incarnation):
             return None
@@ -408,7 +340,7 @@ class ExecutorRelay:
                 future.cancel()
 
     async def _send(self, instance: str, kind: str, body: dict[str, object]) -> None:
-        await self._send_to(channel_of(instance), kind, body)
+        await self._send_to(records.channel_of(instance), kind, body)
 
     async def _send_to(self, channel: str, kind: str, body: dict[str, object]) -> None:
         await self._layer.send(channel, {"type": f"relay.{kind}", "body": orjson.dumps(body)})
@@ -468,7 +400,7 @@ class ExecutorRelay:
                 # its route was written by the binding instance (a later rebind's is not undone)
                 self.hub.bind(executor, bound, announce=False)
                 record = self._redis.set(
-                    EXECUTOR_KEY.format(executor=executor.id), _record(executor), ex=HOLDER_SECONDS
+                    records.executor_key(executor.id), records.executor_record(executor), ex=HOLDER_SECONDS
                 )
                 self._spawn(self._quietly(record, "bind"))
         elif kind == "relay.close":
@@ -516,14 +448,3 @@ class ExecutorRelay:
         await self._quietly(
             self._send(route.instance, "close", {"executor": route.executor, "reason": reason}), "close"
         )
-
-
-def _record(executor: Executor) -> bytes:
-    return orjson.dumps(
-        {"tenant": executor.tenant, "binding": executor.binding, "tools": executor.tools, "session": executor.session}
-    )
-
-
-def channel_of(instance: str) -> str:
-    name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in instance)
-    return CHANNEL_PREFIX + name[:80]
