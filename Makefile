@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-installed
 DEV_STAMP := $(VENV)/.requirements-dev-installed
 PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
-DEBIAN_PACKAGES := redis-server postgresql chromium nginx
+DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx
 # The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
 STATIC_MANIFEST := staticfiles/staticfiles.json
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)

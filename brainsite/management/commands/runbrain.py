@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 SHUTDOWN_SECONDS = 18.0  # spec: exit within about 20 s of SIGTERM/SIGINT
 SWITCH_INTERVAL_SECONDS = 0.001
 PRIVATE_DIRECTORY_MODE = 0o700  # session ids are names in the data dir: nobody else may list them
+# Twisted listens with a queue of 50 by default: a burst of connections (hundreds of clients
+# opening streams at once) overflowed it, and the kernel reset them. The kernel caps it at somaxconn.
+LISTEN_BACKLOG = 1024
 
 
 class _ListeningPort(Protocol):
@@ -110,7 +113,7 @@ class Command(BaseCommand):
         host = config.listen_host.replace(":", r"\:")
         server = BrainServer(
             application=application,
-            endpoints=[f"tcp:port={config.listen_port}:interface={host}"],
+            endpoints=[f"tcp:port={config.listen_port}:interface={host}:backlog={LISTEN_BACKLOG}"],
             signal_handlers=True,
             http_timeout=None,
             application_close_timeout=5,
