@@ -44,6 +44,7 @@ DEV_ONLY = frozenset(
         "mypy",
         "django-stubs",
         "websockets",
+        "pyyaml",
     }
 )
 # name[extras]==version, optionally followed by a comment
