@@ -207,6 +207,10 @@ class LeaseManager:
             return None
         return held.epoch
 
+    def holds(self, session_id: str) -> bool:
+        """Whether this instance believes it holds the lease, writable or lapsing."""
+        return session_id in self._held
+
     def _writable_count(self) -> int:
         return sum(1 for session_id in list(self._held) if self.held_epoch(session_id) is not None)
 

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from channels.db import database_sync_to_async
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Q
 
+from fleet_app.models import SessionLease
 from foundation.hostconfig import HostConfig
 from foundation.rfc3339 import format_time as _format_time
 from foundation.rfc3339 import parse_time
@@ -33,6 +36,7 @@ __all__ = [
     "import_session",
     "alist_sessions",
     "asave_session_states",
+    "LeaseFence",
     "digest_token",
     "mirror_config_tokens",
     "parse_time",
@@ -142,41 +146,76 @@ def list_sessions(tenant: str, *, after: str, limit: int, only: str = "") -> lis
 STATE_FIELDS = ("status", "updated_at", "checkpoint_id", "checkpoint_offset", "checkpoint_time")
 
 
-def save_session_states(records: list[SessionRecord]) -> None:
-    """Write-behind of runtime state: status, updated_at and checkpoint.
+@dataclass(frozen=True, slots=True)
+class LeaseFence:
+    """In a fleet: this instance's name and the epoch of each session it still holds."""
+
+    owner: str
+    epochs: Mapping[str, int]
+
+
+def save_session_states(
+    records: list[SessionRecord], *, fence: LeaseFence | None = None, using: str = DEFAULT_DB_ALIAS
+) -> int:
+    """Write-behind of runtime state: status, updated_at and checkpoint. Returns the rows written.
 
     One prepared UPDATE run with executemany in one transaction: bulk_update's CASE/WHEN
     statement costs milliseconds of Python per hundred rows, in a thread that holds the GIL
     while the event loop waits.
+
+    In a fleet (`fence`), a row is written only while the fleet's lease table still gives its
+    session to this instance at the epoch the record was written under, in the same statement:
+    a former owner back from a pause never overwrites its successor's row.
     """
     if not records:
-        return
+        return 0
+    database = connections[using]
     meta = Session._meta
     fields = [meta.get_field(name) for name in STATE_FIELDS]
-    quote = connection.ops.quote_name
+    quote = database.ops.quote_name
     columns = [str(field.column) for field in fields]  # type: ignore[union-attr]  # concrete fields have columns
     assignments = ", ".join(f"{quote(column)} = %s" for column in columns)
     sql = f"UPDATE {quote(meta.db_table)} SET {assignments} WHERE {quote(str(meta.pk.column))} = %s"
+    if fence is not None:
+        sql += (
+            f" AND EXISTS (SELECT 1 FROM {quote(SessionLease._meta.db_table)}"
+            " WHERE session_id = %s AND owner = %s AND epoch = %s)"
+        )
     prepare = [field.get_db_prep_save for field in fields]  # type: ignore[union-attr]  # concrete fields
-    params = [
-        (
-            prepare[0](record.status, connection),
-            prepare[1](parse_time(record.updated_at), connection),
-            prepare[2](record.checkpoint["id"], connection),
-            prepare[3](record.checkpoint["offset"], connection),
-            prepare[4](parse_time(record.checkpoint["time"]), connection),
+    params = []
+    for record in records:
+        row: tuple[Any, ...] = (
+            prepare[0](record.status, database),
+            prepare[1](parse_time(record.updated_at), database),
+            prepare[2](record.checkpoint["id"], database),
+            prepare[3](record.checkpoint["offset"], database),
+            prepare[4](parse_time(record.checkpoint["time"]), database),
             record.id,
         )
-        for record in records
-    ]
-    with transaction.atomic(), connection.cursor() as cursor:
+        if fence is not None:
+            epoch = fence.epochs.get(record.id)
+            if epoch is None:
+                continue  # no longer held here: the successor writes the row
+            row += (record.id, fence.owner, epoch)
+        params.append(row)
+    if not params:
+        return 0
+    with transaction.atomic(using=using), database.cursor() as cursor:
         cursor.executemany(sql, params)
+        return max(int(cursor.rowcount), 0)
 
 
-def claim_running_sessions(marked: Iterable[str] = ()) -> list[SessionRecord]:
+def claim_running_sessions(
+    marked: Iterable[str] = (), *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS
+) -> list[SessionRecord]:
     """Sessions the database last saw running, or `marked` running on disk: after a restart
-    their turns are gone."""
-    rows = Session.objects.filter(Q(status=SessionStatus.RUNNING) | Q(id__in=list(marked))).order_by("id")
+    their turns are gone. In a fleet (`owner`), only those whose lease last named this
+    instance: the others' running sessions are theirs, or taken on their next request."""
+    running = Q(status=SessionStatus.RUNNING)
+    if owner is not None:
+        leased = SessionLease.objects.using(using).filter(owner=owner).values("session_id")
+        running &= Q(id__in=leased)
+    rows = Session.objects.using(using).filter(running | Q(id__in=list(marked))).order_by("id")
     return [_record(row) for row in rows]
 
 

@@ -105,7 +105,8 @@ class Engine:
         )
         self._turn_slots = TurnSlots(config.limits.active)
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
-        self._rows = WriteBehind()
+        # in a fleet the rows are shared: written only under a lease still held
+        self._rows = WriteBehind(ownership.leases if ownership is not None else None)
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
         self._key_watch: asyncio.Task[None] | None = None  # follows provider keys given as NAME_FILE
@@ -128,7 +129,8 @@ class Engine:
         self.storage.ensure()
         shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
         marked = await asyncio.to_thread(self.storage.marked_running)
-        for record in await db.aclaim_running_sessions(marked):
+        owner = self.ownership.leases.instance if self.ownership is not None else None
+        for record in await db.aclaim_running_sessions(marked, owner=owner):
             with contextlib.suppress(NotFound, Overloaded, Unavailable, SessionDamaged):  # loads on its next request
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()

@@ -23,11 +23,16 @@ FIRST_EPOCH = 1  # fleet_app.db: a session's first lease ever
 
 class Leases(Protocol):
     @property
+    def instance(self) -> str: ...
+
+    @property
     def joined(self) -> bool: ...
 
     async def acquire(self, session_id: str) -> int | None: ...
 
     def held_epoch(self, session_id: str) -> int | None: ...
+
+    def holds(self, session_id: str) -> bool: ...
 
 
 class TakeOver(Protocol):

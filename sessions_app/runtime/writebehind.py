@@ -1,11 +1,16 @@
 """Session rows written behind: a changed record reaches the database at most
 WRITE_BEHIND_SECONDS later, in one batch. Crash recovery does not depend on it (the event log and
-the running marker do); the admin and lists see it."""
+the running marker do); the admin and lists see it.
+
+In a fleet the rows are shared: each is written only under the epoch this instance still holds
+its session at (sessions_app.db.LeaseFence), and a session whose lease is lapsing or lost is
+not written at all: its next owner writes it."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Protocol
 
 from foundation.logs import logger
 from sessions_app import db
@@ -16,9 +21,22 @@ __all__ = ["WRITE_BEHIND_SECONDS", "WriteBehind"]
 WRITE_BEHIND_SECONDS = 0.2
 
 
+class HeldLeases(Protocol):
+    """What the write-behind needs of a fleet instance's leases (fleet_app.leases.LeaseManager)."""
+
+    @property
+    def instance(self) -> str: ...
+
+    def held_epoch(self, session_id: str) -> int | None: ...
+
+    def holds(self, session_id: str) -> bool: ...
+
+
 class WriteBehind:
-    def __init__(self) -> None:
+    def __init__(self, leases: HeldLeases | None = None) -> None:
+        """`leases`: in a fleet, whose epochs fence each row."""
         self._dirty: dict[str, SessionRecord] = {}
+        self._leases = leases
 
     def mark(self, record: SessionRecord) -> None:
         self._dirty[record.id] = record
@@ -33,8 +51,18 @@ class WriteBehind:
         records, self._dirty = list(self._dirty.values()), {}
         # copies: the actors keep changing their records while the thread writes
         snapshot = [dataclasses.replace(r, checkpoint=r.checkpoint.copy()) for r in records]
+        fence = None
+        if self._leases is not None:
+            epochs: dict[str, int] = {}
+            for record in records:
+                epoch = self._leases.held_epoch(record.id)
+                if epoch is not None:
+                    epochs[record.id] = epoch
+                elif self._leases.holds(record.id):  # lapsing: written if the renewal comes back
+                    self._dirty.setdefault(record.id, record)
+            fence = db.LeaseFence(self._leases.instance, epochs)
         try:
-            await db.asave_session_states(snapshot)
+            await db.asave_session_states(snapshot, fence=fence)
         except Exception:  # supervision boundary: keep the rows for the next flush
             logger.exception("session state write failed")
             for record in records:
