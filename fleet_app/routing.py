@@ -63,6 +63,11 @@ SIGNATURE = SIGNATURE_HEADER.encode()
 SOCKET_HIGH_WATER = 256 * 1024
 WRITE_DEADLINE_SECONDS = 15.0
 CONGESTION_POLL_SECONDS = 0.01
+# A forwarded answer with a Content-Length up to this size is read whole and passed on in one
+# message; larger or unframed ones (streams) are passed on piece by piece as they arrive.
+WHOLE_ANSWER_BYTES = 256 * 1024
+# How long a forwarded request waits for its answer before a task watches for the client leaving.
+WATCH_AFTER_SECONDS = 0.05
 # How long a looked-up remote owner is reused, at most a tenth of the lease; bounded in size.
 OWNER_CACHE_SECONDS = 1.0
 OWNER_CACHE_ENTRIES = 10_000
@@ -116,6 +121,13 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key == name:
             return bytes(value)
+    return None
+
+
+def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    for name, value in headers:
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
     return None
 
 
@@ -369,7 +381,13 @@ class FleetRouter:
             if relay is not None:
                 relay.cancel()
 
-        watcher = asyncio.create_task(watch())
+        # Most answers come back within milliseconds: the watcher starts only for one that
+        # takes longer (a stream, a slow owner), sparing a task per forwarded request. A client
+        # that left meanwhile is seen then, its disconnect waiting in the receive queue.
+        watcher: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            WATCH_AFTER_SECONDS, lambda: watcher.append(asyncio.ensure_future(watch()))
+        )
         try:
             async with forward_request(
                 self.client,
@@ -387,6 +405,14 @@ class FleetRouter:
             ) as answer:
                 if answer.status == 503:  # the owner is draining, moving, or not the owner
                     forget()
+                length = _content_length(answer.headers)
+                if length is not None and length <= WHOLE_ANSWER_BYTES:
+                    # an ordinary answer: read whole, passed on in one message (no stream to flush)
+                    whole = b"".join([chunk async for chunk in answer.body])
+                    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+                    started = True
+                    await send({"type": "http.response.body", "body": whole})
+                    return True
                 await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
                 started = True
                 # Daphne writes the head with the first body message. The owner flushes its
@@ -402,6 +428,9 @@ class FleetRouter:
             if not started:
                 return False
         except (httpx.TransportError, TimeoutError):
+            if not started:  # the answer broke before anything reached the client: the caller answers
+                forget()
+                return False
             # Mid-body: the response was already started, so the client must see a cut
             # connection, not a short body that looks complete; SSE clients reconnect.
             abort = scope.get("brain_abort_connection")
@@ -411,7 +440,9 @@ class FleetRouter:
             if not disconnected.is_set():
                 raise
         finally:
-            watcher.cancel()
+            timer.cancel()
+            for task in watcher:
+                task.cancel()
         return True
 
     async def _still_owner(self, leases: LeaseView, session_id: str, owner: LeaseOwnerView) -> bool:

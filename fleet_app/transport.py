@@ -35,11 +35,12 @@ READ_SECONDS = 120.0
 WRITE_SECONDS = 10.0
 POOL_SECONDS = 2.0
 MAX_CONNECTIONS = 256  # per instance, to all owners together
-# An owner's answer is read with the bounds a server puts on requests: its status line and each
-# header line at most this long, this many header lines; body pieces are passed on as they come,
-# at most READ_BYTES each.
+# An owner's answer is read with the bounds a server puts on requests: its whole head (status
+# line and headers) at most MAX_HEAD_BYTES, each line at most MAX_HEADER_LINE_BYTES, this many
+# header lines; body pieces are passed on as they come, at most READ_BYTES each.
 MAX_HEADER_LINE_BYTES = 16 * 1024
 MAX_HEADER_LINES = 100
+MAX_HEAD_BYTES = 64 * 1024
 READ_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_DIGITS = 16  # a chunk-size line: hex digits of a 64-bit size, then extensions
 
@@ -186,11 +187,14 @@ class FleetTransport(httpx.AsyncBaseTransport):
         host:port, or a new one; the answer once its head arrived. httpx's TransportError
         family on failure, as httpcore raises it (ConnectError: nothing was sent)."""
         origin = f"{host}:{port}"
-        try:
-            async with asyncio.timeout(POOL_SECONDS):
-                await self._slots.acquire()
-        except TimeoutError as exc:
-            raise httpx.PoolTimeout("every connection to the fleet is in use") from exc
+        if self._slots.locked():  # only then can the acquire wait: no timeout to arm otherwise
+            try:
+                async with asyncio.timeout(POOL_SECONDS):
+                    await self._slots.acquire()
+            except TimeoutError as exc:
+                raise httpx.PoolTimeout("every connection to the fleet is in use") from exc
+        else:
+            await self._slots.acquire()
         try:
             link = self._pooled(origin) or await self._connect(host, port)
             await self._write(link, data)
@@ -211,7 +215,7 @@ class FleetTransport(httpx.AsyncBaseTransport):
     async def _connect(self, host: str, port: int) -> _Connection:
         try:
             async with asyncio.timeout(CONNECT_SECONDS):
-                reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEADER_LINE_BYTES)
+                reader, writer = await asyncio.open_connection(host, port, limit=MAX_HEAD_BYTES)
         except TimeoutError as exc:
             raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
         except OSError as exc:
@@ -222,6 +226,8 @@ class FleetTransport(httpx.AsyncBaseTransport):
     async def _write(link: _Connection, data: bytes) -> None:
         try:
             link.writer.write(data)
+            if link.writer.transport.get_write_buffer_size() == 0:
+                return  # written whole to the socket: nothing to drain
             async with asyncio.timeout(WRITE_SECONDS):
                 await link.writer.drain()
         except TimeoutError as exc:
@@ -232,15 +238,21 @@ class FleetTransport(httpx.AsyncBaseTransport):
             raise httpx.WriteError(f"sending to the owner failed: {exc.strerror or exc}") from exc
 
     async def _response(self, method: str, origin: str, link: _Connection) -> Answer:
+        # the whole head in one read (one wait, one timeout), then split: a line at a time cost
+        # a wait and a timeout per header
         try:
-            version, _, rest = (await _line(link.reader)).partition(b" ")
+            head = await _read(link.reader.readuntil(b"\r\n\r\n"))
+            status_line, *lines = head[:-4].split(b"\r\n")
+            version, _, rest = status_line.partition(b" ")
             code, _, reason = rest.partition(b" ")
             if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
                 raise httpx.RemoteProtocolError("the owner's answer is not HTTP/1.x")
+            if len(lines) > MAX_HEADER_LINES:
+                raise httpx.RemoteProtocolError("the owner sent a malformed header")
             headers: list[tuple[bytes, bytes]] = []
-            while line := await _line(link.reader):
+            for line in lines:
                 name, colon, value = line.partition(b":")
-                if not colon or not name or name != name.strip() or len(headers) >= MAX_HEADER_LINES:
+                if not colon or not name or name != name.strip() or len(line) > MAX_HEADER_LINE_BYTES:
                     raise httpx.RemoteProtocolError("the owner sent a malformed header")
                 headers.append((name, value.strip()))
         except BaseException:

@@ -384,6 +384,8 @@ async def test_a_connection_the_owner_closed_while_idle_is_not_reused() -> None:
     "answer",
     [
         pytest.param(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 70_000 + b"\r\n\r\n", id="over_long_header_case"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n", id="over_long_line_case"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nno colon here\r\n\r\n", id="header_without_colon_case"),
         pytest.param(b"HTTP/1.1 200 OK\r\n" + b"X-A: 1\r\n" * 200 + b"\r\n", id="too_many_headers_case"),
         pytest.param(b"SSH-2.0-OpenSSH_9.2\r\n\r\n", id="not_http_case"),
         pytest.param(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", id="bad_chunk_case"),

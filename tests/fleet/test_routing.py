@@ -318,8 +318,9 @@ class KeptAlive:
     """An owner that answers every request on a connection with `status` and a short body, or
     (`silent`) reads requests and never answers, as a paused process whose kernel still accepts."""
 
-    def __init__(self, status: bytes = b"202 Accepted", *, silent: bool = False) -> None:
-        self.status, self.silent = status, silent
+    def __init__(self, status: bytes = b"202 Accepted", *, silent: bool = False, cut: bool = False) -> None:
+        """`cut`: the answer's head and part of its body, then the connection closes (a crash)."""
+        self.status, self.silent, self.cut = status, silent, cut
         self.targets: list[bytes] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -336,8 +337,10 @@ class KeptAlive:
                     await reader.read()  # never answers, until the other side closes
                     return
                 writer.write(b"HTTP/1.1 " + self.status + b"\r\nContent-Type: application/json\r\n")
-                writer.write(b"Content-Length: 12\r\n\r\n" + b'{"id":"abc"}')
+                writer.write(b"Content-Length: 12\r\n\r\n" + (b'{"id"' if self.cut else b'{"id":"abc"}'))
                 await writer.drain()
+                if self.cut:
+                    return
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -425,3 +428,57 @@ async def test_a_forward_to_a_paused_owner_is_a_retryable_503_once_its_lease_lap
         "request_id": "r" * 32,
     }
     assert (router.forwarded, router._owners) == (1, {})
+
+
+async def test_an_ordinary_answer_is_passed_on_in_one_piece_with_its_length(fleet_db: str) -> None:
+    # given
+    origin = KeptAlive()
+    server, url = await served(origin)
+    session_id, _, b = await owned_by_a(fleet_db, url)
+    router = FleetRouter()
+    # when
+    client = await send_through(router, b, session_id)
+    await router.aclose()
+    server.close()
+    # then: the head, then the whole body in one last message: no flush, no chunked coding
+    assert [message["type"] for message in client.sent] == ["http.response.start", "http.response.body"]
+    assert client.sent[1] == {"type": "http.response.body", "body": b'{"id":"abc"}'}
+    assert client.headers[b"content-length"] == b"12"
+
+
+async def test_an_owner_that_dies_mid_answer_is_a_retryable_503_not_a_short_body(fleet_db: str) -> None:
+    # given: the owner crashes after its answer's head and part of its body
+    origin = KeptAlive(cut=True)
+    server, url = await served(origin)
+    session_id, _, b = await owned_by_a(fleet_db, url)
+    router = FleetRouter()
+    # when
+    client = await send_through(router, b, session_id)
+    await router.aclose()
+    server.close()
+    # then: nothing of the broken answer reached the client, which gets a retryable 503 (a
+    # send's idempotency key settles whether it was taken), and the owner is forgotten
+    assert (client.status, client.headers[b"retry-after"]) == (503, b"1")
+    assert orjson.loads(client.content)["error"]["code"] == "unavailable"
+    assert (router.forwarded, router._owners) == (1, {})
+
+
+async def test_a_client_that_leaves_while_the_owner_is_silent_ends_the_forward(fleet_db: str) -> None:
+    # given: an owner that never answers, its lease live (the re-check keeps finding it)
+    origin = KeptAlive(silent=True)
+    server, url = await served(origin)
+    session_id, _, b = await owned_by_a(fleet_db, url)
+    router = FleetRouter()
+    client = Client(body=b"{}")
+    request = scope(f"/sessions/{session_id}/events", method="POST")
+    forward = asyncio.ensure_future(router.route(Brain(b), b, request, client.receive, client.send, limit=LIMIT))
+    await asyncio.sleep(0.3)  # the answer is late: the watcher for the client's leaving runs by now
+    # when
+    client.gone.set()
+    async with asyncio.timeout(WAIT_SECONDS):
+        routed = await forward
+    await router.aclose()
+    server.close()
+    # then: the forward ended with the client, and nothing was sent to it
+    assert (routed, client.sent) == (None, [])
+    assert origin.targets == [f"/sessions/{session_id}/events".encode()]
