@@ -21,7 +21,16 @@ from urllib.parse import urlsplit
 import httpx
 
 from .signing import FORWARDED_HEADERS, sign_request
-from .transport import CONNECT_SECONDS, MAX_CONNECTIONS, POOL_SECONDS, READ_SECONDS, WRITE_SECONDS, FleetTransport
+from .transport import (
+    CONNECT_SECONDS,
+    MAX_CONNECTIONS,
+    POOL_SECONDS,
+    READ_SECONDS,
+    WRITE_SECONDS,
+    Abandoned,
+    FleetTransport,
+    Patience,
+)
 
 __all__ = [
     "CLIENT_HEADER",
@@ -175,13 +184,11 @@ async def forward_request(
                 head.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in fields.items())
             head.append(b"\r\n")
             data = b"".join(head) + body
-            answer = await _answer(
-                lambda: transport.exchange(host, port, method, data),
-                owner,
-                still_owner,
-                recheck_seconds,
-                discard=lambda answer: answer.body.aclose(),
-            )
+            patience = Patience(recheck_seconds, still_owner) if still_owner is not None else None
+            try:
+                answer = await transport.exchange(host, port, method, data, patience=patience)
+            except Abandoned as exc:
+                raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True) from exc
         else:
             response = await _answer(
                 lambda: _send(client, secret, sender, owner, owner_url, method, target, body, forwarded, now()),

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
 
 __all__ = [
+    "Abandoned",
+    "Patience",
     "CONNECT_SECONDS",
     "MAX_CONNECTIONS",
     "POOL_SECONDS",
@@ -45,6 +47,20 @@ READ_BYTES = 64 * 1024
 MAX_CHUNK_SIZE_DIGITS = 16  # a chunk-size line: hex digits of a 64-bit size, then extensions
 
 
+class Abandoned(httpx.ReadTimeout):
+    """The caller's patience ran out while the answer's head had not arrived (the request may
+    have reached the owner)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Patience:
+    """While an answer's head has not arrived, `keep_waiting` is asked every `seconds`;
+    when it says no, the exchange ends with Abandoned."""
+
+    seconds: float
+    keep_waiting: Callable[[], Awaitable[bool]]
+
+
 class _Connection:
     """One HTTP/1.1 connection to an owner, used by one request at a time."""
 
@@ -69,12 +85,43 @@ async def _read(operation: Awaitable[bytes]) -> bytes:
             return await operation
     except TimeoutError as exc:
         raise httpx.ReadTimeout("the owner sent nothing for too long") from exc
-    except asyncio.IncompleteReadError as exc:
-        raise httpx.RemoteProtocolError("the owner closed the connection mid-response") from exc
-    except (asyncio.LimitOverrunError, ValueError) as exc:
-        raise httpx.RemoteProtocolError("the owner sent an over-long line") from exc
-    except OSError as exc:
-        raise httpx.ReadError(f"reading the owner's answer failed: {exc.strerror or exc}") from exc
+    except BaseException as exc:
+        raise _read_error(exc) from exc
+
+
+def _read_error(exc: BaseException) -> BaseException:
+    """A stream reader's failure as httpx's TransportError family; anything else as it is."""
+    if isinstance(exc, asyncio.IncompleteReadError):
+        return httpx.RemoteProtocolError("the owner closed the connection mid-response")
+    if isinstance(exc, asyncio.LimitOverrunError | ValueError):
+        return httpx.RemoteProtocolError("the owner sent an over-long line")
+    if isinstance(exc, OSError):
+        return httpx.ReadError(f"reading the owner's answer failed: {exc.strerror or exc}")
+    return exc
+
+
+async def _head(reader: asyncio.StreamReader, patience: Patience | None) -> bytes:
+    """An answer's head, through its blank line. With `patience`, waited for in rounds of its
+    seconds (a round that times out leaves what arrived in the reader's buffer), asking between
+    rounds whether to go on: no task beside the read, which a forwarded request would pay for."""
+    if patience is None:
+        return await _read(reader.readuntil(b"\r\n\r\n"))
+    waited = 0.0
+    while True:
+        try:
+            async with asyncio.timeout(patience.seconds):
+                return await reader.readuntil(b"\r\n\r\n")
+        except TimeoutError:
+            waited += patience.seconds
+        except BaseException as exc:
+            error = _read_error(exc)
+            if error is exc:
+                raise
+            raise error from exc
+        if waited >= READ_SECONDS:
+            raise httpx.ReadTimeout("the owner sent nothing for too long")
+        if not await patience.keep_waiting():
+            raise Abandoned("given up on the owner's answer")
 
 
 async def _line(reader: asyncio.StreamReader) -> bytes:
@@ -182,10 +229,13 @@ class FleetTransport(httpx.AsyncBaseTransport):
             extensions={"http_version": answer.version, "reason_phrase": answer.reason},
         )
 
-    async def exchange(self, host: str, port: int, method: str, data: bytes) -> Answer:
+    async def exchange(
+        self, host: str, port: int, method: str, data: bytes, *, patience: Patience | None = None
+    ) -> Answer:
         """Send `data` (a whole HTTP/1.1 request: head and body) on a kept-alive connection to
         host:port, or a new one; the answer once its head arrived. httpx's TransportError
-        family on failure, as httpcore raises it (ConnectError: nothing was sent)."""
+        family on failure, as httpcore raises it (ConnectError: nothing was sent), Abandoned
+        when `patience` gave up."""
         origin = f"{host}:{port}"
         if self._slots.locked():  # only then can the acquire wait: no timeout to arm otherwise
             try:
@@ -198,7 +248,7 @@ class FleetTransport(httpx.AsyncBaseTransport):
         try:
             link = self._pooled(origin) or await self._connect(host, port)
             await self._write(link, data)
-            return await self._response(method, origin, link)
+            return await self._response(method, origin, link, patience)
         except BaseException:
             self._slots.release()
             raise
@@ -237,11 +287,11 @@ class FleetTransport(httpx.AsyncBaseTransport):
             link.close()
             raise httpx.WriteError(f"sending to the owner failed: {exc.strerror or exc}") from exc
 
-    async def _response(self, method: str, origin: str, link: _Connection) -> Answer:
+    async def _response(self, method: str, origin: str, link: _Connection, patience: Patience | None) -> Answer:
         # the whole head in one read (one wait, one timeout), then split: a line at a time cost
         # a wait and a timeout per header
         try:
-            head = await _read(link.reader.readuntil(b"\r\n\r\n"))
+            head = await _head(link.reader, patience)
             status_line, *lines = head[:-4].split(b"\r\n")
             version, _, rest = status_line.partition(b" ")
             code, _, reason = rest.partition(b" ")

@@ -408,3 +408,46 @@ async def test_a_malformed_answer_is_an_error_never_a_hang_or_a_crash(answer: by
         owner.answer = b""
         assert await _send_through(client, url) == (202, b'{"echo":13}')
     assert owner.connections == 2
+
+
+async def test_a_head_slower_than_the_recheck_is_read_whole_across_rounds_of_patience() -> None:
+    # given: an owner that sends its status line, stalls past two re-check rounds, then the rest
+    async def slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        await reader.readexactly(len(b'{"text":"hi"}'))
+        writer.write(b"HTTP/1.1 202 Accepted\r\nContent-")
+        await writer.drain()
+        await asyncio.sleep(0.35)
+        writer.write(b"Length: 4\r\n\r\nsent")
+        await writer.drain()
+        writer.close()
+
+    asked = 0
+
+    async def still_owner() -> bool:
+        nonlocal asked
+        asked += 1
+        return True
+
+    server = await asyncio.start_server(slow, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, fleet_client() as client:
+        # when
+        async with forward_request(
+            client,
+            secret=SECRET,
+            sender="brain-b",
+            owner="brain-a",
+            owner_url=url,
+            method="POST",
+            target=SESSION_EVENTS,
+            headers={},
+            body=b'{"text":"hi"}',
+            client_address="127.0.0.1",
+            still_owner=still_owner,
+            recheck_seconds=0.1,
+        ) as forwarded:
+            answer = (forwarded.status, dict(forwarded.headers), b"".join([chunk async for chunk in forwarded.body]))
+    # then: the bytes that arrived before each round ended were kept, and the owner re-checked
+    assert answer == (202, {b"content-length": b"4"}, b"sent")
+    assert asked >= 2
