@@ -5,7 +5,8 @@
 Starts a throwaway PostgreSQL (leases live there) and, on loopback, an owner: a small HTTP/1.1
 keep-alive server that verifies every fleet signature (ReplayGuard included) and answers a send
 with a 202 and a short JSON body, as an owner's send does. Measures, in the same run:
-- direct: the request sent straight to the owner (the client found the owner itself);
+- direct: the same request sent straight to the owner, unsigned, on the same kind of kept-alive
+  connection (the client found the owner itself);
 - through a non-owner: fleet_app.routing's whole path on the receiving instance (the owner
   lookup in PostgreSQL, the signature, the forward on a pooled connection, the owner's
   verification, the answer streamed back);
@@ -20,7 +21,9 @@ sent alternately to A (the owner) and through B (forwarded), each on a keep-aliv
 For each it prints the median and p99 of the send (until its 202) and of the whole turn (until
 the turn's idle status arrives on an SSE stream open on A, the same observer for both), and the
 CPU both instances spend per turn sent to A and per turn through B (a figure other load on the
-machine does not stretch as it stretches wall time).
+machine does not stretch as it stretches wall time). Then reads (GET of the session) in
+alternating blocks to A and through B: the latency and each instance's CPU per read, medians
+over the blocks: the cost of the hop itself, without a turn competing for the cores.
 """
 
 from __future__ import annotations
@@ -48,6 +51,8 @@ SECRET = secrets.token_bytes(32)
 ANSWER = b'{"id":"evt_0123456789abcdef","type":"user.message"}'
 BODY = b'{"type":"user.message","data":{"text":"hello, a message of ordinary length"}}'
 TURN_WARMUP = 10  # turns each way before measuring: connections open, the session loaded
+READ_BLOCKS = 20  # reads: alternating blocks to the owner and through the non-owner
+READS_PER_BLOCK = 500
 
 
 def _configure(port: int, database: str) -> None:
@@ -122,11 +127,10 @@ def _line(name: str, samples: list[float]) -> str:
 
 
 async def _run(rounds: int) -> None:
-    import httpx
-
     from fleet_app.leases import LeaseManager
     from fleet_app.routing import FleetRouter
     from fleet_app.signing import ReplayGuard
+    from fleet_app.transport import FleetTransport
 
     guard = ReplayGuard()
     server = await asyncio.start_server(lambda r, w: _owner(r, w, guard), "127.0.0.1", 0)
@@ -171,27 +175,46 @@ async def _run(rounds: int) -> None:
         await router.route(_Brain(leases), leases, scope(), receive, send, limit=1 << 20)
         return sent
 
-    async with httpx.AsyncClient() as direct:
-        for _ in range(50):  # warm both paths' connections
-            await direct.post(url + path, content=BODY, headers={"content-type": "application/json"})
-            await through(router_b, b)
-        direct_samples, forwarded_samples, local_samples = [], [], []
-        for _ in range(rounds):
-            began = time.perf_counter()
-            response = await direct.post(url + path, content=BODY, headers={"content-type": "application/json"})
-            direct_samples.append(time.perf_counter() - began)
-            failures += response.status_code != 202
-            began = time.perf_counter()
-            sent = await through(router_b, b)
-            forwarded_samples.append(time.perf_counter() - began)
-            failures += sent[0]["status"] != 202 or b"".join(m.get("body", b"") for m in sent[1:]) != ANSWER
-            began = time.perf_counter()
-            await through(router_a, a)
-            local_samples.append(time.perf_counter() - began)
+    # direct: the same request, unsigned, on the same kind of kept-alive connection (the fleet's
+    # own transport), so the difference is what routing adds, not which HTTP client sent it
+    direct = FleetTransport()
+    host, port = "127.0.0.1", server.sockets[0].getsockname()[1]
+    request = b"POST %s HTTP/1.1\r\nhost: %s:%d\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s" % (
+        path.encode(),
+        host.encode(),
+        port,
+        len(BODY),
+        BODY,
+    )
+
+    async def straight() -> tuple[int, bytes]:
+        answer = await direct.exchange(host, port, "POST", request)
+        try:
+            return answer.status, b"".join([chunk async for chunk in answer.body])
+        finally:
+            await answer.body.aclose()
+
+    for _ in range(50):  # warm both paths' connections
+        await straight()
+        await through(router_b, b)
+    direct_samples, forwarded_samples, local_samples = [], [], []
+    for _ in range(rounds):
+        began = time.perf_counter()
+        status, answer = await straight()
+        direct_samples.append(time.perf_counter() - began)
+        failures += status != 202 or answer != ANSWER
+        began = time.perf_counter()
+        sent = await through(router_b, b)
+        forwarded_samples.append(time.perf_counter() - began)
+        failures += sent[0]["status"] != 202 or b"".join(m.get("body", b"") for m in sent[1:]) != ANSWER
+        began = time.perf_counter()
+        await through(router_a, a)
+        local_samples.append(time.perf_counter() - began)
+    await direct.aclose()
     await router_b.aclose()
     server.close()
     print(f"{machine()}; {rounds} rounds; a send's body {len(BODY)} bytes, answer {len(ANSWER)} bytes")
-    print(_line("direct to the owner", direct_samples))
+    print(_line("direct to the owner (same transport)", direct_samples))
     print(_line("through a non-owner (lookup+sign+forward)", forwarded_samples))
     print(_line("routing layer on the owner (held lease)", local_samples))
     overhead = statistics.median(forwarded_samples) - statistics.median(direct_samples)
@@ -251,6 +274,7 @@ def _instances(postgres: PostgresServer, directory: Path, turns: int) -> None:
                     )
                     stream.wait_for_event("session.status", input_id=response.json()["id"], status="idle")
                 cpu[label] = (_cpu_seconds(owner) + _cpu_seconds(other) - began_cpu) / turns
+            reads = _reads(owner, other, to_owner, to_other, session_id)
         print(f"real runbrain instances, one session owned by A; {turns} turns each way, alternating")
         for label, (sends, whole) in samples.items():
             print(_line(f"send (202) to the {label}", sends))
@@ -262,9 +286,53 @@ def _instances(postgres: PostgresServer, directory: Path, turns: int) -> None:
             f"CPU of both instances per turn: {cpu['owner'] * 1000:.3f} ms sent to the owner, "
             f"{cpu['non-owner'] * 1000:.3f} ms through the non-owner (adds {extra * 1000:.3f} ms)"
         )
+        print(
+            f"reads (GET /sessions/{{id}}), {READ_BLOCKS} alternating blocks of {READS_PER_BLOCK}, medians of the "
+            "blocks' figures:"
+        )
+        for label, (latency, cpu_a, cpu_b) in reads.items():
+            print(
+                f"  via the {label:<9}  latency {latency * 1000:.3f} ms   CPU per read: A {cpu_a * 1000:.3f} ms, "
+                f"B {cpu_b * 1000:.3f} ms"
+            )
+        direct, forwarded = reads["owner"], reads["non-owner"]
+        print(
+            f"a read through a non-owner adds: latency {(forwarded[0] - direct[0]) * 1000:.3f} ms, "
+            f"CPU {(sum(forwarded[1:]) - sum(direct[1:])) * 1000:.3f} ms"
+        )
     finally:
         for server in servers:
             server.stop()
+
+
+def _reads(owner: Any, other: Any, to_owner: Any, to_other: Any, session_id: str) -> dict[str, tuple[float, ...]]:
+    """GET /sessions/{id} in alternating blocks to the owner and through the non-owner: per
+    block the median latency and each instance's CPU per read; the medians over the blocks
+    (a block the machine's other load slowed does not move them)."""
+    blocks: dict[str, list[tuple[float, float, float]]] = {"owner": [], "non-owner": []}
+    for client in (to_owner, to_other):
+        for _ in range(READS_PER_BLOCK):
+            client.get(f"/sessions/{session_id}")
+    for _ in range(READ_BLOCKS):
+        for label, client in (("owner", to_owner), ("non-owner", to_other)):
+            cpu_a, cpu_b = _cpu_seconds(owner), _cpu_seconds(other)
+            latencies = []
+            for _ in range(READS_PER_BLOCK):
+                began = time.perf_counter()
+                response = client.get(f"/sessions/{session_id}")
+                latencies.append(time.perf_counter() - began)
+                if response.status_code != 200:
+                    raise SystemExit(f"read through the {label} failed: {response.status_code} {response.text}")
+            blocks[label].append(
+                (
+                    statistics.median(latencies),
+                    (_cpu_seconds(owner) - cpu_a) / READS_PER_BLOCK,
+                    (_cpu_seconds(other) - cpu_b) / READS_PER_BLOCK,
+                )
+            )
+    return {
+        label: tuple(statistics.median(column) for column in zip(*rows, strict=True)) for label, rows in blocks.items()
+    }
 
 
 def _cpu_seconds(server: Any) -> float:
