@@ -90,14 +90,15 @@ class Figures:
 
 
 class Fleet:
-    def __init__(self, postgres: PostgresServer, directory: Path) -> None:
+    def __init__(self, postgres: PostgresServer, directory: Path, interval_seconds: int = 5) -> None:
         self.database = postgres.create_database(f"brain_drill_{secrets.token_hex(4)}")
         archive = directory / "archive"
         archive.mkdir(parents=True)
         self.servers: list[BrainServer] = []
         secret = secrets.token_hex(32)
         for name in INSTANCES:
-            server = make_server(directory / name, persistence={"provider": "filesystem", "directory": str(archive)})
+            persistence = {"provider": "filesystem", "directory": str(archive), "interval_seconds": interval_seconds}
+            server = make_server(directory / name, persistence=persistence)
             server.directory.mkdir(parents=True)
             server.config["cluster"] = {
                 "instance": name,
@@ -348,11 +349,18 @@ def _replay(fleet: Fleet, rng: random.Random, senders: list[Sender], figures: Fi
 
 
 def run_drill(
-    postgres: PostgresServer, directory: Path, *, rounds: int, minutes: float, seed: int, sessions: int = 6
+    postgres: PostgresServer,
+    directory: Path,
+    *,
+    rounds: int,
+    minutes: float,
+    seed: int,
+    sessions: int = 6,
+    interval_seconds: int = 5,
 ) -> Figures:
     rng = random.Random(seed)
     figures = Figures()
-    fleet = Fleet(postgres, directory)
+    fleet = Fleet(postgres, directory, interval_seconds)
     began = time.monotonic()
     senders: list[Sender] = []
     try:
@@ -420,6 +428,9 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=20)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--sessions", type=int, default=6)
+    parser.add_argument(
+        "--interval", type=int, default=5, help="persistence.interval_seconds: how often sessions upload (1-3600)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the instances' directories and logs")
     arguments = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="brain-fleet-drill-", dir="/tmp"))
@@ -433,6 +444,7 @@ def main() -> None:
             minutes=arguments.minutes,
             seed=arguments.seed,
             sessions=arguments.sessions,
+            interval_seconds=arguments.interval,
         )
     finally:
         postgres.stop()
@@ -440,7 +452,10 @@ def main() -> None:
             print(f"kept: {directory}")
         else:
             shutil.rmtree(directory, ignore_errors=True)
-    print(f"{machine()}; seed {arguments.seed}; three instances, lease_seconds {LEASE_SECONDS}")
+    print(
+        f"{machine()}; seed {arguments.seed}; three instances, lease_seconds {LEASE_SECONDS}, "
+        f"uploads every {arguments.interval} s"
+    )
     print(figures.report())
 
 
