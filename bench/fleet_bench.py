@@ -505,7 +505,7 @@ def main() -> None:
         from django.db import connections
         from django.db.migrations.executor import MigrationExecutor
 
-        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0001_initial")])
+        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0002_journal_cancelled")])
         if not arguments.skip_routing:
             asyncio.run(_run(arguments.rounds))
         if arguments.turns > 0:

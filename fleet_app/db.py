@@ -42,6 +42,8 @@ __all__ = [
     "aset_draining",
     "ajournal_after",
     "acquire_lease",
+    "acancel_inputs",
+    "cancel_inputs",
     "join_instance",
     "journal_after",
     "leave_instance",
@@ -64,6 +66,7 @@ _LEASE = SessionLease._meta.db_table
 _JOURNAL = JournalEntry._meta.db_table
 _QUEUED = JournalState.QUEUED.value
 _STARTED = JournalState.STARTED.value
+_CANCELLED = JournalState.CANCELLED.value
 
 
 def _execute(using: str, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -316,6 +319,18 @@ def mark_started(session_id: str, seq: int, *, using: str = DEFAULT_DB_ALIAS) ->
         return bool(cursor.rowcount == 1)
 
 
+def cancel_inputs(session_id: str, seqs: Sequence[int], *, using: str = DEFAULT_DB_ALIAS) -> int:
+    """Queued entries cancelled before any turn took them (an interrupt, a close): one UPDATE.
+    A new owner then reports them cancelled instead of running them. Returns how many."""
+    sql = f"""
+    UPDATE {_JOURNAL} SET state = '{_CANCELLED}'
+    WHERE session_id = %s AND seq = ANY(%s::bigint[]) AND state = '{_QUEUED}'
+    """
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, [session_id, list(seqs)])
+        return int(cursor.rowcount)
+
+
 def journal_after(session_id: str, covered_seq: int, *, using: str = DEFAULT_DB_ALIAS) -> list[JournalRow]:
     """The session's entries a checkpoint covering `covered_seq` does not cover, in seq order
     (the order the queue takes them). 0 covers nothing (the creation checkpoint)."""
@@ -375,6 +390,7 @@ arelease_all = _twin(release_all)
 aowner_of = _twin(owner_of)
 arecord_input = _twin(record_input)
 amark_started = _twin(mark_started)
+acancel_inputs = _twin(cancel_inputs)
 ajournal_after = _twin(journal_after)
 aprune_journal = _twin(prune_journal)
 adiscard_input = _twin(discard_input)

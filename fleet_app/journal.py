@@ -4,11 +4,14 @@ Contract with the session runtime (what makes "covered" a prefix of seq):
 - a send records its input (one INSERT) before its 202, in the order its session queues inputs
   (under the session's send lock, with the events.jsonl append), so seq order is queue order;
 - a turn marks its input started (one UPDATE) before anything reaches the harness;
+- queued inputs an interrupt or a close cancels are marked cancelled (one UPDATE for them all),
+  just after their cancellation is in the log;
 - a checkpoint records `covered_seq`: every entry of the session up to it has its outcome in the
   log the checkpoint includes (its turn completed, or it was cancelled or reported lost);
 - once the archive has that checkpoint, the entries it covers are pruned.
 A new owner loads the archive's checkpoint and calls `backlog(session, covered_seq)`: entries that
-never started run again, exactly once; started ones are reported as turns lost with the instance.
+never started run again, exactly once; started ones are reported as turns lost with the instance;
+cancelled ones are reported cancelled again (their cancellation may have died with the instance).
 No request objects; the database through db twins.
 """
 
@@ -30,10 +33,11 @@ __all__ = ["Backlog", "InputJournal"]
 class Backlog:
     requeue: tuple[db.JournalRow, ...]  # never started: queue again, in this order
     lost: tuple[db.JournalRow, ...]  # started, not covered: their turns died with the instance
+    cancelled: tuple[db.JournalRow, ...] = ()  # cancelled while queued: never run
 
     @property
     def empty(self) -> bool:
-        return not self.requeue and not self.lost
+        return not self.requeue and not self.lost and not self.cancelled
 
 
 class InputJournal:
@@ -57,7 +61,12 @@ class InputJournal:
         return Backlog(
             requeue=tuple(row for row in rows if row.state is JournalState.QUEUED),
             lost=tuple(row for row in rows if row.state is JournalState.STARTED),
+            cancelled=tuple(row for row in rows if row.state is JournalState.CANCELLED),
         )
+
+    async def cancel(self, session_id: str, seqs: list[int]) -> int:
+        """Queued entries cancelled before a turn took them: a new owner never runs them."""
+        return await db.acancel_inputs(session_id, seqs, using=self.database)
 
     async def discard(self, session_id: str, seq: int) -> bool:
         """An entry whose send failed after it was journaled: no 202, so nothing to run."""

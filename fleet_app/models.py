@@ -45,6 +45,7 @@ class SessionLease(models.Model):
 class JournalState(models.TextChoices):
     QUEUED = "queued"  # acknowledged (202), no turn has taken it yet
     STARTED = "started"  # a turn took it; its effects may have happened
+    CANCELLED = "cancelled"  # cancelled while queued (an interrupt, a close): it never runs
 
 
 class JournalEntry(models.Model):
@@ -61,7 +62,7 @@ class JournalEntry(models.Model):
     # and nothing queries inside the payload.
     payload = models.BinaryField()
     epoch = models.BigIntegerField()  # the lease epoch of the owner that accepted it
-    state = models.CharField(max_length=8, choices=JournalState.choices, default=JournalState.QUEUED)
+    state = models.CharField(max_length=9, choices=JournalState.choices, default=JournalState.QUEUED)
     created = models.DateTimeField()
 
     class Meta:

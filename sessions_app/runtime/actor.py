@@ -79,6 +79,9 @@ class SessionActor(SessionState["SessionActor"]):
         self.queue.extend(plan.requeue)
         if plan.lost:
             self.emit("session.error", {"code": "conflict", "message": plan.lost_message}, input_id=plan.lost[0])
+        for input_id in plan.cancelled:  # cancelled on the dead owner, after its last upload
+            self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
+        if plan.lost:
             if self.status != SessionStatus.INTERRUPTED:
                 self._set_status(SessionStatus.INTERRUPTED, input_id=plan.lost[0])
             logger.warning("turn lost with its instance", extra={"session_id": self.id, "inputs": plan.lost})

@@ -158,10 +158,30 @@ class SessionState(Generic[Actor]):
         self.subscribers.discard(subscriber)
 
     def _cancel_queue(self) -> None:
-        while self.queue:
-            queued = self.queue[0]
-            self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id)
-            self.queue.popleft()
+        cancelled: list[int] = []
+        try:
+            while self.queue:
+                queued = self.queue[0]
+                self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id)
+                self.queue.popleft()
+                cancelled.append(queued.seq)
+        finally:
+            self._journal_cancelled(cancelled)
+
+    def _journal_cancelled(self, seqs: list[int]) -> None:
+        """In a fleet: queued inputs whose cancellation is in the log are marked cancelled in the
+        journal too, so an owner that takes over after this one dies (before its next upload)
+        reports them cancelled rather than running them."""
+        journaled = [seq for seq in seqs if seq]
+        if self._journal is None or not journaled:
+            return
+        self._host.track(asyncio.get_running_loop().create_task(self._mark_cancelled(self._journal, journaled)))
+
+    async def _mark_cancelled(self, journal: Journal, seqs: list[int]) -> None:
+        try:
+            await journal.cancel(self.id, seqs)
+        except Exception:  # the database: a new owner would run them; nothing else is at stake here
+            logger.warning("journal cancel failed", exc_info=True, extra={"session_id": self.id, "seqs": seqs})
 
     def _fail_without_log(self, exc: BaseException, input_id: str, *, error_recorded: bool = False) -> None:
         """The log refused a turn's closing events: its outcome (the turn's session.error unless
@@ -172,10 +192,13 @@ class SessionState(Generic[Actor]):
             self.events.owe(
                 "session.error", {"code": "brain_error", "message": write_failure_message(exc)}, input_id=input_id
             )
+        cancelled: list[int] = []
         while self.queue:
             queued = self.queue.popleft()
             self.events.owe(
                 "session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=queued.id
             )
+            cancelled.append(queued.seq)
+        self._journal_cancelled(cancelled)
         self.events.owe("session.status", {"status": SessionStatus.FAILED.value}, input_id=input_id)
         self._adopt_status(SessionStatus.FAILED)

@@ -25,11 +25,13 @@ LOST_MESSAGE = "turn lost with the instance that ran it"
 class Adoption:
     """Journaled inputs to take on: `append` are missing from the log (appended with their own
     event id), `requeue` never started (they run once, in order), `lost` had started and have
-    no outcome in the log (their turn is reported lost)."""
+    no outcome in the log (their turn is reported lost), `cancelled` were cancelled while queued
+    and have no outcome in the log (their cancellation is reported again)."""
 
     append: list[JournalEntry] = field(default_factory=list)
     requeue: list[PendingInput] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
 
     @property
     def lost_message(self) -> str:
@@ -40,7 +42,7 @@ def unsettled(recovered: Recovered, backlog: JournalBacklog | None) -> list[str]
     """The inputs a dead server left without an outcome that no journal entry accounts for."""
     if backlog is None:
         return list(recovered.unsettled)
-    journaled = {entry.input_id for entry in (*backlog.lost, *backlog.requeue)}
+    journaled = {entry.input_id for entry in (*backlog.lost, *backlog.requeue, *backlog.cancelled)}
     return [input_id for input_id in recovered.unsettled if input_id not in journaled]
 
 
@@ -48,14 +50,17 @@ def plan_adoption(recovered: Recovered, backlog: JournalBacklog) -> Adoption:
     """The journal's backlog against the log: entries whose outcome is in the log are done."""
     left_open = set(recovered.unsettled)
     started = {entry.input_id for entry in backlog.lost}
+    cancelled = {entry.input_id for entry in backlog.cancelled}
     plan = Adoption()
-    for entry in sorted((*backlog.lost, *backlog.requeue), key=lambda entry: entry.seq):
+    for entry in sorted((*backlog.lost, *backlog.requeue, *backlog.cancelled), key=lambda entry: entry.seq):
         if entry.input_id in recovered.inputs and entry.input_id not in left_open:
             continue  # its outcome is in the log already
         if entry.input_id not in recovered.inputs:
             plan.append.append(entry)
         if entry.input_id in started:
             plan.lost.append(entry.input_id)
+        elif entry.input_id in cancelled:
+            plan.cancelled.append(entry.input_id)
         else:
             text = str(entry.payload.get("text", ""))
             plan.requeue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq))

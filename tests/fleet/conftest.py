@@ -45,7 +45,7 @@ def fleet_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBloc
     }
     add_database(alias, config)
     with django_db_blocker.unblock():
-        MigrationExecutor(connections[alias]).migrate([("fleet_app", "0001_initial")])
+        MigrationExecutor(connections[alias]).migrate([("fleet_app", "0002_journal_cancelled")])
         connections[alias].close()
     yield alias
     drop_database(alias)

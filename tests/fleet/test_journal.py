@@ -163,3 +163,25 @@ async def test_pruning_forgets_only_what_the_checkpoint_covers_in_its_session(fl
     # a pruned key is the event log's to replay (it is in the checkpoint): the journal records anew
     resent = await journal.record(session, input_id=secrets.token_hex(16), key="k0", payload={}, epoch=2)
     assert resent.created is True
+
+
+async def test_cancelled_entries_are_reported_apart_and_a_started_one_is_never_cancelled(fleet_db: str) -> None:
+    # given: three inputs; the first one's turn started, the two behind it were cancelled
+    journal = InputJournal(database=fleet_db)
+    session = sid()
+    entries = [
+        await journal.record(session, input_id=f"{index:032x}", key=None, payload={"text": f"m{index}"}, epoch=1)
+        for index in range(3)
+    ]
+    assert await journal.mark_started(session, entries[0].seq)
+    # when: the interrupt cancels all three (the started one included, which it cannot)
+    cancelled = await journal.cancel(session, [entry.seq for entry in entries])
+    elsewhere = await journal.cancel(sid(), [entries[1].seq])  # another session's seq: nothing
+    # then
+    assert (cancelled, elsewhere) == (2, 0)
+    assert [state for _, _, state in await arows(fleet_db, session)] == ["started", "cancelled", "cancelled"]
+    backlog = await journal.backlog(session, 0)
+    assert [row.input_id for row in backlog.lost] == [entries[0].input_id]
+    assert [row.input_id for row in backlog.cancelled] == [entries[1].input_id, entries[2].input_id]
+    assert backlog.requeue == ()
+    assert await journal.mark_started(session, entries[1].seq) is False  # a cancelled entry never starts
