@@ -31,11 +31,18 @@ def drop_database(alias: str) -> None:
     del connections.settings[alias]
 
 
-@pytest.fixture(scope="module")
-def fleet_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
-    name = f"brain_fleet_{secrets.token_hex(4)}"
+def postgres_alias(
+    postgres_server: PostgresServer,
+    django_db_blocker: DjangoDbBlocker,
+    *,
+    prefix: str,
+    migrate_to: list[tuple[str, str]] | None = None,
+) -> str:
+    """A new database on the test PostgreSQL as a Django alias, migrated to `migrate_to` (every
+    app's latest migration when None)."""
+    name = f"brain_{prefix}_{secrets.token_hex(4)}"
     postgres_server.create_database(name)
-    alias = f"fleet_{secrets.token_hex(4)}"
+    alias = f"{prefix}_{secrets.token_hex(4)}"
     config = {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": name,
@@ -45,8 +52,17 @@ def fleet_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBloc
     }
     add_database(alias, config)
     with django_db_blocker.unblock():
-        MigrationExecutor(connections[alias]).migrate([("fleet_app", "0002_journal_cancelled")])
+        executor = MigrationExecutor(connections[alias])
+        executor.migrate(migrate_to if migrate_to is not None else executor.loader.graph.leaf_nodes())
         connections[alias].close()
+    return alias
+
+
+@pytest.fixture(scope="module")
+def fleet_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
+    alias = postgres_alias(
+        postgres_server, django_db_blocker, prefix="fleet", migrate_to=[("fleet_app", "0002_journal_cancelled")]
+    )
     yield alias
     drop_database(alias)
 

@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connections
-from django.db.migrations.executor import MigrationExecutor
 from pytest_django import DjangoDbBlocker
 
 from fleet_app.models import SessionLease
@@ -21,27 +20,13 @@ from sessions_app.models import Session, Tenant
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.runtime.writebehind import WriteBehind
 from tests.fixtures.services import PostgresServer
-from tests.fleet.conftest import add_database, drop_database
+from tests.fleet.conftest import drop_database, postgres_alias
 
 
 @pytest.fixture(scope="module")
 def shared_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
     """A fleet's whole database (every app migrated), as its instances share it."""
-    name = f"brain_rows_{secrets.token_hex(4)}"
-    postgres_server.create_database(name)
-    alias = f"rows_{secrets.token_hex(4)}"
-    config = {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": name,
-        "USER": postgres_server.user,
-        "HOST": "127.0.0.1",
-        "PORT": str(postgres_server.port),
-    }
-    add_database(alias, config)
-    with django_db_blocker.unblock():
-        executor = MigrationExecutor(connections[alias])
-        executor.migrate(executor.loader.graph.leaf_nodes())
-        connections[alias].close()
+    alias = postgres_alias(postgres_server, django_db_blocker, prefix="rows")
     yield alias
     drop_database(alias)
 

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 import pytest
@@ -335,7 +336,10 @@ class KeptAlive:
             self.closed.set()
 
 
-async def _send_through(client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}') -> tuple[int, bytes]:
+async def _forward_whole(
+    client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}', **options: Any
+) -> tuple[int, dict[bytes, bytes], bytes]:
+    """A send forwarded from brain-b to brain-a at `url`: the answer's status, headers and whole body."""
     async with forward_request(
         client,
         secret=SECRET,
@@ -347,8 +351,14 @@ async def _send_through(client: httpx.AsyncClient, url: str, body: bytes = b'{"t
         headers={"content-type": "application/json"},
         body=body,
         client_address="127.0.0.1",
+        **options,
     ) as forwarded:
-        return forwarded.status, b"".join([chunk async for chunk in forwarded.body])
+        return forwarded.status, dict(forwarded.headers), b"".join([chunk async for chunk in forwarded.body])
+
+
+async def _send_through(client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}') -> tuple[int, bytes]:
+    status, _, content = await _forward_whole(client, url, body)
+    return status, content
 
 
 async def test_requests_to_an_owner_share_one_kept_alive_connection() -> None:
@@ -433,21 +443,7 @@ async def test_a_head_slower_than_the_recheck_is_read_whole_across_rounds_of_pat
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     async with server, fleet_client() as client:
         # when
-        async with forward_request(
-            client,
-            secret=SECRET,
-            sender="brain-b",
-            owner="brain-a",
-            owner_url=url,
-            method="POST",
-            target=SESSION_EVENTS,
-            headers={},
-            body=b'{"text":"hi"}',
-            client_address="127.0.0.1",
-            still_owner=still_owner,
-            recheck_seconds=0.1,
-        ) as forwarded:
-            answer = (forwarded.status, dict(forwarded.headers), b"".join([chunk async for chunk in forwarded.body]))
+        answer = await _forward_whole(client, url, still_owner=still_owner, recheck_seconds=0.1)
     # then: the bytes that arrived before each round ended were kept, and the owner re-checked
     assert answer == (202, {b"content-length": b"4"}, b"sent")
     assert asked >= 2

@@ -430,16 +430,20 @@ async def test_a_forward_to_a_paused_owner_is_a_retryable_503_once_its_lease_lap
     assert (router.forwarded, router._owners) == (1, {})
 
 
-async def test_an_ordinary_answer_is_passed_on_in_one_piece_with_its_length(fleet_db: str) -> None:
-    # given
-    origin = KeptAlive()
+async def forwarded_once(fleet_db: str, origin: KeptAlive) -> tuple[Client, FleetRouter]:
+    """One send through brain-b to `origin`, which owns the session as brain-a."""
     server, url = await served(origin)
     session_id, _, b = await owned_by_a(fleet_db, url)
     router = FleetRouter()
-    # when
     client = await send_through(router, b, session_id)
     await router.aclose()
     server.close()
+    return client, router
+
+
+async def test_an_ordinary_answer_is_passed_on_in_one_piece_with_its_length(fleet_db: str) -> None:
+    # when
+    client, _ = await forwarded_once(fleet_db, KeptAlive())
     # then: the head, then the whole body in one last message: no flush, no chunked coding
     assert [message["type"] for message in client.sent] == ["http.response.start", "http.response.body"]
     assert client.sent[1] == {"type": "http.response.body", "body": b'{"id":"abc"}'}
@@ -447,15 +451,8 @@ async def test_an_ordinary_answer_is_passed_on_in_one_piece_with_its_length(flee
 
 
 async def test_an_owner_that_dies_mid_answer_is_a_retryable_503_not_a_short_body(fleet_db: str) -> None:
-    # given: the owner crashes after its answer's head and part of its body
-    origin = KeptAlive(cut=True)
-    server, url = await served(origin)
-    session_id, _, b = await owned_by_a(fleet_db, url)
-    router = FleetRouter()
-    # when
-    client = await send_through(router, b, session_id)
-    await router.aclose()
-    server.close()
+    # when: the owner crashes after its answer's head and part of its body
+    client, router = await forwarded_once(fleet_db, KeptAlive(cut=True))
     # then: nothing of the broken answer reached the client, which gets a retryable 503 (a
     # send's idempotency key settles whether it was taken), and the owner is forgotten
     assert (client.status, client.headers[b"retry-after"]) == (503, b"1")
