@@ -1,5 +1,5 @@
-"""Fleets of real `runbrain` instances for the fleet journeys: one database, one shared
-filesystem archive and one set of tokens, instances started by name."""
+"""Fleets of real `runbrain` instances for the fleet journeys: one database, one archive (a shared
+directory unless told otherwise) and one set of tokens, instances started by name."""
 
 from __future__ import annotations
 
@@ -21,27 +21,32 @@ def fleet_factory(
     *,
     lease_seconds: int,
     database_prefix: str = "brain_fleet",
-) -> Callable[[str], BrainServer]:
-    """A factory of fleet instances by name; the first one's tokens and environment serve all."""
+    persistence: dict[str, Any] | None = None,
+    environment: dict[str, str] | None = None,
+) -> Callable[..., BrainServer]:
+    """A factory of fleet instances by name; the first one's tokens and environment serve all.
+    `persistence` replaces the shared directory under `tmp_path` (an object store: then the
+    cluster block says no shared directory), `environment` adds to the instances' variables;
+    `instance(name, **settings)` overrides persistence settings of one instance (its
+    `interval_seconds`, say)."""
     database = postgres_server.create_database(f"{database_prefix}_{secrets.token_hex(4)}")
-    archive = tmp_path / "archive"
-    archive.mkdir()
+    if persistence is None:
+        archive = tmp_path / "archive"
+        archive.mkdir()
+        persistence = {"provider": "filesystem", "directory": str(archive)}
+    shared_directory = persistence["provider"] == "filesystem"
     first: list[BrainServer] = []
 
-    def instance(name: str) -> BrainServer:
-        persistence: dict[str, Any] = {"provider": "filesystem", "directory": str(archive)}
-        server = brain_factory(start=False, persistence=persistence)
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": lease_seconds,
-            "shared_directory": True,
-        }
+    def instance(name: str, **settings: Any) -> BrainServer:
+        server = brain_factory(start=False, persistence={**persistence, **settings})
+        server.config["cluster"] = {"instance": name, "url": server.url, "lease_seconds": lease_seconds}
+        if shared_directory:
+            server.config["cluster"]["shared_directory"] = True
         if first:  # one fleet, one set of tokens
             server.tokens = first[0].tokens
             server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
         else:
-            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET}
+            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET, **(environment or {})}
             first.append(server)
         server.start()
         return server

@@ -5,7 +5,6 @@ archive's `latest` never goes back to A's epoch."""
 
 from __future__ import annotations
 
-import secrets
 import signal
 import time
 from collections.abc import Callable
@@ -17,9 +16,9 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, send_ok, wait_for_status
 from tests.fixtures.services import PostgresServer
+from tests.fleet.support import fleet_factory
 
 LEASE_SECONDS = 3
-SECRET = secrets.token_hex(32)
 BOUND_SECONDS = 30.0  # bounded waits, never asserted on
 
 
@@ -34,30 +33,16 @@ def archive_dir(tmp_path: Path) -> Path:
 def fleet(
     brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, archive_dir: Path
 ) -> Callable[..., BrainServer]:
-    """Fleet instances by name on one database and one archive; `interval` is the sync interval
-    (an instance with a long one publishes only at its startup scan and on flush)."""
-    database = postgres_server.create_database(f"brain_fence_{secrets.token_hex(4)}")
-    first: list[BrainServer] = []
-
-    def instance(name: str, *, interval: int = 5) -> BrainServer:
-        persistence = {"provider": "filesystem", "directory": str(archive_dir), "interval_seconds": interval}
-        server = brain_factory(start=False, persistence=persistence)
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": LEASE_SECONDS,
-            "shared_directory": True,
-        }
-        if first:
-            server.tokens = first[0].tokens
-            server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {"BRAIN_DATABASE_URL": database, "BRAIN_FLEET_SECRET": SECRET}
-            first.append(server)
-        server.start()
-        return server
-
-    return instance
+    """Fleet instances by name on one database and one archive; `interval_seconds` is the sync
+    interval (an instance with a long one publishes only at its startup scan and on flush)."""
+    return fleet_factory(
+        brain_factory,
+        postgres_server,
+        archive_dir,
+        lease_seconds=LEASE_SECONDS,
+        database_prefix="brain_fence",
+        persistence={"provider": "filesystem", "directory": str(archive_dir)},
+    )
 
 
 def _latest(archive_dir: Path, session_id: str) -> dict[str, Any]:
@@ -97,7 +82,7 @@ def _serve(server: BrainServer, session_id: str) -> None:
 def test_a_paused_owner_never_moves_latest_back(fleet: Callable[..., BrainServer], archive_dir: Path) -> None:
     # given a session of A, uploaded under epoch 1, then a turn A has not uploaded (A's sync
     # interval is an hour: it publishes at startup and on flush only)
-    a = fleet("brain-a", interval=3600)
+    a = fleet("brain-a", interval_seconds=3600)
     b = fleet("brain-b")
     session = create_session(a)
     sid = session["id"]

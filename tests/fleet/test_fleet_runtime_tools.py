@@ -22,11 +22,11 @@ from brain.runtime import RuntimeExecutor
 from fleet_app.executor_routes import ExecutorLocator
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
 from tests.fixtures.services import PostgresServer, RedisServer
+from tests.fleet.support import fleet_factory
 from tools_app.relay import ExecutorRelay
 
 MODEL = "openai/gpt-4.1-mini"
 LEASE_SECONDS = 3  # B's death is seen when its instance row expires
-SECRET = secrets.token_hex(32)
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False}
 
 
@@ -37,33 +37,14 @@ def fleet(
     redis_server: RedisServer,
     tmp_path: Path,
 ) -> Callable[[str], BrainServer]:
-    database = postgres_server.create_database(f"brain_exec_{secrets.token_hex(4)}")
-    archive = tmp_path / "archive"
-    archive.mkdir()
-    first: list[BrainServer] = []
-
-    def instance(name: str) -> BrainServer:
-        server = brain_factory(start=False, persistence={"provider": "filesystem", "directory": str(archive)})
-        server.config["cluster"] = {
-            "instance": name,
-            "url": server.url,
-            "lease_seconds": LEASE_SECONDS,
-            "shared_directory": True,
-        }
-        if first:
-            server.tokens = first[0].tokens
-            server.env = {**first[0].env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {
-                "BRAIN_DATABASE_URL": database,
-                "BRAIN_FLEET_SECRET": SECRET,
-                "BRAIN_CHANNEL_REDIS": redis_server.url,
-            }
-            first.append(server)
-        server.start()
-        return server
-
-    return instance
+    return fleet_factory(
+        brain_factory,
+        postgres_server,
+        tmp_path,
+        lease_seconds=LEASE_SECONDS,
+        database_prefix="brain_exec",
+        environment={"BRAIN_CHANNEL_REDIS": redis_server.url},
+    )
 
 
 def _locator(relay: ExecutorRelay) -> ExecutorLocator:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import secrets
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -17,49 +18,51 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, history, open_stream, send, send_ok, wait_for_status
 from tests.fixtures.services import MotoS3, PostgresServer
+from tests.fleet.support import fleet_factory
 from tests.fleet.test_fleet_failover import FAILOVER_BOUND_SECONDS, LEASE_SECONDS, _serves
 
 KEY_ENV, SECRET_ENV = "TEST_S3_ACCESS_KEY", "TEST_S3_SECRET_KEY"
 NEVER_SECONDS = 3600  # a sync interval that uploads only on flush (and at startup)
-SECRET = secrets.token_hex(32)
 BOUND_SECONDS = 30.0  # bounded waits, never asserted on
 
 
 class Fleet:
     """Fleet instances by name on one database and one S3 bucket, tokens shared."""
 
-    def __init__(self, brain_factory: Callable[..., BrainServer], postgres: PostgresServer, moto: MotoS3) -> None:
-        self.database = postgres.create_database(f"brain_unuploaded_{secrets.token_hex(4)}")
+    def __init__(
+        self, brain_factory: Callable[..., BrainServer], postgres: PostgresServer, moto: MotoS3, tmp_path: Path
+    ) -> None:
         self.bucket = moto.create_bucket(f"brain-unuploaded-{secrets.token_hex(4)}")
         self.moto = moto
-        self._factory = brain_factory
-        self._first: BrainServer | None = None
-
-    def __call__(self, name: str) -> BrainServer:
         persistence = {
             "provider": "s3",
             "bucket": self.bucket,
-            "endpoint": self.moto.endpoint,
-            "region": self.moto.region,
+            "endpoint": moto.endpoint,
+            "region": moto.region,
             "access_key_env": KEY_ENV,
             "secret_key_env": SECRET_ENV,
             "interval_seconds": NEVER_SECONDS,
         }
-        server = self._factory(start=False, persistence=persistence)
-        server.config["cluster"] = {"instance": name, "url": server.url, "lease_seconds": LEASE_SECONDS}
-        if self._first is not None:
-            server.tokens = self._first.tokens
-            server.env = {**self._first.env, "BRAIN_DATA_DIR": server.env["BRAIN_DATA_DIR"]}
-        else:
-            server.env |= {
-                "BRAIN_DATABASE_URL": self.database,
-                "BRAIN_FLEET_SECRET": SECRET,
-                KEY_ENV: self.moto.access_key,
-                SECRET_ENV: self.moto.secret_key,
-            }
-            self._first = server
-        server.start()
+        self._instance = fleet_factory(
+            brain_factory,
+            postgres,
+            tmp_path,
+            lease_seconds=LEASE_SECONDS,
+            database_prefix="brain_unuploaded",
+            persistence=persistence,
+            environment={KEY_ENV: moto.access_key, SECRET_ENV: moto.secret_key},
+        )
+        self._first: BrainServer | None = None
+
+    def __call__(self, name: str) -> BrainServer:
+        server = self._instance(name)
+        self._first = self._first or server
         return server
+
+    @property
+    def database(self) -> str:
+        assert self._first is not None, "no instance started yet"
+        return self._first.env["BRAIN_DATABASE_URL"]
 
     def latest(self, session_id: str) -> bytes | None:
         """The bytes of the session's `latest` in the bucket, None without one."""
@@ -83,8 +86,10 @@ class Fleet:
 
 
 @pytest.fixture
-def fleet(brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, moto_s3: MotoS3) -> Fleet:
-    return Fleet(brain_factory, postgres_server, moto_s3)
+def fleet(
+    brain_factory: Callable[..., BrainServer], postgres_server: PostgresServer, moto_s3: MotoS3, tmp_path: Path
+) -> Fleet:
+    return Fleet(brain_factory, postgres_server, moto_s3, tmp_path)
 
 
 def _flush(server: BrainServer, session_id: str) -> dict[str, Any]:
