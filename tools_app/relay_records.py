@@ -4,7 +4,8 @@ holder, and the record a bind on another instance checks an executor by (tools_a
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Self
 
 import orjson
 
@@ -39,42 +40,40 @@ HDELETE_IF_SAME = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    instance: str
-    incarnation: str
-    executor: str
+class _Fields:
+    """A record of string fields kept in Redis as a JSON object of those fields."""
+
+    __slots__ = ()
 
     def encode(self) -> bytes:
-        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "executor": self.executor})
+        return orjson.dumps({field.name: getattr(self, field.name) for field in fields(self)})  # type: ignore[arg-type]  # subclasses are dataclasses
 
     @classmethod
-    def decode(cls, raw: bytes | str) -> Route | None:
+    def decode(cls, raw: bytes | str) -> Self | None:
+        """The record, or None for a value that does not parse (another version wrote it, say)."""
         try:
             value = orjson.loads(raw)
-            return cls(str(value["instance"]), str(value["incarnation"]), str(value["executor"]))
+            return cls(**{field.name: str(value[field.name]) for field in fields(cls)})  # type: ignore[arg-type]  # as above
         except (orjson.JSONDecodeError, KeyError, TypeError):
             return None
 
 
 @dataclass(frozen=True, slots=True)
-class Holder:
+class Route(_Fields):
+    """The instance (and its process) whose hub holds the executor that serves an alias."""
+
+    instance: str
+    incarnation: str
+    executor: str
+
+
+@dataclass(frozen=True, slots=True)
+class Holder(_Fields):
     """The instance whose hub holds an executor, and how the other instances reach it."""
 
     instance: str
     incarnation: str
     url: str
-
-    def encode(self) -> bytes:
-        return orjson.dumps({"instance": self.instance, "incarnation": self.incarnation, "url": self.url})
-
-    @classmethod
-    def decode(cls, raw: bytes | str) -> Holder | None:
-        try:
-            value = orjson.loads(raw)
-            return cls(str(value["instance"]), str(value["incarnation"]), str(value["url"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
-            return None
 
 
 def executor_record(executor: Executor) -> bytes:
