@@ -39,13 +39,21 @@ DEATH_SECONDS = 5.0
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux only")
 
 
-def _is_dead(pid: int) -> bool:
-    """Gone, or a zombie nobody reaps yet (the child was reparented when its parent died)."""
+def _stat(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from the state field on (field 3: index 0, start time: index 19)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     except FileNotFoundError:
+        return None
+
+
+def _is_dead(pid: int, started: str | None = None) -> bool:
+    """Gone, or a zombie nobody reaps yet (the child was reparented when its parent died), or
+    its pid now names another process (started at another time: a busy machine reuses pids)."""
+    stat = _stat(pid)
+    if stat is None:
         return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+    return stat[0] in ("Z", "X") or (started is not None and stat[19] != started)
 
 
 def _start_parent(tmp_path: Path, *, path: str) -> tuple[subprocess.Popen[str], int, str | None]:
@@ -67,10 +75,14 @@ def test_a_harness_child_dies_when_brain_is_killed(tmp_path: Path, wrapper: str)
         pytest.skip("setpriv is not installed")
     search_path = os.environ["PATH"] if wrapper == "setpriv" else str(tmp_path / "empty-bin")
     parent, child, used = _start_parent(tmp_path, path=search_path)
+    started: str | None = None
     try:
         assert used is not None
         assert Path(used).name == "setpriv" if wrapper == "setpriv" else used == sys.executable
         assert not _is_dead(child)
+        stat = _stat(child)
+        assert stat is not None
+        started = stat[19]
 
         # when
         parent.send_signal(signal.SIGKILL)
@@ -78,13 +90,13 @@ def test_a_harness_child_dies_when_brain_is_killed(tmp_path: Path, wrapper: str)
 
         # then
         deadline = time.monotonic() + DEATH_SECONDS
-        while not _is_dead(child) and time.monotonic() < deadline:
+        while not _is_dead(child, started) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert _is_dead(child)
+        assert _is_dead(child, started)
     finally:
         parent.kill()
         parent.wait(timeout=10)
-        if not _is_dead(child):
+        if not _is_dead(child, started):  # never a process that took the pid since
             os.kill(child, signal.SIGKILL)
 
 
