@@ -7,7 +7,9 @@ resolve); `pattern`, `patternProperties` and `additionalProperties` match with R
 matching is linear in the subject, `uniqueItems` hashes instead of comparing every pair, and
 the IRI formats are checked as URIs.
 A pattern RE2 cannot compile (backreferences, lookaround) is refused when the schema is
-compiled. Imports no app: the host config checks schemas before Django loads.
+compiled, and so is a schema whose references expand past the budget of foundation.schema_budget;
+a validation counts its keyword checks and stops past that module's step budget or deadline.
+Imports no app: the host config checks schemas before Django loads.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from jsonschema.validators import extend, validator_for
 from referencing import Registry, Resource
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012, Schema, specification_with
+
+from .schema_budget import MAX_VALIDATION_STEPS, VALIDATION_SECONDS, BudgetSpent, counted, expansion, metered
 
 __all__ = [
     "MAX_SCHEMA_DEPTH",
@@ -199,9 +203,11 @@ _KEYWORDS = {
 
 
 def _linear(base: type[Validator]) -> type[Validator]:
-    """`base` (one dialect) with the keywords above; one class per dialect."""
+    """`base` (one dialect) with the keywords above, each keyword check counted against the
+    validation's step budget (schema_budget.metered); one class per dialect."""
     replaced = {keyword: check for keyword, check in _KEYWORDS.items() if keyword in base.VALIDATORS}
-    cls: type[Validator] = extend(base, validators=replaced)
+    checks = {**base.VALIDATORS, **replaced}
+    cls: type[Validator] = extend(base, validators={keyword: counted(check) for keyword, check in checks.items()})
     return cls
 
 
@@ -328,9 +334,11 @@ def compile_schema(schema: object) -> Validator:
     meta = base.META_SCHEMA
     specification = specification_with(meta.get("$id") or meta.get("id") or "", default=DRAFT202012)
     resource = specification.create_resource(schema)
-    problem = _unresolved(_DOCUMENT_ONLY.resolver_with_root(resource), resource)
+    resolver = _DOCUMENT_ONLY.resolver_with_root(resource)
+    problem = _unresolved(resolver, resource)
     if problem:
         raise SchemaError(problem)
+    expansion(resolver, resource, specification)  # raises past the expansion budget
     cls, checker = _DIALECTS.get(base) or _DIALECTS[Draft202012Validator]
     validator: Validator = cls(schema, registry=_DOCUMENT_ONLY, format_checker=checker)
     return validator
@@ -345,11 +353,17 @@ def schema_problem(schema: object) -> str:
     return ""
 
 
-def first_error(validator: Validator, instance: object) -> ValidationError | None:
+def first_error(
+    validator: Validator, instance: object, *, steps: int = MAX_VALIDATION_STEPS, seconds: float = VALIDATION_SECONDS
+) -> ValidationError | None:
     """The most relevant reason `instance` is invalid, or None. A value nested too deeply for
-    the schema's recursion, or a reference that cannot resolve, is a reason, not an exception."""
+    the schema's recursion, a reference that cannot resolve, or a check past `steps` keyword
+    checks or `seconds` is a reason, not an exception."""
     try:
-        return best_match(validator.iter_errors(instance))
+        with metered(steps, seconds):
+            return best_match(validator.iter_errors(instance))
+    except BudgetSpent as exc:
+        return ValidationError(exc.reason)
     except RecursionError:
         return ValidationError("the value is nested too deeply to be checked")
     except Unresolvable as exc:

@@ -19,7 +19,7 @@ from foundation.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from foundation.principal import principal_of, require_manage
 
 from .app_object import request_brain
-from .bindings import ALIAS, check_runtime_tools
+from .bindings import ALIAS, compile_runtime_tools, runtime_descriptors
 from .executors import Executor, normalized_tools
 from .providers.tasks import db as tasks_db
 from .relay import ExecutorRelay
@@ -95,7 +95,7 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
     require_manage(principal)
     if not ALIAS.fullmatch(body.binding):
         raise InvalidRequest("binding must start with a letter: 1-32 of A-Z a-z 0-9 _ -")
-    tools = check_runtime_tools([tool.model_dump(exclude_none=True) for tool in body.tools])
+    tools = runtime_descriptors([tool.model_dump(exclude_none=True) for tool in body.tools])
     session = ""
     if body.session is not None:
         session = body.session.lower()
@@ -114,6 +114,8 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
             raise Conflict(f"session has no runtime binding {body.binding!r}")
         if normalized_tools(saved.get("runtime") or []) != normalized_tools(tools):
             raise Conflict(f"the tools differ from the descriptors saved for binding {body.binding!r}")
+    # last, off the loop: a request refused by a cheap check above compiles nothing
+    await compile_runtime_tools(tools, brain.executors.schemas)
     executor_id, token = brain.executors.register(principal.tenant, body.binding, tools, session=session)
     relay = brain.executors.relay
     if isinstance(relay, ExecutorRelay):  # a fleet: its own routes reach it through any instance

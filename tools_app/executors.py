@@ -27,6 +27,7 @@ import orjson
 
 from foundation.errors import Conflict, NotFound, Overloaded, Unauthorized
 from foundation.logs import logger
+from foundation.schema_workers import SchemaWorkers
 from runners.protocol import ToolDescriptor
 
 __all__ = [
@@ -164,11 +165,17 @@ def normalized_tools(tools: list[ToolDescriptor]) -> list[dict[str, object]]:
 class ExecutorHub:
     """The process's executors: at most MAX_EXECUTORS, `tenant_share` of them per tenant; one no
     session has bound closes `unbound_seconds` after its registration (`expire_unbound`, run by
-    the engine, sweeps them on time, whether or not anyone registers again)."""
+    the engine, sweeps them on time, whether or not anyone registers again). `schemas` is the
+    pool that compiles the tenants' runtime tool schemas and checks calls against them."""
 
     def __init__(
-        self, *, tenant_share: int = DEFAULT_TENANT_EXECUTORS, unbound_seconds: float = MAX_UNBOUND_SECONDS
+        self,
+        *,
+        tenant_share: int = DEFAULT_TENANT_EXECUTORS,
+        unbound_seconds: float = MAX_UNBOUND_SECONDS,
+        schemas: SchemaWorkers | None = None,
     ) -> None:
+        self.schemas = schemas if schemas is not None else SchemaWorkers(name="brain-tenant-schemas")
         self._executors: dict[str, Executor] = {}
         self._routes: dict[tuple[str, str], str] = {}  # (session, alias) -> executor id
         self._tenant_share = tenant_share

@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from foundation.hostconfig import ToolBindingConfig
+from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import compile_schema
 from runners.protocol import ToolDescriptor
 
@@ -58,7 +59,8 @@ class ToolRegistry:
 
     `admin_loader` reads admin bindings (None serves only `bindings`). The header deadline
     defaults to $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s. `transports` replaces the transport
-    instances by name (fault tests inject clients with httpx.MockTransport).
+    instances by name (fault tests inject clients with httpx.MockTransport). Calls' values are
+    checked against the config tools' schemas on `schemas`, a pool of the registry's own.
     """
 
     def __init__(
@@ -74,6 +76,7 @@ class ToolRegistry:
         providers: ProviderRegistry | None = None,
     ) -> None:
         tokens = tool_tokens or {}
+        self.schemas = SchemaWorkers(name="brain-config-schemas")
         self._config_entries: dict[str, CatalogEntry] = {}
         for binding in bindings:
             token = tokens.get(binding.name) if binding.token_env else ""
@@ -91,6 +94,7 @@ class ToolRegistry:
             inspections=inspections,
             header_timeout=header_timeout,
             public_url=public_url.rstrip("/"),
+            schemas=self.schemas,
         )
 
     def forget_bindings(self) -> None:
@@ -163,5 +167,6 @@ class ToolRegistry:
         return await invoke_tool(context, name, arguments, kinds=kinds)
 
     async def aclose(self) -> None:
-        """Close pooled connections (shutdown)."""
+        """Close pooled connections and the schema threads (shutdown)."""
         await self.config_tools.aclose()
+        self.schemas.close()

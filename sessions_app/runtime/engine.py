@@ -165,6 +165,7 @@ class Engine:
                     await task
         await self.flush()
         await asyncio.to_thread(self._sync_and_close_logs)
+        self.executors.schemas.close()
 
     def _sync_and_close_logs(self) -> None:
         for actor in self.actors.values():

@@ -3,7 +3,15 @@ session.py serves a loaded session's binding tools as a kind of the call path.""
 
 from __future__ import annotations
 
-from .checks import ALIAS, CheckedBindings, SavedBinding, check_bindings, check_runtime_tools
+from .checks import (
+    ALIAS,
+    CheckedBindings,
+    SavedBinding,
+    check_bindings,
+    check_runtime_tools,
+    compile_runtime_tools,
+    runtime_descriptors,
+)
 from .session import RUNTIME_CALL_SECONDS, CredentialSource, SessionBindings, no_credentials
 
 __all__ = [
@@ -15,5 +23,7 @@ __all__ = [
     "SessionBindings",
     "check_bindings",
     "check_runtime_tools",
+    "compile_runtime_tools",
+    "runtime_descriptors",
     "no_credentials",
 ]

@@ -2,6 +2,9 @@
 gets under an alias, beside the operator's `config.tools`. `check_bindings` validates them and
 resolves a provider binding's descriptors (nothing runs); what the session saves is what
 bindings.session routes calls by.
+
+Every cheap check (shapes, counts, names, the executor's registration) comes before any schema
+is compiled, and schemas compile on the hub's schema pool, never on the event loop.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Required, TypedDict
 from jsonschema import SchemaError
 
 from foundation.errors import BrainError, Forbidden, InvalidRequest, Unsupported
+from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import compile_schema
 from runners.protocol import ToolDescriptor
 
@@ -22,7 +26,15 @@ from ..invocation.results import detail as _detail
 from ..providers.base import ProviderError, ToolProvider
 from ..providers.registry import ProviderRegistry
 
-__all__ = ["ALIAS", "CheckedBindings", "SavedBinding", "check_bindings", "check_runtime_tools"]
+__all__ = [
+    "ALIAS",
+    "CheckedBindings",
+    "SavedBinding",
+    "check_bindings",
+    "check_runtime_tools",
+    "compile_runtime_tools",
+    "runtime_descriptors",
+]
 
 ALIAS = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,31}$")
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -46,8 +58,9 @@ class SavedBinding(TypedDict, total=False):
     parameters: object
 
 
-def check_runtime_tools(tools: Sequence[object]) -> list[ToolDescriptor]:
-    """Runtime tool descriptors as registered or bound: names, descriptions, valid schemas."""
+def runtime_descriptors(tools: Sequence[object]) -> list[ToolDescriptor]:
+    """Runtime tool descriptors as registered or bound, their shapes checked (count, names,
+    descriptions, schemas that are objects); cheap, and nothing is compiled."""
     if not tools or len(tools) > MAX_RUNTIME_TOOLS:
         raise InvalidRequest(f"a runtime binding declares 1 to {MAX_RUNTIME_TOOLS} tools")
     seen: set[str] = set()
@@ -66,19 +79,42 @@ def check_runtime_tools(tools: Sequence[object]) -> list[ToolDescriptor]:
         for key in ("input_schema", "output_schema"):
             if key not in tool or (key == "output_schema" and tool[key] is None):
                 continue
-            schema = tool[key]
-            if not isinstance(schema, dict):
+            if not isinstance(tool[key], dict):
                 raise InvalidRequest(f"runtime tool {name!r}: {key} must be a JSON Schema object")
-            try:
-                compile_schema(schema)
-            except SchemaError as exc:
-                raise InvalidRequest(f"runtime tool {name!r}: invalid {key}: {str(exc.message)[:200]}") from exc
         if "input_schema" not in tool:
             raise InvalidRequest(f"runtime tool {name!r} needs an input_schema")
         descriptor: ToolDescriptor = {"name": name, "description": description, "input_schema": tool["input_schema"]}
         if tool.get("output_schema") is not None:
             descriptor["output_schema"] = tool["output_schema"]
         descriptors.append(descriptor)
+    return descriptors
+
+
+def _compile_all(descriptors: Sequence[ToolDescriptor]) -> None:
+    for descriptor in descriptors:
+        for key in ("input_schema", "output_schema"):
+            schema = descriptor.get(key)
+            if schema is None:
+                continue
+            try:
+                compile_schema(schema)
+            except SchemaError as exc:
+                raise InvalidRequest(
+                    f"runtime tool {descriptor['name']!r}: invalid {key}: {str(exc.message)[:200]}"
+                ) from exc
+
+
+async def compile_runtime_tools(descriptors: Sequence[ToolDescriptor], schemas: SchemaWorkers) -> None:
+    """Compile the descriptors' schemas on `schemas` (one job): 400 naming the tool and the
+    reason for the first one refused (a reference outside it, a pattern RE2 cannot run, the
+    expansion budget), 429 when the pool is busy."""
+    await schemas.run(lambda: _compile_all(descriptors))
+
+
+async def check_runtime_tools(tools: Sequence[object], schemas: SchemaWorkers) -> list[ToolDescriptor]:
+    """runtime_descriptors(), then their schemas compiled on `schemas`."""
+    descriptors = runtime_descriptors(tools)
+    await compile_runtime_tools(descriptors, schemas)
     return descriptors
 
 
@@ -97,7 +133,7 @@ async def _check_runtime_binding(
     executor_id, runtime = binding.get("executor"), binding.get("runtime")
     if not isinstance(executor_id, str) or not isinstance(runtime, list):
         raise InvalidRequest(f"binding {alias!r} needs an executor and its runtime tools, or a provider")
-    declared = check_runtime_tools(runtime)
+    declared = runtime_descriptors(runtime)
     executor = hub.get(executor_id)
     if executor is None and hub.relay is not None:  # a fleet: another instance may hold it
         executor = await hub.relay.held_elsewhere(executor_id)
@@ -124,7 +160,13 @@ def _checked_operations(binding: RequestBinding, alias: str) -> list[str]:
 
 
 async def _bound_descriptors(
-    provider: ToolProvider, alias: str, *, tenant: str, operations: Sequence[str], parameters: object
+    provider: ToolProvider,
+    alias: str,
+    *,
+    tenant: str,
+    operations: Sequence[str],
+    parameters: object,
+    schemas: SchemaWorkers,
 ) -> list[ToolDescriptor]:
     """provider.bind(), its answer checked: descriptors of exactly the operations asked for.
     ValueError is the client's (400); anything else wrong is the provider's (500)."""
@@ -135,7 +177,7 @@ async def _bound_descriptors(
     except ProviderError as exc:
         raise BrainError(_detail(f"binding {alias!r}: tool provider {provider.name!r} is unavailable: {exc}")) from exc
     try:
-        checked = check_runtime_tools(descriptors)
+        checked = await check_runtime_tools(descriptors, schemas)
     except InvalidRequest as exc:
         raise BrainError(f"tool provider {provider.name!r} returned invalid descriptors: {exc.message}") from exc
     names = [descriptor["name"] for descriptor in checked]
@@ -145,7 +187,7 @@ async def _bound_descriptors(
 
 
 async def _check_provider_binding(
-    binding: RequestBinding, alias: str, *, tenant: str, providers: ProviderRegistry
+    binding: RequestBinding, alias: str, *, tenant: str, providers: ProviderRegistry, schemas: SchemaWorkers
 ) -> tuple[SavedBinding, list[ToolDescriptor]]:
     if binding.get("executor") is not None or binding.get("runtime") is not None:
         raise InvalidRequest(f"binding {alias!r}: a provider binding has no executor or runtime tools")
@@ -159,7 +201,9 @@ async def _check_provider_binding(
     if not provider.authorize(tenant):
         raise Forbidden(_detail(f"binding {alias!r}: tool provider {name!r} is not available to this tenant"))
     parameters = binding.get("parameters")
-    descriptors = await _bound_descriptors(provider, alias, tenant=tenant, operations=operations, parameters=parameters)
+    descriptors = await _bound_descriptors(
+        provider, alias, tenant=tenant, operations=operations, parameters=parameters, schemas=schemas
+    )
     saved: SavedBinding = {
         "alias": alias,
         "provider": name,
@@ -182,7 +226,8 @@ async def check_bindings(
     collision, 403 for a provider the tenant may not use, 422 for one not installed. Provider
     bindings are bound (their parameters checked, their descriptors resolved) but nothing runs.
     In a fleet a runtime executor another live instance holds is checked by what its holder
-    recorded in Redis (503 while Redis is out of reach)."""
+    recorded in Redis (503 while Redis is out of reach). The runtime tools' schemas compile last,
+    off the loop, once every binding passed the cheap checks (429 while the schema pool is busy)."""
     if len(raw) > MAX_BINDINGS:
         raise InvalidRequest(f"a session has at most {MAX_BINDINGS} bindings")
     installed = providers if providers is not None else ProviderRegistry()
@@ -191,6 +236,7 @@ async def check_bindings(
     saved: list[SavedBinding] = []
     descriptors: list[ToolDescriptor] = []
     executors: list[Executor] = []
+    runtime: list[ToolDescriptor] = []  # compiled once every binding passed the cheap checks
     for binding in raw:
         if not isinstance(binding, dict):
             raise InvalidRequest("a binding must be an object")
@@ -201,10 +247,13 @@ async def check_bindings(
             raise InvalidRequest(f"binding alias {alias!r} is used twice")
         aliases.add(alias)
         if binding.get("provider") is not None:
-            entry, declared = await _check_provider_binding(binding, alias, tenant=tenant, providers=installed)
+            entry, declared = await _check_provider_binding(
+                binding, alias, tenant=tenant, providers=installed, schemas=hub.schemas
+            )
         else:
             entry, declared, executor = await _check_runtime_binding(binding, alias, tenant=tenant, hub=hub)
             executors.append(executor)
+            runtime.extend(declared)
         for tool in declared:
             visible = f"{alias}_{tool['name']}"
             if visible in names:
@@ -212,4 +261,6 @@ async def check_bindings(
             names.add(visible)
             descriptors.append({**tool, "name": visible})
         saved.append(entry)
+    if runtime:
+        await compile_runtime_tools(runtime, hub.schemas)
     return CheckedBindings(saved, descriptors, executors)

@@ -4,6 +4,8 @@ A `runtime` binding's `<alias>_<name>` goes to whichever executor currently serv
 alias (a rebind after a restart replaces it). A `provider` binding's `<alias>_<operation>` runs
 the provider's `handle` with the trusted identity, the saved parameters and the binding's
 credential; the provider binds again (with its saved parameters) before the first call.
+Schemas are compiled on the hub's schema pool on a tool's first call, never on the loop (a
+session loads without compiling any).
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from functools import partial
 from jsonschema import SchemaError
 from jsonschema.protocols import Validator
 
+from foundation.errors import Overloaded
+from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import compile_schema
 from runners.protocol import ToolDescriptor
 
@@ -42,12 +46,41 @@ async def no_credentials(tenant: str, session_id: str, alias: str) -> None:
 
 @dataclass(frozen=True, slots=True)
 class _Route:
-    """A runtime binding's tool as the session saved it."""
+    """A runtime binding's tool as the session saved it, its schemas not yet compiled."""
 
     alias: str
     remote: str
+    arguments: object
+    output: object
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A runtime binding's tool's schemas, compiled (on first use)."""
+
     arguments: Validator
     output: Validator | None
+
+
+def _compiled(route: _Route) -> _Compiled:
+    """compile_schema() of the route's saved schemas (raises SchemaError, TypeError)."""
+    output = route.output
+    return _Compiled(
+        arguments=compile_schema(_schema(route.arguments)),
+        output=compile_schema(_schema(output)) if output is not None else None,
+    )
+
+
+def _compiled_operations(
+    descriptors: Mapping[str, ToolDescriptor], operations: Sequence[str]
+) -> tuple[dict[str, Validator], dict[str, Validator | None]]:
+    """The operations' input and output schemas, compiled (raises KeyError, SchemaError)."""
+    arguments = {op: compile_schema(descriptors[op]["input_schema"]) for op in operations}
+    outputs = {
+        op: compile_schema(descriptors[op]["output_schema"]) if descriptors[op].get("output_schema") else None
+        for op in operations
+    }
+    return arguments, outputs
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,18 +145,18 @@ class SessionBindings:
         self._credentials = credentials
         self._session = session
         self._routes: dict[str, _Route] = {}
+        self._compiled: dict[str, _Compiled] = {}  # route name -> its schemas, once compiled
         self._provider_routes: dict[str, _ProviderRoute] = {}
         self._bound: dict[str, _Bound] = {}  # alias -> bound in this process
         saved = {descriptor.get("name"): descriptor for descriptor in descriptors}
         for binding in bindings:
             alias = str(binding.get("alias", ""))
             for tool in _runtime_tools(binding.get("runtime")):
-                output = tool.get("output_schema")
                 self._routes[f"{alias}_{tool['name']}"] = _Route(
                     alias=alias,
                     remote=str(tool["name"]),
-                    arguments=compile_schema(_schema(tool["input_schema"])),
-                    output=compile_schema(_schema(output)) if output is not None else None,
+                    arguments=tool.get("input_schema"),
+                    output=tool.get("output_schema"),
                 )
             provider = binding.get("provider")
             if provider is not None:
@@ -136,6 +169,10 @@ class SessionBindings:
                         parameters=binding.get("parameters"),
                         saved=saved.get(name),
                     )
+
+    @property
+    def schemas(self) -> SchemaWorkers:
+        return self._hub.schemas
 
     def __contains__(self, name: object) -> bool:
         return name in self._routes or name in self._provider_routes
@@ -150,10 +187,24 @@ class SessionBindings:
         route = self._routes.get(name)
         if route is None:
             return Invocation.failed(f"tool {name!r} is not enabled for this session")
-        return Target(arguments=route.arguments, dispatch=partial(self._run_on_executor, route, name))
+        compiled = self._compiled.get(name)
+        if compiled is None:
+            try:
+                compiled = await self.schemas.run(partial(_compiled, route))
+            except (SchemaError, TypeError) as exc:
+                reason = exc.message if isinstance(exc, SchemaError) else str(exc)
+                return Invocation.failed(detail(f"tool {name!r} is unavailable: its schema is refused: {reason}"))
+            except Overloaded as exc:
+                return Invocation.failed(f"tool {name!r} could not be prepared: {exc.message}; the call was not sent")
+            self._compiled[name] = compiled
+        return Target(
+            arguments=compiled.arguments,
+            dispatch=partial(self._run_on_executor, route, compiled.output, name),
+            schemas=self.schemas,
+        )
 
     async def _run_on_executor(
-        self, route: _Route, name: str, context: CallContext, arguments: dict[str, object]
+        self, route: _Route, output: Validator | None, name: str, context: CallContext, arguments: dict[str, object]
     ) -> Invocation:
         """Dispatch to the executor serving the alias. Raises CallCancelled once it was sent."""
         scope = {"tenant_id": context.tenant, "session_id": context.session_id, "call_id": context.call_id}
@@ -190,7 +241,7 @@ class SessionBindings:
             )
         except asyncio.CancelledError:
             raise CallCancelled(name) from None
-        return await checked_invocation(raw, route.output, name)
+        return await checked_invocation(raw, output, name, schemas=self.schemas)
 
     async def _bind(self, route: _ProviderRoute, tenant: str) -> _Bound:
         """The provider binding of `route`, bound again with its saved parameters on first use.
@@ -212,17 +263,17 @@ class SessionBindings:
             raise _Refused(f"tool provider {route.provider!r} is unavailable: {exc}") from exc
         try:
             by_name = {descriptor["name"]: _normalized(descriptor) for descriptor in descriptors}
+            arguments, outputs = await self.schemas.run(partial(_compiled_operations, by_name, operations))
             bound = _Bound(
                 provider=provider,
                 descriptors={operation: by_name[operation] for operation in operations},
-                arguments={op: compile_schema(by_name[op]["input_schema"]) for op in operations},
-                outputs={
-                    op: compile_schema(by_name[op]["output_schema"]) if by_name[op].get("output_schema") else None
-                    for op in operations
-                },
+                arguments=arguments,
+                outputs=outputs,
             )
         except (KeyError, TypeError, SchemaError) as exc:
             raise _Refused(f"tool provider {route.provider!r} no longer serves these operations as saved") from exc
+        except Overloaded as exc:
+            raise _Refused(exc.message) from exc
         self._bound[route.alias] = bound
         return bound
 
@@ -236,7 +287,9 @@ class SessionBindings:
         except _Refused as exc:
             return Invocation.failed(detail(f"tool {name!r} is unavailable: {exc}; the call was not sent"))
         return Target(
-            arguments=bound.arguments[route.operation], dispatch=partial(self._run_provider, route, bound, name)
+            arguments=bound.arguments[route.operation],
+            dispatch=partial(self._run_provider, route, bound, name),
+            schemas=self.schemas,
         )
 
     async def _run_provider(
@@ -260,7 +313,9 @@ class SessionBindings:
             session=self._session if provider.reads_session else None,
         )
         output = bound.outputs[route.operation]
-        return await run_provider(provider, call, name=name, output=output, timeout=provider.deadline(route.operation))
+        return await run_provider(
+            provider, call, name=name, output=output, timeout=provider.deadline(route.operation), schemas=self.schemas
+        )
 
 
 def _normalized(descriptor: ToolDescriptor) -> ToolDescriptor:

@@ -17,6 +17,7 @@ from jsonschema.protocols import Validator
 from opentelemetry.propagate import inject as _inject
 
 from foundation.hostconfig import ToolBindingConfig
+from foundation.schema_workers import SchemaWorkers
 
 from ..providers.base import ProviderCall
 from ..providers.registry import ProviderRegistry
@@ -55,7 +56,8 @@ EntryLookup = Callable[[str], Awaitable["CatalogEntry | None"]]
 
 class ConfigTools:
     """The config tools' kind. It answers for every name no other kind serves: a name that is
-    not an enabled tool of the tenant is refused as not enabled."""
+    not an enabled tool of the tenant is refused as not enabled. Values are checked against the
+    bindings' schemas on `schemas`."""
 
     def __init__(
         self,
@@ -66,8 +68,10 @@ class ConfigTools:
         inspections: InspectionGrants | None,
         header_timeout: float,
         public_url: str,
+        schemas: SchemaWorkers,
     ) -> None:
         self._lookup = lookup
+        self._schemas = schemas
         self._transports = transports
         self._providers = providers
         self._inspections = inspections
@@ -86,6 +90,7 @@ class ConfigTools:
         return Target(
             arguments=entry.arguments,
             dispatch=partial(dispatch, entry),
+            schemas=self._schemas,
             require_approval=binding.require_approval,
             approval_timeout_seconds=binding.approval_timeout_seconds,
         )
@@ -114,7 +119,9 @@ class ConfigTools:
             progress=context.progress,
         )
         timeout = min(float(binding.timeout_seconds), provider.deadline(binding.operation))
-        return await run_provider(provider, call, name=binding.name, output=entry.output, timeout=timeout)
+        return await run_provider(
+            provider, call, name=binding.name, output=entry.output, timeout=timeout, schemas=self._schemas
+        )
 
     async def _send(self, entry: CatalogEntry, context: CallContext, arguments: dict[str, object]) -> Invocation:
         binding, name = entry.binding, entry.binding.name
@@ -161,7 +168,7 @@ class ConfigTools:
         finally:
             if inspection_token and self._inspections is not None:
                 self._inspections.revoke(inspection_token)
-        return await checked_invocation(raw, entry.output, name)
+        return await checked_invocation(raw, entry.output, name, schemas=self._schemas)
 
     async def aclose(self) -> None:
         """Close pooled connections (shutdown)."""

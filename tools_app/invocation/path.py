@@ -14,7 +14,8 @@ from typing import Protocol
 
 from jsonschema.protocols import Validator
 
-from foundation.tool_schemas import first_error_off_loop
+from foundation.errors import Overloaded
+from foundation.schema_workers import SchemaWorkers
 
 from .results import Invocation, detail
 
@@ -49,10 +50,12 @@ Dispatch = Callable[[CallContext, dict[str, object]], Awaitable[Invocation]]
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A name resolved by its kind: what the path checks before the kind dispatches it."""
+    """A name resolved by its kind: what the path checks before the kind dispatches it, and the
+    pool its kind checks values on (`schemas`)."""
 
     arguments: Validator
     dispatch: Dispatch
+    schemas: SchemaWorkers
     require_approval: bool = False
     approval_timeout_seconds: int = 0
 
@@ -78,7 +81,10 @@ async def invoke_tool(context: CallContext, name: str, arguments: object, *, kin
         return target
     if not isinstance(arguments, dict):
         return Invocation.failed(f"invalid arguments for {name}: arguments must be a JSON object")
-    problem = await first_error_off_loop(target.arguments, arguments)
+    try:  # off the loop, within the validation budgets: a tenant's schema decides the cost
+        problem = await target.schemas.first_error(target.arguments, arguments)
+    except Overloaded as exc:
+        return Invocation.failed(f"the arguments for {name} could not be checked: {exc.message}; the call was not sent")
     if problem is not None:
         where = "/".join(str(part) for part in problem.absolute_path)
         return Invocation.failed(

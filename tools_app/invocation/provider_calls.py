@@ -9,6 +9,8 @@ import dataclasses
 
 from jsonschema.protocols import Validator
 
+from foundation.schema_workers import SchemaWorkers
+
 from ..providers.base import ProviderCall, ProviderError, ToolProvider, TurnEffects
 from .results import CallCancelled, Invocation, Outcome, checked_invocation, detail
 
@@ -16,12 +18,18 @@ __all__ = ["run_provider"]
 
 
 async def run_provider(
-    provider: ToolProvider, call: ProviderCall, *, name: str, output: Validator | None, timeout: float
+    provider: ToolProvider,
+    call: ProviderCall,
+    *,
+    name: str,
+    output: Validator | None,
+    timeout: float,
+    schemas: SchemaWorkers,
 ) -> Invocation:
     """Run `provider.handle(call)` once under `timeout`: a ProviderError that reached the service
     is an unknown outcome, one that did not an error; cancellation once handle() started raises
     CallCancelled (it may have acted). A provider with `turn_events` gets a TurnEffects collector;
-    what it recorded travels with a successful Invocation."""
+    what it recorded travels with a successful Invocation. `output` is checked on `schemas`."""
     effects = TurnEffects(provider.turn_events) if provider.turn_events else None
     if effects is not None:
         call = dataclasses.replace(call, effects=effects)
@@ -43,7 +51,7 @@ async def run_provider(
         return Invocation.failed(
             detail(f"tool {name!r} failed: {exc}{suffix}"), outcome=Outcome.UNKNOWN if exc.reached else Outcome.ERROR
         )
-    invocation = await checked_invocation(raw, output, name)
+    invocation = await checked_invocation(raw, output, name, schemas=schemas)
     if effects is None or invocation.outcome is not Outcome.OK:
         return invocation
     return dataclasses.replace(invocation, events=tuple(effects.events), end_turn=effects.end_turn)

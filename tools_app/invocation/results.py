@@ -3,7 +3,6 @@ tool's raw result object. Pure values and checks; imports no Django, runtime or 
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 from dataclasses import dataclass
@@ -13,6 +12,8 @@ from typing import Any, TypedDict
 import orjson
 from jsonschema.protocols import Validator
 
+from foundation.errors import Overloaded
+from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import first_error
 
 __all__ = [
@@ -87,17 +88,23 @@ def detail(message: str) -> str:
     return message if len(message) <= MAX_ERROR_DETAIL else message[: MAX_ERROR_DETAIL - 1] + "…"
 
 
-async def checked_invocation(raw: object, output: Validator | None, name: str) -> Invocation:
+async def checked_invocation(raw: object, output: Validator | None, name: str, *, schemas: SchemaWorkers) -> Invocation:
     """A tool's raw result object, strictly checked (an invalid one is an unknown outcome).
-    Checked against an output schema in a worker thread: the tenant's schema and the tool's
-    value (up to max_output_bytes) decide the cost, never the event loop's."""
+    Checked against an output schema on `schemas`' threads, within the validation budgets: the
+    tenant's schema and the tool's value (up to max_output_bytes) decide the cost, never the
+    event loop's."""
     try:
         if output is None:
             result = check_result(raw, output)
         else:
-            result = await asyncio.to_thread(check_result, raw, output)
+            result = await schemas.run(lambda: check_result(raw, output))
     except InvalidResult as exc:
         return Invocation.failed(detail(f"tool {name!r} returned an invalid result: {exc}"), outcome=Outcome.UNKNOWN)
+    except Overloaded as exc:
+        return Invocation.failed(
+            detail(f"tool {name!r} returned a result that could not be checked: {exc.message}"),
+            outcome=Outcome.UNKNOWN,
+        )
     if not result.get("is_error"):
         return Invocation(result, Outcome.OK)
     return Invocation(result, Outcome.UNKNOWN if result.get("unknown_outcome") else Outcome.ERROR)
