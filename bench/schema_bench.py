@@ -1,6 +1,10 @@
 """Tenant schema patterns: the catastrophic `^(a+)+$` against "a" * 10,000 + "!" with Brain's
 compiled validator (RE2), and jsonschema's default validator (Python's backtracking `re`) in the
 same run on a subject short enough to finish (its cost doubles with each extra character).
+Then the cost of counting validation steps (foundation.schema_budget): a typed array of small
+objects checked with the step meter (first_error) and without it (the same validator, no meter
+set), and with jsonschema's own uncounted validator (the schema has no pattern, so its keyword
+checks are the same), median per validation and the ratio, the rounds interleaved.
 
     .venv/bin/python bench/schema_bench.py [--rounds 50] [--baseline-chars 24]
 
@@ -19,6 +23,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from jsonschema import Draft202012Validator  # noqa: E402
+from jsonschema.exceptions import best_match  # noqa: E402
 from jsonschema.validators import validator_for  # noqa: E402
 
 from foundation.tool_schemas import compile_schema, first_error  # noqa: E402
@@ -26,6 +32,15 @@ from foundation.tool_schemas import compile_schema, first_error  # noqa: E402
 SCHEMA = {"type": "string", "pattern": "^(a+)+$"}
 SUBJECT_CHARS = 10_000
 GOAL_MS = 10.0
+COUNTED_SCHEMA = {
+    "type": "array",
+    "items": {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {"type": "boolean"}},
+        "required": ["a"],
+    },
+}
+COUNTED_ITEMS = 2_000
 
 
 def _median_ms(check: Any, subject: str, rounds: int) -> float:
@@ -35,6 +50,29 @@ def _median_ms(check: Any, subject: str, rounds: int) -> float:
         check(subject)
         samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
+
+
+def _counting(rounds: int) -> None:
+    validator = compile_schema(COUNTED_SCHEMA)
+    plain = Draft202012Validator(COUNTED_SCHEMA)
+    value = [{"a": index, "b": "x", "c": True} for index in range(COUNTED_ITEMS)]
+    checks: dict[str, Any] = {
+        "counted": lambda: first_error(validator, value),
+        "no meter": lambda: best_match(validator.iter_errors(value)),
+        "uncounted": lambda: best_match(plain.iter_errors(value)),
+    }
+    samples: dict[str, list[float]] = {name: [] for name in checks}
+    for _ in range(rounds):
+        for name, check in checks.items():
+            started = time.perf_counter()
+            check()
+            samples[name].append((time.perf_counter() - started) * 1000)
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"step counting, {COUNTED_ITEMS} objects against a typed items schema, {rounds} rounds interleaved")
+    print(f"  with counting (first_error, metered):    median {medians['counted']:8.3f} ms per validation")
+    print(f"  counted keywords, no meter set:          median {medians['no meter']:8.3f} ms per validation")
+    print(f"  without counting (jsonschema's own):     median {medians['uncounted']:8.3f} ms per validation")
+    print(f"  ratio counted / uncounted: {medians['counted'] / medians['uncounted']:.3f}")
 
 
 def main() -> None:
@@ -66,6 +104,7 @@ def main() -> None:
         f"  jsonschema default re  n={options.baseline_chars:>6}: median {default_ms:8.1f} ms over "
         f"{options.baseline_rounds} rounds (doubles per extra 'a'; n={SUBJECT_CHARS} would not finish)"
     )
+    _counting(options.rounds)
 
 
 if __name__ == "__main__":
