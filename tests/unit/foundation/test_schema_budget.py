@@ -77,7 +77,7 @@ def test_the_schema_pool_refuses_work_past_its_bound_and_runs_it_off_the_loop() 
     release = threading.Event()
     loop_thread = threading.get_ident()
 
-    async def scenario() -> tuple[list[object], int]:
+    async def scenario() -> tuple[list[bool], int]:
         held = [asyncio.ensure_future(workers.run(release.wait)) for _ in range(2)]
         await asyncio.sleep(0.05)
         with pytest.raises(Overloaded):
