@@ -24,7 +24,7 @@ from fleet_app.journal import InputJournal
 from fleet_app.leases import LeaseManager
 from foundation.app_object import SCOPE_KEY, app_object_of
 from foundation.errors import BrainError
-from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.hostconfig import FleetSecret, HostConfig, Secrets, load_host_config, resolve_secrets
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app.app_object import PersistenceAppObject
@@ -111,7 +111,7 @@ class BrainApp:
                 telemetry=self.telemetry,
             )
             self.journal = InputJournal()
-            self.relay = _executor_relay(self.executors, self.leases)
+            self.relay = _executor_relay(self.executors, self.leases, secrets.fleet_secret)
             self.executors.relay = self.relay
         self.workers = _worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
@@ -246,9 +246,9 @@ class BrainApp:
         await leases.leave_quietly()
 
 
-def _executor_relay(hub: ExecutorHub, leases: LeaseManager) -> ExecutorRelay | None:
-    """Runtime tools across the fleet over the Redis that BRAIN_CHANNEL_REDIS names; without
-    it an executor serves only sessions its own instance owns."""
+def _executor_relay(hub: ExecutorHub, leases: LeaseManager, secret: FleetSecret | None) -> ExecutorRelay | None:
+    """Runtime tools across the fleet over the Redis that BRAIN_CHANNEL_REDIS names, sealed
+    under the fleet secret; without it an executor serves only sessions its own instance owns."""
     url = os.environ.get(CHANNEL_REDIS_ENV, "").strip()
     if not url:
         logger.warning(
@@ -257,11 +257,19 @@ def _executor_relay(hub: ExecutorHub, leases: LeaseManager) -> ExecutorRelay | N
         )
         return None
 
-    async def alive(instance: str, incarnation: str) -> bool:
-        return await fleet_db.ainstance_alive(instance, incarnation=incarnation, using=leases.database)
+    if secret is None:  # never with a `cluster` block: check_cluster requires BRAIN_FLEET_SECRET
+        raise RuntimeError("the executor relay needs the fleet secret")
+
+    async def member(instance: str, incarnation: str) -> str | None:
+        return await fleet_db.amember_url(instance, incarnation=incarnation, using=leases.database)
 
     return ExecutorRelay(
-        hub, redis_url=url, instance=leases.instance, incarnation=leases.incarnation, url=leases.url, alive=alive
+        hub,
+        redis_url=url,
+        instance=leases.instance,
+        incarnation=leases.incarnation,
+        secret=secret.key,
+        member=member,
     )
 
 

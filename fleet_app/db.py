@@ -31,6 +31,8 @@ __all__ = [
     "alist_instances",
     "ainstance_alive",
     "instance_alive",
+    "amember_url",
+    "member_url",
     "amark_started",
     "aowner_of",
     "adiscard_input",
@@ -139,6 +141,14 @@ def instance_alive(name: str, *, incarnation: str, using: str = DEFAULT_DB_ALIAS
     its row expired, it left, or another process took the name."""
     sql = f"SELECT 1 FROM {_INSTANCE} WHERE name = %s AND incarnation = %s AND expires_at > now()"
     return bool(_execute(using, sql, [name, incarnation]))
+
+
+def member_url(name: str, *, incarnation: str, using: str = DEFAULT_DB_ALIAS) -> str | None:
+    """That process's address in the instances table while it is a live member of the fleet
+    (as instance_alive), else None: the only address another instance forwards to."""
+    sql = f"SELECT url FROM {_INSTANCE} WHERE name = %s AND incarnation = %s AND expires_at > now()"
+    rows = _execute(using, sql, [name, incarnation])
+    return str(rows[0][0]) if rows else None
 
 
 # --- leases ----------------------------------------------------------------------------------
@@ -382,6 +392,7 @@ aleave_instance = _twin(leave_instance)
 aset_draining = _twin(set_draining)
 alist_instances = _twin(list_instances)
 ainstance_alive = _twin(instance_alive)
+amember_url = _twin(member_url)
 aacquire_lease = _twin(acquire_lease)
 atake_lease = _twin(take_lease)
 arenew_leases = _twin(renew_leases)

@@ -2,7 +2,9 @@
 
 PostgreSQL (a private cluster), Redis, moto's S3 server, three `runbrain` instances with
 `cluster` blocks, a Celery `syncworker` for each and nginx in front of them
-(deploy/nginx/brain-cluster.conf.template), all on loopback. It prints the URL and a token,
+(deploy/nginx/brain-cluster.conf.template), all on loopback. PostgreSQL (scram-sha-256) and
+Redis (`requirepass`) each get a random password per run, in the URLs the instances are given and
+in cluster.env (mode 0600), never on a command line or in the output. It prints the URL and a token,
 streams a demo conversation through nginx with the scripted model of `make run`, and runs until
 Ctrl-C or SIGTERM, then stops every process it started. `--exit-after-demo` stops after the demo.
 """
@@ -24,7 +26,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO, cast
@@ -57,23 +59,32 @@ DEMO_MESSAGES = [
 ]
 
 
+PASSWORD_BYTES = 16  # random per run, hex: safe in a URL as it is
+
+
 @dataclass(frozen=True, slots=True)
 class Ports:
-    """The loopback ports of the shared services, chosen before anything starts."""
+    """The loopback ports of the shared services, chosen before anything starts, and the
+    passwords of PostgreSQL and Redis (anyone on the machine can reach loopback ports)."""
 
     postgres: int
     redis: int
     s3: int
     provider: int
     tools: int
+    postgres_password: str = field(default_factory=lambda: secrets.token_hex(PASSWORD_BYTES), repr=False)
+    redis_password: str = field(default_factory=lambda: secrets.token_hex(PASSWORD_BYTES), repr=False)
+
+    def postgres_url(self, database: str) -> str:
+        return f"postgres://postgres:{self.postgres_password}@127.0.0.1:{self.postgres}/{database}"
 
     @property
     def database_url(self) -> str:
-        return f"postgres://postgres@127.0.0.1:{self.postgres}/brain"
+        return self.postgres_url("brain")
 
     @property
     def redis_url(self) -> str:
-        return f"redis://127.0.0.1:{self.redis}"
+        return f"redis://:{self.redis_password}@127.0.0.1:{self.redis}"
 
     @property
     def s3_endpoint(self) -> str:
@@ -121,11 +132,14 @@ def _http_ok(url: str) -> bool:
         return False
 
 
-def _redis_answers(port: int) -> bool:
+def _redis_answers(port: int, password: str) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            sock.sendall(b"PING\r\n")
-            return sock.recv(64).startswith(b"+PONG")
+            sock.sendall(f"AUTH {password}\r\nPING\r\n".encode())
+            answer = b""
+            while answer.count(b"\r\n") < 2 and (chunk := sock.recv(64)):
+                answer += chunk
+            return answer == b"+OK\r\n+PONG\r\n"
     except OSError:
         return False
 
@@ -195,16 +209,25 @@ class Cluster:
 
     # --- shared services ------------------------------------------------------------------
 
-    def start_postgres(self, port: int) -> None:
-        """A throwaway PostgreSQL cluster (trust auth on loopback) with an empty database `brain`."""
+    def start_postgres(self, ports: Ports) -> None:
+        """A throwaway PostgreSQL cluster (scram-sha-256 with the run's password, on loopback and
+        its socket alike) with an empty database `brain`."""
+        port = ports.postgres
         binaries = _postgres_bin()
         self.postgres_data.mkdir(mode=0o700)
+        password_file = self.postgres_data / "password"
+        password_file.touch(mode=0o600)
+        password_file.write_text(ports.postgres_password + "\n")
         if os.geteuid() == 0:  # initdb and postgres refuse root
             self.as_postgres = [shutil.which("runuser") or "/usr/sbin/runuser", "-u", "postgres", "--"]
             shutil.chown(self.postgres_data, user="postgres")
+            shutil.chown(password_file, user="postgres")
         data = self.postgres_data / "data"
-        initdb = [str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"]
-        self._run_postgres([*initdb, "--locale=C", "--no-sync"], "initdb")
+        initdb = [str(binaries / "initdb"), "-D", str(data), "-U", "postgres", "-A", "scram-sha-256", "-E", "UTF8"]
+        try:
+            self._run_postgres([*initdb, f"--pwfile={password_file}", "--locale=C", "--no-sync"], "initdb")
+        finally:
+            password_file.unlink()
         options = f"-c listen_addresses=127.0.0.1 -p {port} -k {self.postgres_data} -c fsync=off"
         # in the postgres user's own directory (the state directory may be closed to it); copied
         # to the logs when PostgreSQL stops
@@ -214,7 +237,7 @@ class Cluster:
         self._run_postgres([*pg_ctl, "-l", str(log), "-o", options, "start"], "pg_ctl start")
         import psycopg
 
-        with psycopg.connect(f"postgres://postgres@127.0.0.1:{port}/postgres", autocommit=True) as connection:
+        with psycopg.connect(ports.postgres_url("postgres"), autocommit=True) as connection:
             connection.execute("CREATE DATABASE brain")
 
     def _run_postgres(self, command: list[str], what: str) -> None:
@@ -236,11 +259,18 @@ class Cluster:
         """Redis, moto's S3 server, the scripted model provider and the example tool service of
         `make run` start while PostgreSQL does; then the bucket and the database are created."""
         redis = [_binary("redis-server", hint="install the Debian package redis-server (`make cluster` does)")]
-        redis += ["--bind", "127.0.0.1", "--port", str(ports.redis), "--save", "", "--appendonly", "no"]
+        redis_config = self.state / "redis.conf"  # the password in a file of mode 0600, not on a command line
+        redis_config.touch(mode=0o600)
+        redis_config.write_text(f"requirepass {ports.redis_password}\n")
+        redis += [str(redis_config), "--bind", "127.0.0.1", "--port", str(ports.redis), "--save", ""]
+        redis += ["--appendonly", "no"]
         moto = [_binary("moto_server", hint="install requirements-dev.txt (`make cluster` does)")]
         python = sys.executable
         pending = [
-            (self.spawn("redis", [*redis, "--dir", str(self.state)], stage=0), lambda: _redis_answers(ports.redis)),
+            (
+                self.spawn("redis", [*redis, "--dir", str(self.state)], stage=0),
+                lambda: _redis_answers(ports.redis, ports.redis_password),
+            ),
             (
                 self.spawn("moto", [*moto, "-H", "127.0.0.1", "-p", str(ports.s3)], stage=0),
                 lambda: _http_ok(f"{ports.s3_endpoint}/moto-api/data.json"),
@@ -261,7 +291,7 @@ class Cluster:
                 lambda: _http_ok(f"http://127.0.0.1:{ports.tools}/health"),
             ),
         ]
-        self.start_postgres(ports.postgres)
+        self.start_postgres(ports)
         for child, ready in pending:
             self.wait_until(ready, child, child.name)
         import boto3
@@ -452,7 +482,8 @@ def _stream_demo(cluster: Cluster, token: str) -> None:
 
 def run(arguments: argparse.Namespace, cluster: Cluster) -> None:
     began = time.monotonic()
-    ports = Ports(*(_free_port() for _ in range(5)))
+    postgres, redis, s3, provider, tools = (_free_port() for _ in range(5))
+    ports = Ports(postgres, redis, s3, provider, tools)
     token = _secret("BRAIN_API_KEY")
     shared = {
         "BRAIN_API_KEY": token,

@@ -36,6 +36,7 @@ __all__ = [
     "Executor",
     "ExecutorHub",
     "ExecutorUnavailable",
+    "bound_to",
 ]
 
 MAX_EXECUTORS = 4096  # per process; registrations past it are 429
@@ -391,3 +392,14 @@ class ExecutorHub:
         if executor is None or executor.tenant != tenant:
             raise NotFound(f"runtime executor {executor_id} not found")
         return executor
+
+
+def bound_to(executor: Executor | None, session: str, tenant: str) -> Executor:
+    """The executor, when it is bound to `session` and the tenant's own; ExecutorUnavailable
+    (not dispatched) otherwise."""
+    if executor is None or executor.closed:
+        raise ExecutorUnavailable("the runtime executor is not registered; the client must rebind")
+    if not session or executor.session != session or executor.tenant != tenant:
+        # a bind through another instance that lost a race with one of another session
+        raise ExecutorUnavailable("the runtime executor serves another session; the client must rebind")
+    return executor

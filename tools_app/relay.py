@@ -15,6 +15,9 @@ its routes reaching another instance are forwarded here (fleet_app.routing), and
 session created elsewhere binds it by: that instance writes the alias's route naming this one and
 tells this one, which marks it bound. A session's routes are one hash: closing the session on its
 owner closes the executors that serve it on every instance.
+
+Nothing from Redis is trusted unsealed (tools_app.relay_seal); a holder is reached at the address
+the instances table gives; a call reaches only an executor bound to its session and tenant.
 """
 
 from __future__ import annotations
@@ -25,16 +28,16 @@ import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import orjson
-
 from foundation.errors import Unavailable
 from foundation.logs import logger
 
 from . import relay_records as records
-from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable
-from .relay_records import Holder, Route
+from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable, bound_to
+from .relay_channel import REDIS_SECONDS, RelayChannel
+from .relay_records import Holder, Located, Records, Route
+from .relay_seal import RelaySeal
 
-__all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Route"]
+__all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Located", "Route"]
 
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
 # A holder record is written at registration and rewritten every HOLDER_REFRESH_SECONDS while
@@ -43,16 +46,10 @@ HOLDER_SECONDS = 900
 HOLDER_REFRESH_SECONDS = 300.0
 ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
 HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
-MESSAGE_EXPIRY_SECONDS = 30  # a command nobody received by then is dropped, never delivered late
-CHANNEL_CAPACITY = 1000
-REDIS_SECONDS = 5.0  # a Redis command (a route, a holder record) answers within this or fails
-# The layer's receive is a blocking pop of 5 s (channels_redis's brpop_timeout), retried while
-# nothing comes; redis-py's default socket timeout is 5 s too, which cut every idle pop short and
-# failed the calls out at that moment as if Redis were gone. Its reads get this much instead.
-LAYER_READ_SECONDS = 15.0
 
-# (instance, incarnation) -> whether that process is a live member of the fleet
-AliveCheck = Callable[[str, str], Awaitable[bool]]
+# (instance, incarnation) -> that process's address in the fleet's instances table while it is a
+# live member of the fleet, else None
+MemberLookup = Callable[[str, str], Awaitable[str | None]]
 
 
 @dataclass(eq=False)
@@ -66,17 +63,18 @@ class ExecutorRelay:
     serves the calls they send to executors connected here."""
 
     def __init__(
-        self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, url: str, alive: AliveCheck
+        self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, secret: bytes, member: MemberLookup
     ) -> None:
         self.hub = hub
         self.instance = instance
         self.incarnation = incarnation
-        self.holder = Holder(instance, incarnation, url)
+        self.holder = Holder(instance, incarnation)
         self.channel = records.channel_of(instance)
-        self._alive = alive
+        self._member = member
+        self._seal = RelaySeal(secret)
+        self._records = Records(self._seal)
         # imported here, not at module load: redis pulls in the OpenTelemetry SDK when it is
         # installed, and a server without a fleet relay must not load it (telemetry is opt-in)
-        from channels_redis.core import RedisChannelLayer
         from redis import asyncio as aioredis
         from redis.exceptions import RedisError
 
@@ -84,14 +82,7 @@ class ExecutorRelay:
         self._redis = aioredis.Redis.from_url(
             redis_url, socket_timeout=REDIS_SECONDS, socket_connect_timeout=REDIS_SECONDS
         )
-        self._layer = RedisChannelLayer(
-            hosts=[
-                {"address": redis_url, "socket_timeout": LAYER_READ_SECONDS, "socket_connect_timeout": REDIS_SECONDS}
-            ],
-            prefix="brain-relay",
-            expiry=MESSAGE_EXPIRY_SECONDS,
-            capacity=CHANNEL_CAPACITY,
-        )
+        self._layer = RelayChannel(redis_url, self.channel, self._seal)
         self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
         self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
         # (session, alias) -> the route of a bind to an executor held elsewhere, being written
@@ -117,7 +108,7 @@ class ExecutorRelay:
             task.cancel()
         self._fail_pending("this instance is stopping")
         with contextlib.suppress(Exception):
-            await self._layer.close_pools()
+            await self._layer.close()
         with contextlib.suppress(Exception):
             await self._redis.aclose()
 
@@ -136,9 +127,9 @@ class ExecutorRelay:
         route = Route(self.instance, self.incarnation, executor_id)
         executor = self.hub.get(executor_id)
         async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(records.routes_key(session), alias, route.encode())
+            pipe.hset(records.routes_key(session), alias, self._records.route(session, alias, route))
             if executor is not None:  # bound now: another instance's bind check sees it
-                pipe.set(records.executor_key(executor_id), records.executor_record(executor), ex=HOLDER_SECONDS)
+                pipe.set(records.executor_key(executor_id), self._records.executor(executor), ex=HOLDER_SECONDS)
             await pipe.execute()
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
@@ -147,18 +138,15 @@ class ExecutorRelay:
     def withdraw_soon(self, executor: Executor) -> None:
         """The executor closed: its holder record goes, and its route unless a later bind
         replaced it."""
-        holder = records.holder_key(executor.id)
-        self._spawn(
-            self._quietly(self._redis.eval(records.DELETE_IF_SAME, 1, holder, self.holder.encode()), "withdraw")
-        )
+        holder, mine = records.holder_key(executor.id), self._records.holder(executor.id, self.holder)
+        self._spawn(self._quietly(self._redis.eval(records.DELETE_IF_SAME, 1, holder, mine), "withdraw"))
         self._spawn(self._quietly(self._redis.delete(records.executor_key(executor.id)), "withdraw"))
         if not executor.session:
             return
-        key = records.routes_key(executor.session)
-        value = Route(self.instance, self.incarnation, executor.id).encode()
-        self._spawn(
-            self._quietly(self._redis.eval(records.HDELETE_IF_SAME, 1, key, executor.binding, value), "withdraw")
-        )
+        key, route = records.routes_key(executor.session), Route(self.instance, self.incarnation, executor.id)
+        value = self._records.route(executor.session, executor.binding, route)
+        withdrawn = self._redis.eval(records.HDELETE_IF_SAME, 1, key, executor.binding, value)
+        self._spawn(self._quietly(withdrawn, "withdraw"))
 
     def revoke_soon(self, session: str) -> None:
         """The session closed here: the executors serving it on other instances close too."""
@@ -167,8 +155,8 @@ class ExecutorRelay:
     async def _revoke(self, session: str) -> None:
         key = records.routes_key(session)
         routes = await self._redis.hgetall(key)
-        for raw in routes.values():
-            route = Route.decode(raw)
+        for alias, raw in routes.items():
+            route = self._records.open_route(session, alias.decode() if isinstance(alias, bytes) else alias, raw)
             if route is not None and (route.instance, route.incarnation) != (self.instance, self.incarnation):
                 await self._send(
                     route.instance,
@@ -185,7 +173,7 @@ class ExecutorRelay:
 
     async def route(self, session: str, alias: str) -> Route | None:
         raw = await self._redis.hget(records.routes_key(session), alias)
-        return Route.decode(raw) if raw is not None else None
+        return self._records.open_route(session, alias, raw)
 
     # -- holders: where an executor's own routes are served ------------------------------------
 
@@ -201,8 +189,10 @@ class ExecutorRelay:
     async def _hold(self, executors: list[Executor]) -> None:
         async with self._redis.pipeline(transaction=False) as pipe:
             for executor in executors:
-                pipe.set(records.holder_key(executor.id), self.holder.encode(), ex=HOLDER_SECONDS)
-                pipe.set(records.executor_key(executor.id), records.executor_record(executor), ex=HOLDER_SECONDS)
+                pipe.set(
+                    records.holder_key(executor.id), self._records.holder(executor.id, self.holder), ex=HOLDER_SECONDS
+                )
+                pipe.set(records.executor_key(executor.id), self._records.executor(executor), ex=HOLDER_SECONDS)
             await pipe.execute()
 
     async def held_elsewhere(self, executor_id: str) -> Executor | None:
@@ -215,11 +205,10 @@ class ExecutorRelay:
             )
         except self.errors as exc:
             raise Unavailable("the runtime executor records are out of reach; retry") from exc
-        holder = Holder.decode(raw_holder) if raw_holder is not None else None
-        mine = (self.instance, self.incarnation)
-        if holder is None or raw_record is None or (holder.instance, holder.incarnation) == mine:
+        holder = self._records.open_holder(executor_id, raw_holder)
+        if holder is None or holder == self.holder:
             return None
-        executor = records.executor_of_record(executor_id, raw_record, holder)
+        executor = self._records.open_executor(executor_id, raw_record, holder)
         if executor is None or not await self._alive(holder.instance, holder.incarnation):
             return None
         return executor
@@ -244,23 +233,28 @@ class ExecutorRelay:
         assert executor.holder is not None
         instance, incarnation = executor.holder
         route = Route(instance, incarnation, executor.id)
-        await self._redis.hset(records.routes_key(session), executor.binding, route.encode())
+        value = self._records.route(session, executor.binding, route)
+        await self._redis.hset(records.routes_key(session), executor.binding, value)
         await self._send(instance, "bind", {"executor": executor.id, "session": session})
 
     def holds(self, executor_id: str) -> bool:
         return self.hub.get(executor_id) is not None
 
-    async def holder_of(self, executor_id: str) -> Holder | None:
-        """The other instance recorded as holding the executor (alive or not); None when none
-        is (or this one is). Raises one of `errors` when Redis is out of reach."""
-        raw = await self._redis.get(records.holder_key(executor_id))
-        holder = Holder.decode(raw) if raw is not None else None
-        if holder is None or (holder.instance, holder.incarnation) == (self.instance, self.incarnation):
+    async def holder_of(self, executor_id: str) -> Located | None:
+        """The other instance recorded as holding the executor, at the address the instances
+        table gives it; None when none is, this one is, or the one recorded is no live member
+        of the fleet. Raises when Redis or the database is out of reach."""
+        holder = self._records.open_holder(executor_id, await self._redis.get(records.holder_key(executor_id)))
+        if holder is None or holder == self.holder:
             return None
-        return holder
+        url = await self._member(holder.instance, holder.incarnation)
+        return Located(holder.instance, holder.incarnation, url) if url is not None else None
 
     async def holder_alive(self, instance: str, incarnation: str) -> bool:
         return await self._alive(instance, incarnation)
+
+    async def _alive(self, instance: str, incarnation: str) -> bool:
+        return await self._member(instance, incarnation) is not None
 
     async def _refresh_holders(self) -> None:
         while True:
@@ -286,7 +280,11 @@ class ExecutorRelay:
         scope: dict[str, str],
         progress: Callable[[object], None],
     ) -> object:
-        """The call on whichever instance serves the alias now (this one included)."""
+        """The call on whichever instance serves the alias now (this one included), made only
+        to an executor bound to `session` of the tenant `scope` names."""
+        tenant = scope.get("tenant_id", "")
+        if not session or not tenant or scope.get("session_id") != session:
+            raise ExecutorUnavailable("a runtime call names no session and tenant")
         binding = self._binding.get((session, alias))
         if binding is not None:  # bound here to an executor held elsewhere: its route first
             await asyncio.shield(binding)
@@ -298,9 +296,10 @@ class ExecutorRelay:
                 raise ExecutorUnavailable(f"the executor routes are out of reach ({exc})") from exc
             route = None
         if route is None or (route.instance == self.instance and route.incarnation == self.incarnation):
-            executor = self.hub.get(route.executor) if route is not None else local
+            executor = (self.hub.get(route.executor) if route is not None else local) or local
+            bound_to(executor, session, tenant)
             return await self.hub.call(
-                executor or local, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
+                executor, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
             )
         if not await self._alive(route.instance, route.incarnation):
             raise ExecutorUnavailable(
@@ -343,7 +342,7 @@ class ExecutorRelay:
         await self._send_to(records.channel_of(instance), kind, body)
 
     async def _send_to(self, channel: str, kind: str, body: dict[str, object]) -> None:
-        await self._layer.send(channel, {"type": f"relay.{kind}", "body": orjson.dumps(body)})
+        await self._layer.send(channel, kind, body)
 
     def _fail_pending(self, reason: str) -> None:
         for pending in self._pending.values():
@@ -355,7 +354,7 @@ class ExecutorRelay:
     async def _receive(self) -> None:
         while True:
             try:
-                message = await self._layer.receive(self.channel)
+                message = await self._layer.receive()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis out of reach: replies may be lost, so pending calls are
@@ -364,23 +363,22 @@ class ExecutorRelay:
                 await asyncio.sleep(ALIVE_CHECK_SECONDS)
                 continue
             try:
-                kind = str(message.get("type", ""))
-                body = orjson.loads(message.get("body", b"{}"))
-                self._dispatch(kind, body)
+                if message is not None:
+                    self._dispatch(*message)
             except Exception as exc:
                 logger.warning("executor relay message dropped", extra={"error": str(exc)})
 
     def _dispatch(self, kind: str, body: dict[str, object]) -> None:
         relay_id = str(body.get("relay", ""))
-        if kind == "relay.call":
+        if kind == "call":
             task = asyncio.get_running_loop().create_task(self._serve(relay_id, body))
             self._serving[relay_id] = task
             task.add_done_callback(lambda _: self._serving.pop(relay_id, None))
-        elif kind == "relay.cancel":
+        elif kind == "cancel":
             serving = self._serving.get(relay_id)
             if serving is not None:
                 serving.cancel()
-        elif kind == "relay.reply":
+        elif kind == "reply":
             pending = self._pending.get(relay_id)
             if pending is None or pending.future.done():
                 return
@@ -393,17 +391,17 @@ class ExecutorRelay:
                 pending.future.set_exception(ExecutorUnavailable(str(body.get("message", ""))))
             else:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
-        elif kind == "relay.bind":  # a session created on another instance bound it
+        elif kind == "bind":  # a session created on another instance bound it
             executor = self.hub.get(str(body.get("executor", "")))
             bound = str(body.get("session", ""))
             if executor is not None and bound and executor.session in ("", bound):
                 # its route was written by the binding instance (a later rebind's is not undone)
                 self.hub.bind(executor, bound, announce=False)
                 record = self._redis.set(
-                    records.executor_key(executor.id), records.executor_record(executor), ex=HOLDER_SECONDS
+                    records.executor_key(executor.id), self._records.executor(executor), ex=HOLDER_SECONDS
                 )
                 self._spawn(self._quietly(record, "bind"))
-        elif kind == "relay.close":
+        elif kind == "close":
             executor = self.hub.get(str(body.get("executor", "")))
             session = body.get("session")  # a session's close: only an executor that serves it
             if executor is not None and (session is None or executor.session == session):
@@ -419,20 +417,20 @@ class ExecutorRelay:
             )
 
         answer: dict[str, object] = {"relay": relay_id}
-        scope = body.get("scope")
+        raw_scope = body.get("scope")
+        scope = {str(k): str(v) for k, v in raw_scope.items()} if isinstance(raw_scope, dict) else {}
         executor = self.hub.get(str(body.get("executor", "")))
-        session = body.get("session")
         try:
-            if executor is not None and session is not None and executor.session != session:
-                # a bind through another instance that lost a race with one of another session
-                raise ExecutorUnavailable("the runtime executor serves another session; the client must rebind")
+            served = bound_to(executor, str(body.get("session", "")), scope.get("tenant_id", ""))
+            if scope.get("session_id") != served.session:
+                raise ExecutorUnavailable("a runtime call names no session and tenant")
             async with asyncio.timeout(HOLDER_CALL_SECONDS):
                 answer["result"] = await self.hub.call(
-                    executor,
+                    served,
                     call_id=str(body.get("call_id", "")),
                     tool=str(body.get("tool", "")),
                     arguments=body.get("arguments"),
-                    scope={str(k): str(v) for k, v in scope.items()} if isinstance(scope, dict) else {},
+                    scope=scope,
                     progress=progress,
                 )
         except ExecutorUnavailable as exc:

@@ -1,5 +1,8 @@
 """What the executor relay keeps in Redis, encoded and decoded: an alias's route, an executor's
-holder, and the record a bind on another instance checks an executor by (tools_app.relay)."""
+holder, and the record a bind on another instance checks an executor by (tools_app.relay). Each
+is sealed under the relay's key for the place it is stored (tools_app.relay_seal): one that does
+not verify reads as absent. A holder names an instance and its process, never an address: other
+instances reach it at the address the fleet's instances table gives."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import orjson
 from runners.protocol import ToolDescriptor
 
 from .executors import Executor
+from .relay_seal import RelaySeal
 
 __all__ = [
     "DELETE_IF_SAME",
@@ -20,13 +24,13 @@ __all__ = [
     "ROUTES_KEY",
     "HDELETE_IF_SAME",
     "Holder",
+    "Located",
+    "Records",
     "Route",
     "channel_of",
     "holder_key",
     "routes_key",
     "executor_key",
-    "executor_of_record",
-    "executor_record",
 ]
 
 CHANNEL_PREFIX = "brain-executors."
@@ -69,17 +73,55 @@ class Route(_Fields):
 
 @dataclass(frozen=True, slots=True)
 class Holder(_Fields):
-    """The instance whose hub holds an executor, and how the other instances reach it."""
+    """The instance (and its process) whose hub holds an executor."""
+
+    instance: str
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class Located:
+    """A holder that is a live member of the fleet, at the address its instances row gives."""
 
     instance: str
     incarnation: str
     url: str
 
 
-def executor_record(executor: Executor) -> bytes:
-    return orjson.dumps(
-        {"tenant": executor.tenant, "binding": executor.binding, "tools": executor.tools, "session": executor.session}
-    )
+class Records:
+    """The relay's records, sealed for where they are stored and opened from there."""
+
+    def __init__(self, seal: RelaySeal) -> None:
+        self._seal = seal
+
+    def route(self, session: str, alias: str, route: Route) -> bytes:
+        return self._seal.seal(f"{routes_key(session)}\x00{alias}", route.encode())
+
+    def open_route(self, session: str, alias: str, raw: bytes | str | None) -> Route | None:
+        payload = self._seal.open("route", f"{routes_key(session)}\x00{alias}", raw)
+        return Route.decode(payload) if payload is not None else None
+
+    def holder(self, executor_id: str, holder: Holder) -> bytes:
+        return self._seal.seal(holder_key(executor_id), holder.encode())
+
+    def open_holder(self, executor_id: str, raw: bytes | str | None) -> Holder | None:
+        payload = self._seal.open("holder", holder_key(executor_id), raw)
+        return Holder.decode(payload) if payload is not None else None
+
+    def executor(self, executor: Executor) -> bytes:
+        record = {
+            "tenant": executor.tenant,
+            "binding": executor.binding,
+            "tools": executor.tools,
+            "session": executor.session,
+        }
+        return self._seal.seal(executor_key(executor.id), orjson.dumps(record))
+
+    def open_executor(self, executor_id: str, raw: bytes | str | None, holder: Holder) -> Executor | None:
+        """The executor `holder` recorded, or None for a record that is absent, does not verify
+        or does not parse."""
+        payload = self._seal.open("executor", executor_key(executor_id), raw)
+        return _executor_of_record(executor_id, payload, holder) if payload is not None else None
 
 
 def routes_key(session: str) -> str:
@@ -99,8 +141,7 @@ def channel_of(instance: str) -> str:
     return CHANNEL_PREFIX + name[:80]
 
 
-def executor_of_record(executor_id: str, raw: bytes | str, holder: Holder) -> Executor | None:
-    """The executor `holder` recorded (executor_record), or None for a record that does not parse."""
+def _executor_of_record(executor_id: str, raw: bytes, holder: Holder) -> Executor | None:
     try:
         record = orjson.loads(raw)
         tenant, binding, session, tools = record["tenant"], record["binding"], record["session"], record["tools"]

@@ -10,8 +10,15 @@ from typing import Any
 
 from tests.fixtures.server import BrainServer
 from tests.fixtures.services import PostgresServer
+from tools_app.relay_records import Records
+from tools_app.relay_seal import RelaySeal
 
 SECRET = secrets.token_hex(32)
+
+
+def fleet_records() -> Records:
+    """The executor relay's records as the fleets built here seal them (a bind made by hand)."""
+    return Records(RelaySeal(SECRET.encode()))
 
 
 def fleet_factory(

@@ -22,8 +22,8 @@ from brain.runtime import RuntimeExecutor
 from fleet_app.executor_routes import ExecutorLocator
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
 from tests.fixtures.services import PostgresServer, RedisServer
-from tests.fleet.support import fleet_factory
-from tools_app.relay import ExecutorRelay
+from tests.fleet.support import fleet_factory, fleet_records
+from tools_app.relay import ExecutorRelay, Route
 
 MODEL = "openai/gpt-4.1-mini"
 LEASE_SECONDS = 3  # B's death is seen when its instance row expires
@@ -384,9 +384,11 @@ def test_a_session_created_on_one_instance_binds_an_executor_registered_on_anoth
         ]
         on_a.dispose()
         with redis.Redis.from_url(redis_server.url) as store:
-            holder = json.loads(store.get(f"brain:executor-holder:{executor.id}"))
-            route = {"instance": "brain-b", "incarnation": holder["incarnation"], "executor": executor.id}
-            store.hset(f"brain:executor-routes:{other_sid}", "runtime", json.dumps(route))
+            holder = json.loads(store.get(f"brain:executor-holder:{executor.id}").partition(b":")[2])
+            route = Route("brain-b", holder["incarnation"], executor.id)
+            store.hset(
+                f"brain:executor-routes:{other_sid}", "runtime", fleet_records().route(other_sid, "runtime", route)
+            )
         stray = send_ok(a, other_sid, 'tool:runtime_lookup {"q": "stray"}')
         (refused_call,) = _results(wait_for_turn_end(a, other_sid, stray["id"]))
         # then B refuses it before dispatch: the executor serves its own session only

@@ -506,6 +506,37 @@ def test_the_compose_fleet_gives_each_instance_its_name_url_volume_and_broker() 
     }
 
 
+REDIS_URL = re.compile(r"redis://[^\s\"']*")
+
+
+def test_the_compose_redis_and_postgresql_take_passwords_and_every_redis_url_carries_redis_one() -> None:
+    # given
+    text = (DEPLOY / "compose" / "docker-compose.yml").read_text()
+    services = _one("compose/docker-compose.yml")["services"]
+    password = "${REDIS_PASSWORD:?set REDIS_PASSWORD}"
+    # then: Redis refuses clients without the password, its health check logs in with it
+    assert services["redis"]["command"] == ["redis-server", "--requirepass", password]
+    assert services["redis"]["environment"] == {"REDISCLI_AUTH": password}
+    urls = [text[match.start() :].partition("\n")[0] for match in re.finditer("redis://", text)]
+    assert len(urls) == 7  # the relay's, and each instance's broker for it and its sync worker
+    assert all(url.startswith(f"redis://:{password}@redis:6379/") for url in urls), urls
+    # and PostgreSQL takes a password over the network, never trust
+    postgres = services["postgres"]["environment"]
+    assert postgres["POSTGRES_HOST_AUTH_METHOD"] == "scram-sha-256"
+    assert postgres["POSTGRES_PASSWORD"] == "${POSTGRES_PASSWORD:?set POSTGRES_PASSWORD}"
+    assert "trust" not in text.replace("never trust", "")
+
+
+def test_the_kubernetes_example_secrets_give_redis_a_password() -> None:
+    # given
+    fleet, _ = _load("kubernetes/secrets.example.yaml")
+    # then
+    assert fleet["stringData"]["BRAIN_CHANNEL_REDIS"] == "redis://:replace-with-the-redis-password@redis:6379/0"
+    assert all(
+        url.startswith("redis://:") for url in REDIS_URL.findall(json.dumps(_load("kubernetes/deployment.yaml")))
+    )
+
+
 def test_the_kubernetes_deployment_drains_within_its_grace_period_and_probes_the_health_routes() -> None:
     # given
     (deployment,) = _load("kubernetes/deployment.yaml")
