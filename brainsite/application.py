@@ -17,7 +17,6 @@ from typing import Any, cast
 
 from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
-from django.db import DatabaseError
 from django.http import HttpRequest
 
 from fleet_app import db as fleet_db
@@ -233,7 +232,7 @@ class BrainApp:
         if self.leases is not None:
             try:
                 await self.leases.set_draining(True)
-            except DatabaseError as exc:  # the others then learn it when it leaves
+            except Exception as exc:  # the database: the others then learn it when it leaves
                 logger.warning("marking the instance draining failed", extra={"error": str(exc)})
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
@@ -269,7 +268,7 @@ class BrainApp:
                     continue
             try:
                 await leases.release(session_id)
-            except DatabaseError as exc:  # released with the rest when leaving, or it expires
+            except Exception as exc:  # the database: released with the rest when leaving, or it expires
                 logger.warning("releasing a lease failed", extra={"session_id": session_id, "error": str(exc)})
 
     async def _leave_fleet(self, leases: LeaseManager) -> None:

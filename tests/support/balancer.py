@@ -45,6 +45,7 @@ class Balancer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._stopping: asyncio.Event | None = None
+        self._piping: set[asyncio.Task[None]] = set()  # the loop keeps only weak references to tasks
 
     @property
     def url(self) -> str:
@@ -118,6 +119,10 @@ class Balancer:
         return ready[first:] + ready[:first]
 
     async def _accept(self, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._piping.add(task)
+            task.add_done_callback(self._piping.discard)
         self.counts.connections += 1
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         failed = False

@@ -174,6 +174,7 @@ class Load:
                 continue
             if outcome.status != 200:
                 self.tally.note("unresolved", f"{what}: {outcome.status}")
+                last_id = ""  # a cursor refused (409) is not retried: the stream starts over
                 time.sleep(RETRY_PAUSE_SECONDS)
                 continue
             self.tally.add(answered=1, streams=1, streams_ended=1, stream_events=len(outcome.ids))
