@@ -12,7 +12,7 @@ DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx
 STATIC_MANIFEST := staticfiles/staticfiles.json
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
-.PHONY: run cluster test bootstrap dev-bootstrap system-packages lint typecheck bench drill fleet-drill clean
+.PHONY: run cluster test bootstrap dev-bootstrap system-packages lint typecheck bench drill fleet-drill drain-drill clean
 
 $(STAMP): requirements.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +79,11 @@ drill: $(DEV_STAMP) system-packages
 # 40; not part of test or bench): SEED=N replays one.
 fleet-drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/fleet_drill.py --rounds 100 --minutes 40 $(if $(SEED),--seed $(SEED))
+
+# The drain drill (a graceful SIGTERM of one of three instances under load behind a balancer,
+# 20 rounds, about 5 minutes; not part of test or bench): no request may be cut.
+drain-drill: $(DEV_STAMP) system-packages
+	$(BIN)/python bench/drain_drill.py --rounds 20
 
 clean:
 	rm -rf $(VENV) .brain .brain-archive staticfiles

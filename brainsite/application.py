@@ -134,6 +134,8 @@ class BrainApp:
             storage = SessionStorage(Path(config.data_dir).resolve())
             ownership = Ownership(self.leases, storage, self.archive, self.journal)
         self._fleet_task: asyncio.Task[None] | None = None
+        self.leaving = False  # a graceful stop began: not ready, sessions being handed off
+        self._handoff: asyncio.Task[None] | None = None
         self.engine = Engine(
             config,
             secrets,
@@ -208,15 +210,39 @@ class BrainApp:
     @property
     def ready(self) -> bool:
         """Readiness: not shutting down and, with persistence, the sync backlog under control."""
-        if self.engine.draining:
+        if self.leaving or self.engine.draining:
             return False
         if self.leases is not None and not self.leases.joined:
             return False
         return self.archive is None or self.archive.ready
 
-    async def stop(self) -> None:
+    def begin_leaving(self) -> None:
+        """A graceful stop begins while the server still answers: not ready from now on, and the
+        sessions handed off in the background (see hand_off)."""
+        self.leaving = True
+        if self.leases is not None:
+            self.leases.draining = True  # at once: nothing more is acquired here
+        if self._handoff is None:
+            self._handoff = asyncio.get_running_loop().create_task(self._hand_off(), name="brain-hand-off")
+
+    async def _hand_off(self) -> None:
+        """Stop new work, interrupt running turns, end streams; in a fleet, acquire nothing more,
+        then upload each session and release its lease at once, so another instance takes it
+        while this one forwards its requests there."""
+        if self.leases is not None:
+            try:
+                await self.leases.set_draining(True)
+            except Exception as exc:  # the database: the others then learn it when it leaves
+                logger.warning("marking the instance draining failed", extra={"error": str(exc)})
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
+        if self.leases is not None:
+            await self._release_sessions(self.leases)
+
+    async def stop(self) -> None:
+        self.begin_leaving()
+        assert self._handoff is not None
+        await self._handoff
         if self.relay is not None:
             await self.relay.stop()
         if self.leases is not None:
@@ -229,16 +255,24 @@ class BrainApp:
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
 
-    async def _leave_fleet(self, leases: LeaseManager) -> None:
-        """Graceful: upload every held session (renewals still running), then release the leases
-        and leave, so another instance takes each session at once with nothing lost."""
-        if self.archive is not None:
-            for session_id in leases.held():
+    async def _release_sessions(self, leases: LeaseManager) -> None:
+        """Graceful: upload each held session (renewals still running), then release its lease,
+        so another instance takes it at once with nothing lost."""
+        for session_id in list(leases.held()):
+            if self.archive is not None:
                 try:
                     await asyncio.wait_for(self.archive.flush(session_id), FLEET_FLUSH_SECONDS)
                 except (BrainError, TimeoutError) as exc:  # its lease then expires instead
                     logger.warning("flush before leaving failed", extra={"session_id": session_id, "error": str(exc)})
                     leases.forget(session_id)
+                    continue
+            try:
+                await leases.release(session_id)
+            except Exception as exc:  # the database: released with the rest when leaving, or it expires
+                logger.warning("releasing a lease failed", extra={"session_id": session_id, "error": str(exc)})
+
+    async def _leave_fleet(self, leases: LeaseManager) -> None:
+        """Stop renewing, release what is left and leave, so routing skips the instance at once."""
         if self._fleet_task is not None:
             self._fleet_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -402,6 +436,11 @@ class Launcher:
             self._starting.set_result(app)
             return app
         return await asyncio.shield(self._starting)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: the application stops being ready and hands its sessions off while serving."""
+        if self._app is not None:
+            self._app.begin_leaving()
 
     async def shutdown(self) -> None:
         app = self._app

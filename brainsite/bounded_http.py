@@ -1,7 +1,10 @@
 """Daphne's HTTP/1.1 connections with request bodies bounded as their bytes arrive: a size cap
 (Content-Length refused at once, every chunk counted) and a total deadline from a request's first
 byte to the end of its body, both enforced before Twisted buffers the body in memory or on disk.
-Used by runbrain after daphne.server has installed Twisted's reactor; knows nothing of sessions.
+The factory also knows its open connections for a graceful stop (brainsite.drain): while
+draining every answer says `Connection: close`; once the listener closed, idle connections are
+closed and event streams end at their next event boundary. Used by runbrain after daphne.server
+has installed Twisted's reactor; knows nothing of sessions.
 """
 
 from __future__ import annotations
@@ -47,6 +50,9 @@ TOO_LARGE_MESSAGE = "request body exceeds the size limit"  # the ASGI layer's wo
 # and up to a body in memory for as long as the deadline, so one address dripping bytes on many
 # connections is refused (429) past this many; limits.receiving_per_address sets it per server.
 RECEIVING_PER_ADDRESS = 32
+# A stream's bytes end on an event boundary after a blank line (SSE); the last few bytes tell.
+EVENT_ENDS = (b"\n\n", b"\r\n\r\n")
+TAIL_BYTES = 4
 
 
 class _TCPTransport(Protocol):
@@ -59,6 +65,8 @@ class _TCPTransport(Protocol):
     def pauseProducing(self) -> None: ...
 
     def loseWriteConnection(self) -> None: ...
+
+    def loseConnection(self) -> None: ...
 
     def abortConnection(self) -> None: ...
 
@@ -86,6 +94,38 @@ class BoundedWebRequest(WebRequest):  # type: ignore[misc]  # daphne ships no ty
         super().__init__(channel, *args, **kwargs)
         self.body_limit: int = channel.body_limit  # this request's (upload_limits), once its headers are in
         self.body_room: int = channel.body_limit  # bytes the body may still bring; < 0: refused
+        self.tail = b""  # the answer's last bytes written: whether a stream stands on an event boundary
+
+    def handle_reply(self, message: dict[str, object]) -> None:
+        """Daphne's, plus the drain: a head written while the server drains says `Connection:
+        close` (the client reconnects, through its balancer, to an instance that stays); once the
+        listener closed, an event stream ends cleanly at its next event boundary."""
+        channel = self.channel
+        if channel is None or self.finished or message.get("type") != "http.response.body":
+            super().handle_reply(message)
+            return
+        drain = channel.factory
+        if drain.draining and not self.startedWriting:
+            self.responseHeaders.setRawHeaders(b"connection", [b"close"])
+            channel.persistent = False
+        body = message.get("body", b"")
+        if isinstance(body, bytes) and body:
+            self.tail = (self.tail + body)[-TAIL_BYTES:]
+        super().handle_reply(message)
+        if drain.closing:
+            self.end_stream_at_boundary()
+
+    def end_stream_at_boundary(self) -> None:
+        """End an event stream now if its last event is complete (the application is told the
+        client left); one in the middle of an event ends after it."""
+        channel = self.channel
+        if channel is None or self.finished or not self.startedWriting:
+            return
+        kind = self.responseHeaders.getRawHeaders(b"content-type") or [b""]
+        if not kind[0].startswith(b"text/event-stream") or not (self.tail == b"" or self.tail.endswith(EVENT_ENDS)):
+            return
+        channel.persistent = False  # the connection closes once the stream's last chunk is out
+        self.finish()
 
     def basic_error(self, status: int, status_text: bytes, body: str) -> None:
         """Daphne's own refusals (an invalid header name or value, a processing error) in the
@@ -138,6 +178,7 @@ class BoundedHTTPChannel(http.HTTPChannel):
     its body, within the deadline; a refused request gets its answer and then the connection reads
     nothing more (half-closed at once, reset after REFUSAL_LINGER_SECONDS)."""
 
+    factory: BoundedHTTPFactory
     body_limit: int
     body_deadline_seconds: float
     receiving: dict[str, int]  # the factory's: requests still arriving, per client address
@@ -175,7 +216,25 @@ class BoundedHTTPChannel(http.HTTPChannel):
         self._cancel_deadline()
         if self._linger is not None and self._linger.active():
             self._linger.cancel()
+        self.factory.channels.discard(self)
         super().connectionLost(reason)  # type: ignore[no-untyped-call]  # Twisted leaves it unannotated
+
+    @property
+    def in_flight(self) -> bool:
+        """A request is arriving or being answered on this connection (a refused one lingering
+        for its reset is not)."""
+        return not self.refusing and (bool(self.requests) or self._deadline is not None)
+
+    def close_for_drain(self) -> None:
+        """The listener closed: an idle keep-alive connection closes now; a stream in progress
+        ends at its next event boundary; any other answer finishes (with `Connection: close`)."""
+        if not self.in_flight:
+            if not self.refusing:
+                cast(_TCPTransport, self.transport).loseConnection()
+            return
+        for request in list(self.requests):
+            if isinstance(request, BoundedWebRequest):
+                request.end_stream_at_boundary()
 
     def body_limit_for(self, request: BoundedWebRequest) -> int:
         """The body limit of the request whose headers just arrived (Twisted parsed its request
@@ -298,9 +357,26 @@ class BoundedHTTPFactory(HTTPFactory):  # type: ignore[misc]  # daphne ships no 
         self.body_deadline_seconds = body_deadline_seconds
         self.receiving_per_address = receiving_per_address
         self.receiving: dict[str, int] = {}
+        self.channels: set[BoundedHTTPChannel] = set()  # open connections, for the drain
+        self.draining = False  # a graceful stop began: every answer says `Connection: close`
+        self.closing = False  # the listener closed: idle connections close, streams end
+
+    def begin_draining(self) -> None:
+        self.draining = True
+
+    def close_connections(self) -> None:
+        """After the listener closed: close idle connections, end streams at an event boundary."""
+        self.draining = self.closing = True
+        for channel in list(self.channels):
+            channel.close_for_drain()
+
+    def in_flight(self) -> int:
+        """Connections with a request arriving or being answered."""
+        return sum(1 for channel in self.channels if channel.in_flight)
 
     def buildProtocol(self, addr: IAddress) -> BoundedHTTPChannel:
         channel: BoundedHTTPChannel = super().buildProtocol(addr)
+        self.channels.add(channel)
         channel.requestFactory = BoundedWebRequest  # type: ignore[assignment]  # a Request; daphne's is untyped
         channel.body_limit = self.body_limit
         channel.body_deadline_seconds = self.body_deadline_seconds

@@ -78,6 +78,7 @@ class LeaseManager:
         self._clock = clock
         self._held: dict[str, _Held] = {}
         self.joined = False
+        self.draining = False  # stopping gracefully: acquires nothing more (see set_draining)
         # brain.fleet.leases, .acquisitions and .failovers (a no-op when telemetry is off)
         self._telemetry = telemetry if telemetry is not None else Telemetry()
         self._telemetry.observe_fleet_leases(self._writable_count)
@@ -114,7 +115,10 @@ class LeaseManager:
 
     async def acquire(self, session_id: str) -> int | None:
         """Take the session's lease (free, expired, or already ours): the epoch held, or None
-        while another instance holds it. A change of owner increments the epoch."""
+        while another instance holds it. A change of owner increments the epoch. None while
+        draining: a session this instance released is another instance's to take."""
+        if self.draining:
+            return None
         sent = self._clock()
         taken = await db.atake_lease(
             session_id, owner=self.instance, lease_seconds=self.lease_seconds, using=self.database
@@ -188,6 +192,9 @@ class LeaseManager:
             logger.warning("leaving the fleet failed", extra={"instance": self.instance, "error": str(exc)})
 
     async def set_draining(self, draining: bool) -> bool:
+        """Mark this instance (no longer) draining, here at once and then in its row, which the
+        others read to choose where a draining instance's released sessions go."""
+        self.draining = draining
         return await db.aset_draining(
             self.instance, incarnation=self.incarnation, draining=draining, using=self.database
         )

@@ -43,6 +43,7 @@ from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_e
 
 from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of
 from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
+from .handoff import Successors
 from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
 
 __all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
@@ -98,6 +99,10 @@ class LeaseView(Protocol):
     def instance(self) -> str: ...
     @property
     def lease_seconds(self) -> float: ...
+    @property
+    def database(self) -> str: ...
+    @property
+    def draining(self) -> bool: ...
     def held_epoch(self, session_id: str) -> int | None: ...
     async def owner_of(self, session_id: str) -> LeaseOwnerView | None: ...
 
@@ -194,6 +199,7 @@ class FleetRouter:
         self._client: httpx.AsyncClient | None = None
         self.forwarded = 0  # requests this instance sent to an owner
         self.lookups = 0  # owner lookups in the database
+        self.successors = Successors()  # while draining: who takes a session released here
         # session id -> (its remote owner, monotonic time the entry stops being used)
         self._owners: dict[str, tuple[LeaseOwnerView, float]] = {}
 
@@ -248,7 +254,23 @@ class FleetRouter:
             await _respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
             return None
         if owner is None or owner.instance == leases.instance:
-            return _replaying(body, receive)
+            if not leases.draining:
+                return _replaying(body, receive)
+            # draining: a session given up here is never taken again here; a free one goes to an
+            # instance that stays, one still lapsing here waits (retry) until it expires
+            successor = await self.successors.pick(leases, session_id) if owner is None and not signed else None
+            if successor is None or not await self._forward(
+                brain,
+                leases,
+                successor,
+                scope,
+                receive,
+                send,
+                body,
+                still_owner=lambda: self.successors.still_free_or_taken_by(leases, session_id, successor),
+            ):
+                await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
+            return None
         if signed:  # a second hop could loop between two instances that disagree: the first retries
             await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
             return None

@@ -46,7 +46,7 @@ BUCKET = "brain-cluster"
 S3_REGION = "us-east-1"
 S3_KEYS = {"BRAIN_S3_ACCESS_KEY": "cluster-access-key", "BRAIN_S3_SECRET_KEY": "cluster-secret-key"}  # moto takes any
 START_SECONDS = 90.0  # the first instance migrates a fresh database
-STOP_SECONDS = 30.0  # runbrain drains (uploads and releases its sessions) within 20 s
+STOP_SECONDS = 30.0  # runbrain drains within 20 s (BRAIN_DRAIN_SECONDS of answering, uploads, releases)
 PR_SET_PDEATHSIG = 1  # prctl(2): a child started here gets SIGTERM if this process dies first
 DEMO_MODEL = "openai/gpt-4.1-mini"  # examples/local.json points openai at the scripted provider
 # The scripted model turns `call TOOL {json}` into a tool call: the last turn shows tool.call and
@@ -359,7 +359,9 @@ class Cluster:
     def start_nginx(self) -> None:
         temp = self.runtime / "nginx"
         temp.mkdir()
-        servers = "\n".join(f"        server 127.0.0.1:{self.instance_ports[name]};" for name in INSTANCES)
+        servers = "\n".join(
+            f"        server 127.0.0.1:{self.instance_ports[name]} max_fails=1 fail_timeout=5s;" for name in INSTANCES
+        )
         values = {
             # as root, nginx's workers run as nobody (Debian has no group of that name)
             "{{USER}}": "user nobody nogroup;" if os.geteuid() == 0 else "",

@@ -317,6 +317,8 @@ async def open_stream(
     engine.subscriber_slots.acquire()
     subscriber = Subscriber(max_events=engine.limits.subscriber_events, max_bytes=engine.limits.subscriber_bytes)
     end = actor.subscribe(subscriber)
+    if engine.draining:  # stopping: the stream replays what there is and ends (reconnect elsewhere)
+        subscriber.close()
     return actor, subscriber, start, end
 
 

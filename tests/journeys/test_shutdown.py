@@ -1,11 +1,14 @@
-"""Graceful shutdown: SIGTERM/SIGINT interrupt running turns, end streams, and exit in time."""
+"""Graceful shutdown: SIGTERM/SIGINT interrupt running turns, end streams, and exit in time;
+through the drain's grace period the server is not ready but still answers."""
 
 from __future__ import annotations
 
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 
+import httpx
 import pytest
 
 from tests.fixtures.server import (
@@ -19,6 +22,7 @@ from tests.fixtures.server import (
 )
 
 EXIT_SECONDS = 25  # spec: exits within about 20 seconds; a little slack for a loaded machine
+NOT_READY_SECONDS = 2.0  # the signal reaching the server and the next readiness probe
 
 
 @pytest.mark.parametrize(
@@ -81,3 +85,56 @@ def test_an_idle_server_stops_cleanly_and_keeps_its_sessions(brain_factory: Call
     assert code == 0
     assert history(server, session["id"]) == before
     assert server.sdk().get(session["id"])["status"] == "idle"
+
+
+def test_a_stopping_server_is_not_ready_but_answers_through_its_grace_period_and_exits_in_time(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given: a server with the default grace period, a session, a client keeping its connection
+    server = brain_factory(start=False)
+    server.env.pop("BRAIN_DRAIN_SECONDS", None)
+    server.start()
+    session = create_session(server)
+    process = server.process
+    assert process is not None
+    with server.client() as client:
+        assert client.get(f"/sessions/{session['id']}").status_code == 200
+        # when
+        began = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        ready = httpx.get(f"{server.url}/health/ready", timeout=10)
+        while ready.status_code == 200 and time.monotonic() - began < NOT_READY_SECONDS:
+            ready = httpx.get(f"{server.url}/health/ready", timeout=10)
+        live = httpx.get(f"{server.url}/health/live", timeout=10)
+        read = client.get(f"/sessions/{session['id']}")  # on the connection kept alive before
+        page = httpx.get(
+            f"{server.url}/sessions/{session['id']}/events",
+            headers={"Authorization": f"Bearer {server.token()}"},
+            timeout=10,
+        )
+    try:
+        code = process.wait(timeout=EXIT_SECONDS)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise AssertionError("brain did not exit within the budget after SIGTERM") from None
+    print(f"exited {time.monotonic() - began:.2f} s after SIGTERM")
+    server.process = None
+    # then: not ready at once, yet answering (every answer closing its connection), then gone
+    assert (ready.status_code, ready.json()) == (503, {"status": "not_ready"})
+    assert (live.status_code, live.headers["connection"]) == (200, "close")
+    assert (read.status_code, read.json()["id"], read.headers["connection"]) == (200, session["id"], "close")
+    assert page.status_code == 200
+    assert code == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{server.url}/health/live", timeout=10)
+
+
+def test_a_bad_drain_setting_stops_runbrain_at_start(brain_factory: Callable[..., BrainServer]) -> None:
+    # given
+    server = brain_factory(start=False)
+    server.env["BRAIN_DRAIN_SECONDS"] = "60"
+    # when
+    with pytest.raises(RuntimeError) as refused:
+        server.start()
+    # then
+    assert "BRAIN_DRAIN_SECONDS must be a number of seconds from 0 to 10, not '60'" in str(refused.value)

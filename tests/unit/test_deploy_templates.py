@@ -66,6 +66,9 @@ RUNBRAIN = ROOT / "brainsite" / "management" / "commands" / "runbrain.py"
 # How long runbrain's SIGTERM drain may take (stop the runtime, upload and release in a fleet).
 DRAIN_SECONDS = float(re.search(r"^SHUTDOWN_SECONDS = ([0-9.]+)", RUNBRAIN.read_text(), re.M).group(1))  # type: ignore[union-attr]  # the constant exists: the test fails loudly otherwise
 EXIT_MARGIN_SECONDS = 5  # Daphne closing connections, the interpreter exiting
+DRAIN = ROOT / "brainsite" / "drain.py"
+# BRAIN_DRAIN_SECONDS' upper bound: the grace period runbrain answers through after SIGTERM
+MAX_GRACE_SECONDS = float(re.search(r"^MAX_DRAIN_SECONDS = ([0-9.]+)", DRAIN.read_text(), re.M).group(1))  # type: ignore[union-attr]  # the constant exists: the test fails loudly otherwise
 # Variables of the platform a template may give Brain's containers (none: Brain's own only).
 PLATFORM_VARIABLES: frozenset[str] = frozenset()
 
@@ -544,10 +547,16 @@ def test_the_kubernetes_deployment_drains_within_its_grace_period_and_probes_the
     (brain,) = spec["containers"]
     configmap = json.loads(_one("kubernetes/configmap.yaml")["data"]["brain.json"])
     port = int(configmap["listen"].rpartition(":")[2])
-    pre_stop = brain["lifecycle"]["preStop"]["exec"]["command"]
-    # then: the preStop pause, then runbrain's whole drain, fit in the grace period
-    assert pre_stop[0] == "sleep" and shutil.which("sleep") is not None
-    assert spec["terminationGracePeriodSeconds"] >= int(pre_stop[1]) + DRAIN_SECONDS + EXIT_MARGIN_SECONDS
+    environment = {variable["name"]: variable.get("value") for variable in brain["env"]}
+    readiness = brain["readinessProbe"]
+    # then: runbrain's whole stop, its grace period included, fits in the pod's; no preStop pause
+    # (runbrain keeps answering through its grace period itself)
+    assert "lifecycle" not in brain
+    assert spec["terminationGracePeriodSeconds"] >= DRAIN_SECONDS + EXIT_MARGIN_SECONDS
+    # and the readiness probe sees the drain's 503 within the grace period
+    grace = float(environment["BRAIN_DRAIN_SECONDS"])
+    assert 0 < grace <= MAX_GRACE_SECONDS
+    assert readiness["periodSeconds"] * readiness["failureThreshold"] <= grace
     assert brain["ports"] == [{"name": "http", "containerPort": port}]
     assert brain["readinessProbe"]["httpGet"] == {"path": "/health/ready", "port": "http"}
     assert brain["livenessProbe"]["httpGet"] == {"path": "/health/live", "port": "http"}

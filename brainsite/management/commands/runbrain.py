@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from twisted.internet.address import IPv4Address, IPv6Address
     from twisted.python.failure import Failure
 
-SHUTDOWN_SECONDS = 18.0  # spec: exit within about 20 s of SIGTERM/SIGINT
+SHUTDOWN_SECONDS = 18.0  # spec: exit within about 20 s of SIGTERM/SIGINT, the drain's grace period included
 SWITCH_INTERVAL_SECONDS = 0.001
 PRIVATE_DIRECTORY_MODE = 0o700  # session ids are names in the data dir: nobody else may list them
 # Twisted listens with a queue of 50 by default: a burst of connections (hundreds of clients
@@ -34,6 +34,8 @@ class _ListeningPort(Protocol):
     """The port Daphne reports listening on: a TCP endpoint's."""
 
     def getHost(self) -> IPv4Address | IPv6Address: ...
+
+    def stopListening(self) -> object: ...
 
 
 class Command(BaseCommand):
@@ -77,17 +79,27 @@ class Command(BaseCommand):
 
         from brainsite.asgi import BODY_OVERHEAD_BYTES, application, launcher
         from brainsite.bounded_http import BoundedBodyServer, body_deadline_from_environment
+        from brainsite.drain import Drain, drain_seconds_from_environment
         from foundation.logs import logger
 
         try:
             body_deadline_seconds = body_deadline_from_environment(os.environ)
+            drain_seconds = drain_seconds_from_environment(os.environ)
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
 
         launcher.configure(config, secrets, providers=providers)
+        # SIGTERM/SIGINT: not ready at once, serving through the grace period, then no new
+        # connections and the stop once the requests in flight are answered (brainsite.drain)
+        drain = Drain(
+            reactor=reactor,
+            grace_seconds=drain_seconds,
+            budget_seconds=SHUTDOWN_SECONDS,
+            begin=launcher.begin_drain,
+        )
 
         def stop_runtime() -> defer.Deferred[None]:
-            coroutine = asyncio.wait_for(launcher.shutdown(), SHUTDOWN_SECONDS)
+            coroutine = asyncio.wait_for(launcher.shutdown(), drain.remaining())
             deferred: defer.Deferred[None] = defer.Deferred.fromFuture(asyncio.ensure_future(coroutine))
             deferred.addErrback(
                 lambda failure: logger.error("shutdown incomplete", extra={"error": str(failure.value)})
@@ -105,6 +117,7 @@ class Command(BaseCommand):
 
             def listen_success(self, port: _ListeningPort) -> None:
                 super().listen_success(port)
+                drain.watch(port, self.http_factory)
                 address = port.getHost()
                 logger.info("brain listening", extra={"listen": f"{address.host}:{address.port}"})
                 # start the runtime now, so restart recovery does not wait for a request
@@ -128,6 +141,7 @@ class Command(BaseCommand):
         # the reactor's loop is the current one, so ensure_future schedules on the loop that runs
         asyncio.set_event_loop(twisted_loop)
         reactor.addSystemEventTrigger("before", "shutdown", stop_runtime)  # type: ignore[arg-type]  # stubs mistype the phase
+        reactor.callWhenRunning(drain.install)  # after Twisted installed its own handlers
         server.run()
         if refused:
             raise CommandError(f"cannot listen on {config.listen}: {refused[0]}")
