@@ -16,6 +16,11 @@ executor's pending calls. An executor no instance is known to hold is answered h
 executor credential refused, as on a single instance), as is one whose holder is gone; while
 Redis is out of reach nobody can tell where it is held: 503.
 
+Before any owner lookup the request's bearer token is checked as the owner would check it
+(fleet_app.gate): a bad one gets the owner's 401 here, at no database cost. A forwarded stream
+(fleet_app.streams) travels on a pool of its own and counts in its tenant's share; past the
+share it is 429 before it takes a connection.
+
 The owner of a session is looked up in PostgreSQL once and remembered for OWNER_CACHE_SECONDS
 (well under a lease); an answer of 503 from it, an owner that cannot be reached, or one that
 loses its lease while the request waits for its answer forgets it at once. A stale entry costs
