@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import os
 import secrets
@@ -114,10 +115,26 @@ async def _owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gua
         writer.close()
 
 
+class _Tenant:
+    tenant = "acme"
+
+
+class _Tokens:
+    """A token cache whose grant is cached, as a running instance's is after its first request:
+    the request's token digested and found in a dict."""
+
+    def __init__(self) -> None:
+        self._grants = {hashlib.sha256(b"tok").hexdigest(): _Tenant()}
+
+    async def authenticate(self, header: str | None) -> _Tenant:
+        return self._grants[hashlib.sha256((header or "").partition(" ")[2].strip().encode()).hexdigest()]
+
+
 class _Brain:
     def __init__(self, leases: Any) -> None:
         self.leases = leases
         self.fleet_secret = SECRET
+        self.tokens = _Tokens()
 
 
 def _line(name: str, samples: list[float]) -> str:

@@ -25,6 +25,7 @@ from fleet_app.leases import LeaseManager
 from foundation.app_object import SCOPE_KEY, app_object_of
 from foundation.errors import BrainError
 from foundation.hostconfig import FleetSecret, HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.inspection import inspection_key
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app.app_object import PersistenceAppObject
@@ -88,7 +89,8 @@ class BrainApp:
         self.secrets = secrets
         self.telemetry = telemetry if telemetry is not None else Telemetry.from_environment()
         self.providers = providers if providers is not None else install_tool_providers(config)
-        self.tokens = TokenCache()
+        fleet_secret = secrets.fleet_secret
+        self.tokens = TokenCache(inspection_key=inspection_key(fleet_secret.key) if fleet_secret is not None else None)
         self.registry = ToolRegistry(
             config.tools,
             tool_tokens=secrets.tool_tokens,

@@ -21,9 +21,11 @@ from urllib.parse import urlsplit
 import httpx
 
 from .signing import FORWARDED_HEADERS, sign_request
+from .streams import TENANT_HEADER
 from .transport import (
     CONNECT_SECONDS,
     MAX_CONNECTIONS,
+    MAX_STREAM_CONNECTIONS,
     POOL_SECONDS,
     READ_SECONDS,
     WRITE_SECONDS,
@@ -81,17 +83,25 @@ class Forwarded:
     status: int
     headers: list[tuple[bytes, bytes]]  # the owner's, minus hop-by-hop ones, as ASGI wants them
     body: AsyncIterator[bytes]  # the owner's body bytes, each chunk as soon as it arrives
+    tenant: str = ""  # an executor command stream's tenant, as its holder named it (TENANT_HEADER)
 
 
 class FleetClient(httpx.AsyncClient):
     """fleet_client's client. On its own FleetTransport, forward_request writes each request
     straight to the transport: httpx's request and response models, cookie jar and event hooks
-    cost more CPU than the hop itself and do nothing for a signed request between instances. An
-    injected transport (faults in tests) gets requests through httpx as usual."""
+    cost more CPU than the hop itself and do nothing for a signed request between instances.
+    Streams go on a transport of their own (`stream_transport`). An injected transport (faults
+    in tests) gets requests through httpx as usual."""
 
     def __init__(self, *, transport: httpx.AsyncBaseTransport | None, **options: Any) -> None:
         self.fleet_transport = FleetTransport(max_connections=MAX_CONNECTIONS) if transport is None else None
+        self.stream_transport = FleetTransport(max_connections=MAX_STREAM_CONNECTIONS) if transport is None else None
         super().__init__(transport=self.fleet_transport or transport, **options)
+
+    async def aclose(self) -> None:
+        if self.stream_transport is not None:
+            await self.stream_transport.aclose()
+        await super().aclose()
 
 
 def fleet_client(*, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
@@ -104,8 +114,10 @@ def fleet_client(*, transport: httpx.AsyncBaseTransport | None = None) -> httpx.
     )
 
 
-def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def _response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], str]:
+    """The headers to pass on, and the tenant the owner named in TENANT_HEADER (taken out)."""
     lowered = [(name.lower(), value) for name, value in raw]
+    tenant = next((value.decode("latin-1") for name, value in lowered if name == TENANT_HEADER), "")
     named = {
         token.strip().lower()
         for name, value in lowered
@@ -113,7 +125,12 @@ def _response_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes
         for token in value.split(b",")
         if token.strip()
     }
-    return [(name, value) for name, value in lowered if name not in HOP_BY_HOP and name not in named]
+    passed = [
+        (name, value)
+        for name, value in lowered
+        if name not in HOP_BY_HOP and name not in named and name != TENANT_HEADER
+    ]
+    return passed, tenant
 
 
 @functools.lru_cache(maxsize=1024)
@@ -150,18 +167,22 @@ async def forward_request(
     client_address: str,
     still_owner: Callable[[], Awaitable[bool]] | None = None,
     recheck_seconds: float = RECHECK_SECONDS,
+    stream: bool = False,
     now: Callable[[], float] = time.time,
 ) -> AsyncIterator[Forwarded]:
     """Send the request to `owner` at `owner_url` + `target` (raw path and query, as received)
     with only FORWARDED_HEADERS, signed; yield its status, headers and body stream. The
     response is closed when the block exits, so a client that goes away closes the owner's
-    stream too. OwnerUnreachable before a response (also when `still_owner`, asked every
-    `recheck_seconds` while the answer has not started, says the owner lost the session);
-    httpx.TransportError mid-body."""
+    stream too. A `stream` (an answer that lasts) goes on the client's stream pool.
+    OwnerUnreachable before a response (also when `still_owner`, asked every `recheck_seconds`
+    while the answer has not started, says the owner lost the session); httpx.TransportError
+    mid-body."""
     lowered = {name.lower(): value for name, value in headers.items()}
     forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name) and _clean(lowered[name])}
     forwarded[CLIENT_HEADER] = client_address if _clean(client_address) else ""
-    transport = client.fleet_transport if isinstance(client, FleetClient) else None
+    transport = None
+    if isinstance(client, FleetClient):
+        transport = client.stream_transport if stream else client.fleet_transport
     try:
         if transport is not None:
             host, port, netloc, prefix = _origin(owner_url)
@@ -203,12 +224,14 @@ async def forward_request(
         raise OwnerUnreachable(f"owner {owner} did not answer: {type(exc).__name__}", reached=True) from exc
     if transport is not None:
         try:
-            yield Forwarded(answer.status, _response_headers(answer.headers), aiter(answer.body))
+            passed, tenant = _response_headers(answer.headers)
+            yield Forwarded(answer.status, passed, aiter(answer.body), tenant)
         finally:
             await answer.body.aclose()
         return
     try:
-        yield Forwarded(response.status_code, _response_headers(response.headers.raw), response.aiter_raw())
+        passed, tenant = _response_headers(response.headers.raw)
+        yield Forwarded(response.status_code, passed, response.aiter_raw(), tenant)
     finally:
         await response.aclose()
 

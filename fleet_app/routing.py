@@ -16,6 +16,11 @@ executor's pending calls. An executor no instance is known to hold is answered h
 executor credential refused, as on a single instance), as is one whose holder is gone; while
 Redis is out of reach nobody can tell where it is held: 503.
 
+Before any owner lookup the request's bearer token is checked as the owner would check it
+(fleet_app.gate): a bad one gets the owner's 401 here, at no database cost. A forwarded stream
+(fleet_app.streams) travels on a pool of its own and counts in its tenant's share; past the
+share it is 429 before it takes a connection.
+
 The owner of a session is looked up in PostgreSQL once and remembered for OWNER_CACHE_SECONDS
 (well under a lease); an answer of 503 from it, an owner that cannot be reached, or one that
 loses its lease while the request waits for its answer forgets it at once. A stale entry costs
@@ -34,77 +39,45 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable
+from urllib.parse import unquote
 
 import httpx
 
-from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_envelope
+from foundation.errors import BrainError, PayloadTooLarge, Unauthorized
 
 from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of
 from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
+from .gate import authenticate_caller, bearer_check_of
 from .handoff import Successors
+from .messages import (
+    BodyTooLarge,
+    Receive,
+    Scope,
+    Send,
+    content_length,
+    read_body,
+    replaying,
+    respond,
+    write_piece,
+)
+from .owners import LeaseOwnerView, LeaseView, OwnerCache, OwnerUnavailable
 from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
+from .streams import StreamShares, opens_stream, stream_share_of
 
 __all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
 
 logger = logging.getLogger("brain.fleet")
 
-Scope = MutableMapping[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 # `/sessions/{id}` and everything under it; `/sessions` itself (create, list) is served locally.
 SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
 CLIENT_HEADER = b"brain-fleet-client"
 SIGNATURE = SIGNATURE_HEADER.encode()
-# While the client's socket holds this much unsent, stop reading the owner (the owner's own
-# write deadline then drops a stuck stream); past the deadline the client is dropped here too.
-SOCKET_HIGH_WATER = 256 * 1024
-WRITE_DEADLINE_SECONDS = 15.0
-CONGESTION_POLL_SECONDS = 0.01
 # A forwarded answer with a Content-Length up to this size is read whole and passed on in one
 # message; larger or unframed ones (streams) are passed on piece by piece as they arrive.
 WHOLE_ANSWER_BYTES = 256 * 1024
 # How long a forwarded request waits for its answer before a task watches for the client leaving.
 WATCH_AFTER_SECONDS = 0.05
-# How long a looked-up remote owner is reused, at most a tenth of the lease; bounded in size.
-OWNER_CACHE_SECONDS = 1.0
-OWNER_CACHE_ENTRIES = 10_000
-
-
-class OwnerUnavailable(BrainError):
-    """The session's owner cannot serve it now (unreachable while its lease is live, or the
-    request reached an instance that is not the owner): retry in a moment, through any instance."""
-
-    code = "unavailable"
-    status = 503
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
-
-
-class LeaseOwnerView(Protocol):
-    @property
-    def instance(self) -> str: ...
-    @property
-    def url(self) -> str: ...
-
-
-class LeaseView(Protocol):
-    """What routing needs of fleet_app.leases.LeaseManager."""
-
-    @property
-    def instance(self) -> str: ...
-    @property
-    def lease_seconds(self) -> float: ...
-    @property
-    def database(self) -> str: ...
-    @property
-    def draining(self) -> bool: ...
-    def held_epoch(self, session_id: str) -> int | None: ...
-    async def owner_of(self, session_id: str) -> LeaseOwnerView | None: ...
 
 
 def leases_of(brain: object) -> LeaseView | None:
@@ -129,64 +102,10 @@ def _header(scope: Scope, name: bytes) -> bytes | None:
     return None
 
 
-def _content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
-    for name, value in headers:
-        if name == b"content-length":
-            return int(value) if value.isdigit() else None
-    return None
-
-
 def _target(scope: Scope) -> bytes:
     raw = scope.get("raw_path") or scope.get("path", "").encode()
     query = scope.get("query_string", b"")
     return bytes(raw) + (b"?" + bytes(query) if query else b"")
-
-
-async def _respond(send: Send, scope: Scope, error: BrainError) -> None:
-    request_id = str(scope.get("brain_request_id", ""))
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"x-request-id", request_id.encode()),
-        (b"x-content-type-options", b"nosniff"),
-        *((name.lower().encode(), value.encode()) for name, value in error.headers().items()),
-    ]
-    await send({"type": "http.response.start", "status": error.status, "headers": headers})
-    await send({"type": "http.response.body", "body": error_envelope(error, request_id)})
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when the client went away; _BodyTooLarge past `limit`."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge()
-        chunks.append(chunk)
-        if not message.get("more_body"):
-            return b"".join(chunks)
-
-
-def _replaying(body: bytes, receive: Receive) -> Receive:
-    """A receive that gives the already-read body once, then the client's own messages."""
-    pending = True
-
-    async def replay() -> Message:
-        nonlocal pending
-        if pending:
-            pending = False
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 class FleetRouter:
@@ -198,10 +117,14 @@ class FleetRouter:
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self.forwarded = 0  # requests this instance sent to an owner
-        self.lookups = 0  # owner lookups in the database
+        self.owners = OwnerCache()
         self.successors = Successors()  # while draining: who takes a session released here
-        # session id -> (its remote owner, monotonic time the entry stops being used)
-        self._owners: dict[str, tuple[LeaseOwnerView, float]] = {}
+        self.streams = StreamShares()  # forwarded streams open, per tenant
+
+    @property
+    def lookups(self) -> int:
+        """Owner lookups this instance ran in the database."""
+        return self.owners.lookups
 
     @property
     def client(self) -> httpx.AsyncClient:
@@ -230,32 +153,44 @@ class FleetRouter:
             remote = (locator, executor.group(1))
         if not signed and match is not None and leases.held_epoch(match.group(1)) is not None:
             return receive  # ours: the common case costs no query
+        caller = ("", "")
+        if not signed and match is not None:  # the owner's own 401 here, before any lookup
+            try:
+                caller = await authenticate_caller(
+                    bearer_check_of(brain), scope, match.group(1), key=fleet_secret_of(brain)
+                )
+            except BrainError as error:
+                await respond(send, scope, error)
+                return None
         try:
-            body = await _read_body(receive, limit)
-        except _BodyTooLarge:
-            await _respond(send, scope, PayloadTooLarge("request body exceeds the size limit"))
+            body = await read_body(receive, limit)
+        except BodyTooLarge:
+            await respond(send, scope, PayloadTooLarge("request body exceeds the size limit"))
             return None
         if body is None:
             return None  # the client went away
         if signed and not self._admit(brain, leases, scope, body):
-            await _respond(send, scope, Unauthorized("fleet request signature refused"))
+            await respond(send, scope, Unauthorized("fleet request signature refused"))
             return None
         if remote is not None:
             return await self._route_executor(brain, leases, *remote, scope, receive, send, body)
         if match is None:
-            return _replaying(body, receive)
+            return replaying(body, receive)
         session_id = match.group(1)
         if signed and leases.held_epoch(session_id) is not None:
-            return _replaying(body, receive)  # forwarded to us and ours: no lookup
+            return replaying(body, receive)  # forwarded to us and ours: no lookup
         try:
-            owner = await self._owner(leases, session_id)
+            owner = await self.owners.owner(leases, session_id)
+        except OwnerUnavailable as error:
+            await respond(send, scope, error)
+            return None
         except Exception:  # the database: without it nobody can tell who owns the session
             logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
-            await _respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
+            await respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
             return None
         if owner is None or owner.instance == leases.instance:
             if not leases.draining:
-                return _replaying(body, receive)
+                return replaying(body, receive)
             # draining: a session given up here is never taken again here; a free one goes to an
             # instance that stays, one still lapsing here waits (retry) until it expires
             successor = await self.successors.pick(leases, session_id) if owner is None and not signed else None
@@ -268,25 +203,36 @@ class FleetRouter:
                 send,
                 body,
                 still_owner=lambda: self.successors.still_free_or_taken_by(leases, session_id, successor),
+                stream=opens_stream(scope),
             ):
-                await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
+                await respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
             return None
         if signed:  # a second hop could loop between two instances that disagree: the first retries
-            await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
+            await respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
             return None
-        reached = await self._forward(
-            brain,
-            leases,
-            owner,
-            scope,
-            receive,
-            send,
-            body,
-            still_owner=lambda: self._still_owner(leases, session_id, owner),
-            forget=lambda: self.forget_owner(session_id),
-        )
+        stream = opens_stream(scope)
+        try:  # a stream's share is taken before it takes a connection
+            release = self.streams.take(caller, share=stream_share_of(brain)) if stream else _nothing
+        except BrainError as error:
+            await respond(send, scope, error)
+            return None
+        try:
+            reached = await self._forward(
+                brain,
+                leases,
+                owner,
+                scope,
+                receive,
+                send,
+                body,
+                still_owner=lambda: self.owners.still_owner(leases, session_id, owner),
+                forget=lambda: self.owners.forget(session_id),
+                stream=stream,
+            )
+        finally:
+            release()
         if not reached:
-            await _respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
+            await respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
         return None
 
     async def _route_executor(
@@ -306,10 +252,10 @@ class FleetRouter:
             holder = await locator.holder_of(executor_id)
         except Exception:  # Redis: without it nobody can tell which instance holds the executor
             logger.warning("fleet executor lookup failed", exc_info=True, extra={"executor": executor_id})
-            await _respond(send, scope, OwnerUnavailable("the runtime executors' routes are out of reach"))
+            await respond(send, scope, OwnerUnavailable("the runtime executors' routes are out of reach"))
             return None
         if holder is None:
-            return _replaying(body, receive)
+            return replaying(body, receive)
 
         async def alive() -> bool | None:
             """Whether the holder is still a live member of the fleet; None when the database
@@ -323,31 +269,23 @@ class FleetRouter:
         async def still_alive() -> bool:
             return bool(await alive())
 
-        if await self._forward(brain, leases, holder, scope, receive, send, body, still_owner=still_alive):
+        def admit(tenant: str) -> Callable[[], None]:
+            """The holder named the executor's tenant (it checked the credential): its share;
+            a holder that named none, the executor's own."""
+            key = ("tenant", unquote(tenant)) if tenant else ("executor", executor_id)
+            return self.streams.take(key, share=stream_share_of(brain))
+
+        stream = opens_stream(scope)
+        forwarded = await self._forward(
+            brain, leases, holder, scope, receive, send, body, still_owner=still_alive, stream=stream,
+            admit=admit if stream else None,
+        )  # fmt: skip
+        if forwarded:
             return None
         if await alive() is False:  # its instance is gone, and the executor with it
-            return _replaying(body, receive)
-        await _respond(send, scope, OwnerUnavailable("the runtime executor's instance is not answering"))
+            return replaying(body, receive)
+        await respond(send, scope, OwnerUnavailable("the runtime executor's instance is not answering"))
         return None
-
-    async def _owner(self, leases: LeaseView, session_id: str) -> LeaseOwnerView | None:
-        """The session's live owner: a remote owner remembered briefly, else the database's answer."""
-        now = time.monotonic()
-        cached = self._owners.get(session_id)
-        if cached is not None and now < cached[1]:
-            return cached[0]
-        self.lookups += 1
-        owner = await leases.owner_of(session_id)
-        if owner is None or owner.instance == leases.instance:
-            self._owners.pop(session_id, None)
-            return owner
-        if len(self._owners) >= OWNER_CACHE_ENTRIES:
-            self._owners.pop(next(iter(self._owners)))
-        self._owners[session_id] = (owner, now + min(OWNER_CACHE_SECONDS, leases.lease_seconds / 10))
-        return owner
-
-    def forget_owner(self, session_id: str) -> None:
-        self._owners.pop(session_id, None)
 
     def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
@@ -382,10 +320,14 @@ class FleetRouter:
         *,
         still_owner: Callable[[], Awaitable[bool]],
         forget: Callable[[], None] = lambda: None,
+        stream: bool = False,
+        admit: Callable[[str], Callable[[], None]] | None = None,
     ) -> bool:
-        """Send the request to `owner` and stream its answer back. False when the owner could
-        not be reached before its answer started (nothing was sent to the client then): the
-        caller answers."""
+        """Send the request to `owner` (a `stream` on the stream pool) and stream its answer
+        back. With `admit`, a 200 answer is passed on only when admit(the tenant the owner
+        named) does not raise; its release is called when the answer ends. False when the owner
+        could not be reached before its answer started (nothing was sent to the client then):
+        the caller answers."""
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
         client = scope.get("client") or ("", 0)
         self.forwarded += 1
@@ -393,6 +335,7 @@ class FleetRouter:
         if telemetry is not None:
             telemetry.record_fleet_forward()
         started = False
+        release = _nothing
         relay = asyncio.current_task()
         disconnected = asyncio.Event()
 
@@ -424,10 +367,18 @@ class FleetRouter:
                 client_address=str(client[0] or ""),
                 still_owner=still_owner,
                 recheck_seconds=min(RECHECK_SECONDS, leases.lease_seconds / 3),
+                stream=stream,
             ) as answer:
                 if answer.status == 503:  # the owner is draining, moving, or not the owner
                     forget()
-                length = _content_length(answer.headers)
+                if admit is not None and answer.status == 200:
+                    try:
+                        release = admit(answer.tenant)
+                    except BrainError as error:  # leaving the block closes the owner's stream
+                        started = True
+                        await respond(send, scope, error)
+                        return True
+                length = content_length(answer.headers)
                 if length is not None and length <= WHOLE_ANSWER_BYTES:
                     # an ordinary answer: read whole, passed on in one message (no stream to flush)
                     whole = b"".join([chunk async for chunk in answer.body])
@@ -442,7 +393,7 @@ class FleetRouter:
                 # it now, or the client waits for the stream's first event or keep-alive.
                 await send({"type": "http.response.body", "body": b"", "more_body": True})
                 async for chunk in answer.body:
-                    await self._write(scope, send, chunk)
+                    await write_piece(scope, send, chunk)
                 await send({"type": "http.response.body", "body": b""})
         except OwnerUnreachable as exc:
             forget()
@@ -462,33 +413,12 @@ class FleetRouter:
             if not disconnected.is_set():
                 raise
         finally:
+            release()
             timer.cancel()
             for task in watcher:
                 task.cancel()
         return True
 
-    async def _still_owner(self, leases: LeaseView, session_id: str, owner: LeaseOwnerView) -> bool:
-        """Whether `owner` still holds the session's live lease at the epoch it was found with
-        (the database asked afresh; a failed lookup cannot tell, so it says no)."""
-        try:
-            now = await leases.owner_of(session_id)
-        except Exception:
-            logger.warning("fleet owner re-check failed", exc_info=True, extra={"session_id": session_id})
-            return False
-        return (
-            now is not None
-            and now.instance == owner.instance
-            and getattr(now, "epoch", None) == getattr(owner, "epoch", None)
-        )
 
-    @staticmethod
-    async def _write(scope: Scope, send: Send, chunk: bytes) -> None:
-        pending = scope.get("brain_pending_bytes")
-        if pending is not None and pending() > SOCKET_HIGH_WATER:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WRITE_DEADLINE_SECONDS
-            while pending() > SOCKET_HIGH_WATER:
-                if loop.time() > deadline:
-                    raise TimeoutError
-                await asyncio.sleep(CONGESTION_POLL_SECONDS)
-        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+def _nothing() -> None:
+    """The release of a request that took no share."""

@@ -21,6 +21,7 @@ __all__ = [
     "Patience",
     "CONNECT_SECONDS",
     "MAX_CONNECTIONS",
+    "MAX_STREAM_CONNECTIONS",
     "POOL_SECONDS",
     "READ_SECONDS",
     "WRITE_SECONDS",
@@ -36,7 +37,13 @@ CONNECT_SECONDS = 2.0
 READ_SECONDS = 120.0
 WRITE_SECONDS = 10.0
 POOL_SECONDS = 2.0
-MAX_CONNECTIONS = 256  # per instance, to all owners together
+# Per instance, to all owners together, for ordinary requests: answers that end. Streams (an
+# SSE event stream, an executor's command stream) hold a connection for their whole life and
+# have a pool of their own, so no number of them leaves an ordinary request without one.
+MAX_CONNECTIONS = 256
+# Forwarded streams per instance: four tenants at the default share (limits.
+# tenant_forwarded_streams); each holds two sockets here (the client's and the owner's).
+MAX_STREAM_CONNECTIONS = 1024
 # An owner's answer is read with the bounds a server puts on requests: its whole head (status
 # line and headers) at most MAX_HEAD_BYTES, each line at most MAX_HEADER_LINE_BYTES, this many
 # header lines; body pieces are passed on as they come, at most READ_BYTES each.

@@ -15,6 +15,7 @@ from ninja.security.base import AuthBase
 
 from foundation.app_object import SCOPE_KEY
 from foundation.errors import Forbidden, Overloaded, Unauthorized
+from foundation.inspection import seal_inspection
 from foundation.principal import Principal
 
 from . import db
@@ -37,7 +38,10 @@ class TokenCache:
     with the same token share one lookup, and at most MAX_PENDING_LOOKUPS run at once.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, inspection_key: bytes | None = None) -> None:
+        # in a fleet, inspection tokens are sealed so the other instances pass them on to the
+        # owner (foundation.inspection) instead of refusing a token they do not hold
+        self._inspection_key = inspection_key
         self._grants: dict[str, tuple[Principal, float]] = {}
         self._unknown: OrderedDict[str, float] = OrderedDict()  # digest -> expiry, oldest first
         self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
@@ -87,6 +91,8 @@ class TokenCache:
     def grant_inspection(self, session_id: str, tenant: str) -> str:
         """A read-only token limited to one session, for an `inspect_session` tool call."""
         token = secrets.token_urlsafe(32)
+        if self._inspection_key is not None:
+            token = seal_inspection(self._inspection_key, session_id, token)
         self._inspections[db.digest_token(token)] = Principal(tenant=tenant, read_only=True, session=session_id)
         return token
 

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from channels.exceptions import StopConsumer
@@ -29,6 +30,10 @@ RPC_SUBPROTOCOL = "brain-rpc"
 AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
 PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a worker thread
 REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
+# To another instance of a fleet that forwarded the stream (a signed request, admitted by
+# fleet_app.routing), the executor's tenant: it counts the stream in that tenant's share
+# (fleet_app.streams.TENANT_HEADER, taken out there before the answer goes on).
+FLEET_TENANT_HEADER = b"brain-fleet-tenant"
 
 
 def _hub(scope: Mapping[str, object]) -> ExecutorHub:
@@ -46,8 +51,11 @@ class ExecutorCommandsConsumer(StreamingConsumer):
             await self.send_error(error)
             return
         connection = hub.connect(executor)
+        headers = SSE_HEADERS
+        if self.scope.get("brain_fleet_sender"):
+            headers = [*SSE_HEADERS, (FLEET_TENANT_HEADER, quote(executor.tenant, safe="").encode())]
         try:
-            await self.send_headers(status=200, headers=SSE_HEADERS)
+            await self.send_headers(status=200, headers=headers)
             while True:
                 try:
                     command = await connection.next(PING_SECONDS)

@@ -26,6 +26,9 @@ class Limits(StrictModel):
     # requests from one client address whose bodies are still arriving (slow uploads); behind a
     # proxy every client shares its address, so raise it there
     receiving_per_address: int = Field(default=32, ge=1, le=65536)
+    # in a fleet, streams (SSE event streams, executor command streams) one tenant may hold open
+    # through one instance to other instances (of its 1,024 forwarded streams, fleet_app.transport)
+    tenant_forwarded_streams: int = Field(default=256, ge=1, le=1024)
 
     @model_validator(mode="after")
     def _loaded_at_least_active(self) -> Limits:

@@ -30,13 +30,23 @@ def fleet_factory(
     database_prefix: str = "brain_fleet",
     persistence: dict[str, Any] | None = None,
     environment: dict[str, str] | None = None,
+    database_settings: dict[str, str] | None = None,
 ) -> Callable[..., BrainServer]:
     """A factory of fleet instances by name; the first one's tokens and environment serve all.
     `persistence` replaces the shared directory under `tmp_path` (an object store: then the
     cluster block says no shared directory), `environment` adds to the instances' variables;
     `instance(name, **settings)` overrides persistence settings of one instance (its
-    `interval_seconds`, say)."""
-    database = postgres_server.create_database(f"{database_prefix}_{secrets.token_hex(4)}")
+    `interval_seconds`, say). `database_settings` are PostgreSQL settings of the fleet's database
+    for every connection the instances open (`log_statement`, say)."""
+    name = f"{database_prefix}_{secrets.token_hex(4)}"
+    database = postgres_server.create_database(name)
+    if database_settings:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(postgres_server.database_url("postgres"), autocommit=True) as connection:
+            for setting, value in database_settings.items():
+                connection.execute(f'ALTER DATABASE "{name}" SET {setting} = {sql.quote(value)}')
     if persistence is None:
         archive = tmp_path / "archive"
         archive.mkdir()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
@@ -15,7 +15,7 @@ from fleet_app.leases import LeaseManager
 from fleet_app.routing import FleetRouter
 from foundation.telemetry import Telemetry
 from tests.fleet.test_forwarding import SECRET, WAIT_SECONDS
-from tests.fleet.test_routing import LIMIT, Client, KeptAlive, scope, served
+from tests.fleet.test_routing import LIMIT, Client, KeptAlive, Tokens, scope, served
 
 POLL_SECONDS = 0.2
 
@@ -39,6 +39,7 @@ class Brain:
     leases: LeaseManager
     telemetry: Telemetry
     fleet_secret: bytes = SECRET
+    tokens: Tokens = field(default_factory=Tokens)
 
 
 async def test_acquisitions_failovers_and_leases_held_are_counted_per_instance(fleet_db: str) -> None:

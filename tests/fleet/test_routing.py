@@ -19,10 +19,26 @@ import pytest
 from fleet_app.leases import LeaseManager
 from fleet_app.routing import FleetRouter
 from fleet_app.signing import sign_request
+from foundation.errors import Unauthorized
 from tests.fixtures.server import free_port
 from tests.fleet.test_forwarding import PIECES, SECRET, WAIT_SECONDS, Owner
 
 LIMIT = 64 * 1024
+TOKEN = b"tok-routing-0123456789abcdef"  # what the test token cache grants
+
+
+@dataclass(frozen=True)
+class Grant:
+    tenant: str
+
+
+class Tokens:
+    """The app object's token cache as routing reads it: TOKEN is tenant acme's, nothing else."""
+
+    async def authenticate(self, header: str | None) -> Grant:
+        if header != f"Bearer {TOKEN.decode()}":
+            raise Unauthorized("missing or invalid bearer token")
+        return Grant("acme")
 
 
 @dataclass
@@ -31,6 +47,7 @@ class Brain:
 
     leases: LeaseManager
     fleet_secret: bytes = SECRET
+    tokens: Tokens = field(default_factory=Tokens)
 
 
 @dataclass
@@ -66,8 +83,15 @@ class Client:
 
 
 def scope(
-    path: str, *, method: str = "GET", query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None
+    path: str,
+    *,
+    method: str = "GET",
+    query: bytes = b"",
+    headers: list[tuple[bytes, bytes]] | None = None,
+    authorized: bool = True,
 ) -> dict[str, Any]:
+    """A client's request scope, with TOKEN as its bearer token unless `authorized` is False."""
+    headers = [*([(b"authorization", b"Bearer " + TOKEN)] if authorized else []), *(headers or [])]
     return {
         "type": "http",
         "method": method,
@@ -115,7 +139,6 @@ async def test_an_sse_stream_through_a_non_owner_comes_back_byte_for_byte_signed
         f"/sessions/{session_id}/events",
         query=b"after=eyJvIjowLCJpIjoiYSJ9",
         headers=[
-            (b"authorization", b"Bearer tok-1234567890abcdefghijkl"),
             (b"accept", b"text/event-stream"),
             (b"last-event-id", b"eyJvIjowLCJpIjoiYSJ9"),
             (b"cookie", b"sessionid=admin"),
@@ -179,7 +202,7 @@ def signed_scope(path: str, *, sender: str, receiver: str, body: bytes = b"", me
         nonce=secrets.token_hex(16),
     )
     headers = [(name.encode(), value.encode()) for name, value in {**forwarded, **signature}.items()]
-    return scope(path, method=method, headers=headers)
+    return scope(path, method=method, headers=headers, authorized=False)
 
 
 async def test_a_signed_request_to_the_owner_is_served_there_with_the_forwarded_client_address(
@@ -427,7 +450,7 @@ async def test_a_forward_to_a_paused_owner_is_a_retryable_503_once_its_lease_lap
         "error": {"code": "unavailable", "message": "the session's instance is not answering"},
         "request_id": "r" * 32,
     }
-    assert (router.forwarded, router._owners) == (1, {})
+    assert (router.forwarded, router.owners.remembered) == (1, 0)
 
 
 async def forwarded_once(fleet_db: str, origin: KeptAlive) -> tuple[Client, FleetRouter]:
@@ -457,7 +480,7 @@ async def test_an_owner_that_dies_mid_answer_is_a_retryable_503_not_a_short_body
     # send's idempotency key settles whether it was taken), and the owner is forgotten
     assert (client.status, client.headers[b"retry-after"]) == (503, b"1")
     assert orjson.loads(client.content)["error"]["code"] == "unavailable"
-    assert (router.forwarded, router._owners) == (1, {})
+    assert (router.forwarded, router.owners.remembered) == (1, 0)
 
 
 async def test_a_client_that_leaves_while_the_owner_is_silent_ends_the_forward(fleet_db: str) -> None:

@@ -98,6 +98,7 @@ def test_limits_default_to_the_documented_values() -> None:
         "tenant_executors": 1024,
         "unbound_executor_seconds": 600,
         "receiving_per_address": 32,
+        "tenant_forwarded_streams": 256,
     }
 
 
@@ -210,6 +211,8 @@ LIMIT_BOUNDS = [
     pytest.param("tenant_executors", 4096, id="tenant_executors_maximum_case"),
     pytest.param("unbound_executor_seconds", 1, id="unbound_executor_seconds_minimum_case"),
     pytest.param("receiving_per_address", 1, id="receiving_per_address_minimum_case"),
+    pytest.param("tenant_forwarded_streams", 1, id="tenant_forwarded_streams_minimum_case"),
+    pytest.param("tenant_forwarded_streams", 1024, id="tenant_forwarded_streams_maximum_case"),
 ]
 
 
@@ -274,6 +277,12 @@ LIMIT_OUT_OF_RANGE = [
         0,
         "limits.receiving_per_address: Input should be greater than or equal to 1",
         id="receiving_per_address_zero_case",
+    ),
+    pytest.param(
+        "tenant_forwarded_streams",
+        1025,
+        "limits.tenant_forwarded_streams: Input should be less than or equal to 1024",
+        id="tenant_forwarded_streams_over_case",
     ),
     pytest.param("queue", "16", "limits.queue: Input should be a valid integer", id="queue_string_case"),
     pytest.param("queue", 16.0, "limits.queue: Input should be a valid integer", id="queue_float_case"),

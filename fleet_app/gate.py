@@ -1,0 +1,85 @@
+"""What a session request must show before a non-owner spends a database round trip on it.
+
+The request's bearer token is checked with the app object's token cache (sessions_app.auth's,
+reached through the narrow protocol below): a missing or unknown token is refused with the
+owner's own 401 `forbidden` before any owner lookup, so a flood of bad tokens costs the fleet's
+database nothing beyond what the token cache spends on any instance. A session inspection
+token the owner holds (and this instance does not) passes when its seal names the session
+(foundation.inspection). Owner lookups in flight are bounded: past the bound a request is a
+retryable 503, never a queued query. No Django.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from foundation.errors import Unauthorized
+from foundation.inspection import inspection_key, is_sealed_for
+
+__all__ = ["MAX_OWNER_LOOKUPS", "BearerCheck", "LookupBound", "authenticate_caller", "bearer_check_of"]
+
+# Owner lookups this instance runs at once: a few times the threads its database work shares
+# (the loop's default executor), so a burst of requests for sessions owned elsewhere is
+# answered 503 at once instead of queueing queries behind other tenants' writes.
+MAX_OWNER_LOOKUPS = 16
+AUTHORIZATION = b"authorization"
+
+
+class PrincipalView(Protocol):
+    @property
+    def tenant(self) -> str: ...
+
+
+class BearerCheck(Protocol):
+    """What the gate needs of sessions_app.auth.TokenCache."""
+
+    async def authenticate(self, header: str | None, /) -> PrincipalView: ...
+
+
+def bearer_check_of(brain: object) -> BearerCheck:
+    """The app object's token cache; an app object with leases always has one."""
+    tokens: BearerCheck | None = getattr(brain, "tokens", None)
+    if tokens is None:
+        raise RuntimeError("the app object has leases but no token cache")
+    return tokens
+
+
+def _authorization(scope: Mapping[str, Any]) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == AUTHORIZATION:
+            return bytes(value).decode("latin-1")
+    return None
+
+
+async def authenticate_caller(
+    tokens: BearerCheck, scope: Mapping[str, Any], session_id: str, *, key: bytes
+) -> tuple[str, str]:
+    """("tenant", the tenant whose token the request carries), or ("inspection", the session)
+    for an inspection token another instance sealed for this session. Raises the token cache's BrainError
+    (Unauthorized 401, Overloaded 429 while too many token lookups are in flight)."""
+    header = _authorization(scope)
+    try:
+        return ("tenant", (await tokens.authenticate(header)).tenant)
+    except Unauthorized:
+        scheme, _, token = (header or "").partition(" ")
+        if scheme.lower() == "bearer" and is_sealed_for(inspection_key(key), token.strip(), session_id):
+            return ("inspection", session_id)
+        raise
+
+
+class LookupBound:
+    """Owner lookups in flight; `enter` says whether one more may start (then `leave` once)."""
+
+    def __init__(self, limit: int = MAX_OWNER_LOOKUPS) -> None:
+        self._limit = limit
+        self.in_flight = 0
+
+    def enter(self) -> bool:
+        if self.in_flight >= self._limit:
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
