@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -30,7 +30,6 @@ from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app.app_object import PersistenceAppObject
 from persistence_app.archiving import ArchiveService
-from persistence_app.workerwatch import WorkerWatch
 from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
@@ -51,13 +50,13 @@ from tools_app.registry import InspectionGrants, ToolRegistry
 from tools_app.relay import CHANNEL_REDIS_ENV, ExecutorRelay
 from tools_app.vault import CredentialVault
 
+from .celery_wiring import celery_dispatch, celery_send, log_upload_mode, worker_watch
+
 # A fleet instance whose name a live process holds, or whose database is out of reach, tries again.
 JOIN_RETRY_SECONDS = 1.0
 # Graceful shutdown uploads each held session before releasing it; one stuck upload must not
 # hold the others' handoff (its lease expires instead).
 FLEET_FLUSH_SECONDS = 10.0
-# How long a ping of the broker waits for Celery workers' answers (in a thread of its own).
-WORKER_PING_SECONDS = 1.0
 
 __all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -115,7 +114,7 @@ class BrainApp:
             self.journal = InputJournal()
             self.relay = _executor_relay(self.executors, self.leases, secrets.fleet_secret)
             self.executors.relay = self.relay
-        self.workers = _worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
+        self.workers = worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
         self.archive: ArchiveService | None = None
@@ -125,7 +124,7 @@ class BrainApp:
                 Path(config.data_dir).resolve(),
                 os.environ,
                 session_bytes=config.limits.session_bytes,
-                dispatch=_celery_dispatch(self.leases),
+                dispatch=celery_dispatch(self.leases),
                 telemetry=self.telemetry,
                 lease_epoch=self.leases.held_epoch if self.leases is not None else None,
                 on_lease_lost=self._lease_lost if self.leases is not None else None,
@@ -157,7 +156,7 @@ class BrainApp:
                 provider.use_child_sessions(children)
         # document ingestion: Celery workers when a broker is configured, else this server's runner
         self.knowledge_jobs = KnowledgeJobs(
-            JobBudgets.from_environment(os.environ), broker_send=_celery_send(KNOWLEDGE_TASK)
+            JobBudgets.from_environment(os.environ), broker_send=celery_send(KNOWLEDGE_TASK)
         )
 
     async def saved_session_config(self, tenant: str, session_id: str) -> Mapping[str, Any] | None:
@@ -176,7 +175,7 @@ class BrainApp:
         if self.workers is not None:
             await self.workers.start()
         if self.archive is not None:
-            _log_upload_mode(self.config, self.workers)
+            log_upload_mode(self.config, self.workers)
             await self.archive.start()  # before the engine: loading settles sessions
         if self.leases is not None:
             self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
@@ -307,68 +306,6 @@ def _executor_relay(hub: ExecutorHub, leases: LeaseManager, secret: FleetSecret 
         secret=secret.key,
         member=member,
     )
-
-
-def _celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], None] | None:
-    """Hands publishes to `manage.py syncworker` when a broker is configured; in a fleet each
-    job carries the lease epoch held now (only the server holds leases), None when none is."""
-    from django.conf import settings
-
-    if not settings.CELERY_BROKER_URL:
-        return None
-    from brainsite.celery import app
-    from persistence_app.tasks import PUBLISH_TASK
-
-    def dispatch(session_id: str, seq: int) -> None:
-        if leases is None:
-            app.send_task(PUBLISH_TASK, args=(session_id, seq))
-        else:
-            app.send_task(PUBLISH_TASK, args=(session_id, seq, leases.held_epoch(session_id)))
-
-    return dispatch
-
-
-def _worker_watch(telemetry: Telemetry) -> WorkerWatch | None:
-    """With a broker, pings its Celery workers (sync publishes and knowledge jobs go there)."""
-    from django.conf import settings
-
-    if not settings.CELERY_BROKER_URL:
-        return None
-    from brainsite.celery import app
-
-    def ping() -> int:
-        with app.connection_for_write() as connection:
-            # one try: a broker that refuses fails this ping at once, the next one tries again
-            connection.ensure_connection(max_retries=0)
-            return len(app.control.ping(timeout=WORKER_PING_SECONDS, connection=connection))
-
-    return WorkerWatch(ping, broker=settings.CELERY_BROKER_URL, telemetry=telemetry)
-
-
-def _log_upload_mode(config: HostConfig, workers: WorkerWatch | None) -> None:
-    """Where this server's archive uploads run: its own threads, or Celery workers on a broker."""
-    assert config.persistence is not None
-    if workers is None:
-        logger.info("archive uploads run in this process", extra={"archive": config.persistence.provider})
-    else:
-        logger.info(
-            "archive uploads go to Celery workers",
-            extra={"archive": config.persistence.provider, "broker": workers.broker},
-        )
-
-
-def _celery_send(task: str) -> Callable[[int], None] | None:
-    """Sends a job id to the Celery task `task` when a broker is configured."""
-    from django.conf import settings
-
-    if not settings.CELERY_BROKER_URL:
-        return None
-    from brainsite.celery import app
-
-    def send(job_id: int) -> None:
-        app.send_task(task, args=(job_id,))
-
-    return send
 
 
 # Each app reads the application object through a view of its own; these assignments make mypy
