@@ -74,6 +74,8 @@ class LeaseManager:
         self.lease_seconds = float(lease_seconds)
         self.margin = margin_seconds(self.lease_seconds)
         self.database = database
+        # new for every process: its leases, fenced writes and the signed requests it accepts
+        # name it, so a process that re-joins a name shares nothing with the one before it
         self.incarnation = secrets.token_hex(16)
         self._clock = clock
         self._held: dict[str, _Held] = {}
@@ -117,12 +119,16 @@ class LeaseManager:
         while another instance holds it. A change of owner increments the epoch."""
         sent = self._clock()
         taken = await db.atake_lease(
-            session_id, owner=self.instance, lease_seconds=self.lease_seconds, using=self.database
+            session_id,
+            owner=self.instance,
+            incarnation=self.incarnation,
+            lease_seconds=self.lease_seconds,
+            using=self.database,
         )
         if taken is None:
             self._held.pop(session_id, None)
             return None
-        if taken.previous != self.instance:  # taken now, not one already ours acquired again
+        if (taken.previous, taken.previous_incarnation) != (self.instance, self.incarnation):  # taken now
             self._telemetry.record_fleet_acquisition(failover=taken.previous != "")
         self._held[session_id] = _Held(taken.epoch, self._deadline(sent))
         return taken.epoch
@@ -133,13 +139,22 @@ class LeaseManager:
         leaves every deadline where it was (they lapse on their own) and propagates."""
         sent = self._clock()
         snapshot = {session_id: held.epoch for session_id, held in self._held.items()}
-        still = await db.arenew_leases(
+        renewed = await db.arenew_leases(
             self.instance,
             snapshot,
             incarnation=self.incarnation,
             lease_seconds=self.lease_seconds,
             using=self.database,
         )
+        still = renewed.held
+        if not renewed.member and self.joined:
+            # another process joined under this name (this one was paused or cut off past its
+            # heartbeat): this process is no longer a member and takes no session any more
+            self.joined = False
+            logger.error(
+                "another process took this instance's name; this process no longer serves sessions",
+                extra={"instance": self.instance},
+            )
         deadline = self._deadline(sent)
         lost: set[str] = set()
         for session_id, epoch in snapshot.items():
@@ -159,7 +174,9 @@ class LeaseManager:
         held = self._held.pop(session_id, None)
         if held is None:
             return False
-        return await db.arelease_lease(session_id, owner=self.instance, epoch=held.epoch, using=self.database)
+        return await db.arelease_lease(
+            session_id, owner=self.instance, incarnation=self.incarnation, epoch=held.epoch, using=self.database
+        )
 
     def forget(self, session_id: str) -> None:
         """Stop writing the session and keep the lease unreleased, to expire on its own (a
@@ -172,7 +189,7 @@ class LeaseManager:
         self._held.clear()
         if not snapshot:
             return set()
-        return await db.arelease_all(self.instance, snapshot, using=self.database)
+        return await db.arelease_all(self.instance, snapshot, incarnation=self.incarnation, using=self.database)
 
     async def leave(self) -> None:
         """Release everything and mark the instance gone, so routing skips it at once."""

@@ -43,7 +43,7 @@ from foundation.errors import BrainError, PayloadTooLarge, Unauthorized, error_e
 
 from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of
 from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
-from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
+from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, honoured_headers, receiver_identity, verify_request
 
 __all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
 
@@ -88,6 +88,8 @@ class LeaseOwnerView(Protocol):
     @property
     def instance(self) -> str: ...
     @property
+    def incarnation(self) -> str: ...
+    @property
     def url(self) -> str: ...
 
 
@@ -96,6 +98,8 @@ class LeaseView(Protocol):
 
     @property
     def instance(self) -> str: ...
+    @property
+    def incarnation(self) -> str: ...
     @property
     def lease_seconds(self) -> float: ...
     def held_epoch(self, session_id: str) -> int | None: ...
@@ -247,7 +251,7 @@ class FleetRouter:
             logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
             await _respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
             return None
-        if owner is None or owner.instance == leases.instance:
+        if owner is None or (owner.instance, owner.incarnation) == (leases.instance, leases.incarnation):
             return _replaying(body, receive)
         if signed:  # a second hop could loop between two instances that disagree: the first retries
             await _respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
@@ -316,7 +320,7 @@ class FleetRouter:
             return cached[0]
         self.lookups += 1
         owner = await leases.owner_of(session_id)
-        if owner is None or owner.instance == leases.instance:
+        if owner is None or (owner.instance, owner.incarnation) == (leases.instance, leases.incarnation):
             self._owners.pop(session_id, None)
             return owner
         if len(self._owners) >= OWNER_CACHE_ENTRIES:
@@ -328,11 +332,15 @@ class FleetRouter:
         self._owners.pop(session_id, None)
 
     def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
+        """Verify a signed request; only on the fleet's own paths, and only its signed headers stay."""
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+        path = scope.get("path", "")
         try:
+            if not SESSION_PATH.match(path) and not EXECUTOR_PATH.match(path):
+                raise FleetAuthError("a signed request outside the fleet's paths")
             sender = verify_request(
                 fleet_secret_of(brain),
-                receiver=leases.instance,
+                receiver=receiver_identity(leases.instance, leases.incarnation),
                 method=str(scope.get("method", "")),
                 target=_target(scope),
                 body=body,
@@ -341,8 +349,9 @@ class FleetRouter:
                 replay=self.replay,
             )
         except FleetAuthError as exc:
-            logger.warning("fleet request refused", extra={"reason": exc.reason, "path": scope.get("path", "")})
+            logger.warning("fleet request refused", extra={"reason": exc.reason, "path": path[:200]})
             return False
+        scope["headers"] = honoured_headers(headers, host=headers.get("host", ""), body=body)
         client = headers.get(CLIENT_HEADER.decode(), "")
         scope["client"] = (client, 0) if client else scope.get("client")
         scope["brain_fleet_sender"] = sender
@@ -393,7 +402,7 @@ class FleetRouter:
                 self.client,
                 secret=fleet_secret_of(brain),
                 sender=leases.instance,
-                owner=owner.instance,
+                owner=receiver_identity(owner.instance, owner.incarnation),
                 owner_url=owner.url,
                 method=str(scope.get("method", "GET")),
                 target=_target(scope),

@@ -78,7 +78,7 @@ async def test_a_lease_held_by_one_instance_is_refused_to_the_other(fleet_db: st
     assert (first, second) == (1, None)
     assert (a.held_epoch(session), b.held_epoch(session)) == (1, None)
     assert (a.is_writable(session), b.is_writable(session)) == (True, False)
-    assert await b.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1)
+    assert await b.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1, a.incarnation)
     assert (await alease_row(fleet_db, session))[:2] == ("a", 1)
 
 
@@ -91,7 +91,9 @@ def test_concurrent_acquires_on_separate_connections_give_exactly_one_owner(flee
     def contend(name: str) -> None:
         try:
             barrier.wait()
-            results[name] = db.acquire_lease(session, owner=name, lease_seconds=30, using=fleet_db)
+            results[name] = db.acquire_lease(
+                session, owner=name, incarnation=f"{name}-process", lease_seconds=30, using=fleet_db
+            )
         finally:
             connections.close_all()
 
@@ -137,7 +139,7 @@ async def test_release_lets_the_other_instance_take_the_session_at_once(fleet_db
     assert released is True
     assert taken == 2
     assert a.held_epoch(session) is None
-    assert await a.owner_of(session) == db.LeaseOwner("b", "http://b.fleet.test:8080", 2)
+    assert await a.owner_of(session) == db.LeaseOwner("b", "http://b.fleet.test:8080", 2, b.incarnation)
     assert await a.release(session) is False  # nothing held any more: no statement can undo b's lease
     assert (await alease_row(fleet_db, session))[:2] == ("b", 2)
 
@@ -325,7 +327,9 @@ async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_to
     loop = asyncio.create_task(a.run_renewals(reported.append))
     try:
         # when
-        assert await database_sync_to_async(db.release_lease)(taken, owner="a", epoch=1, using=fleet_db)
+        assert await database_sync_to_async(db.release_lease)(
+            taken, owner="a", incarnation=a.incarnation, epoch=1, using=fleet_db
+        )
         assert await b.acquire(taken) == 2
         await until(lambda: asyncio.sleep(0, result=bool(reported)))
     finally:
@@ -335,4 +339,4 @@ async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_to
     # then
     assert reported == [frozenset({taken})]
     assert a.held() == {kept: 1}
-    assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1)
+    assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1, a.incarnation)
