@@ -46,7 +46,7 @@ def test_the_defaults_are_a_ten_second_lease_and_no_shared_directory() -> None:
         ({"instance": "a\n"}, "must be 1-63 lowercase letters"),
         ({"url": "10.0.0.1:8080"}, "must be an absolute http or https URL"),
         ({"url": "ftp://10.0.0.1"}, "must be an absolute http or https URL"),
-        ({"url": "https://10.0.0.1:8443"}, "must be an http:// URL: instances forward requests to each other over plain HTTP"),
+        ({"url": "https://10.0.0.1:8443"}, "must be an http:// URL: instances forward requests to each other"),
         ({"url": "http://u:p@10.0.0.1"}, "must not contain credentials"),
         ({"url": "http://10.0.0.1/brain"}, "must not contain a path"),
         ({"url": "http://10.0.0.1/?a=1"}, "must not contain a query or a fragment"),

@@ -17,9 +17,8 @@ import orjson
 import pytest
 
 from fleet_app.leases import LeaseManager
-from fleet_app.signing import receiver_identity
 from fleet_app.routing import FleetRouter
-from fleet_app.signing import sign_request
+from fleet_app.signing import receiver_identity, sign_request
 from tests.fixtures.server import free_port
 from tests.fleet.test_forwarding import PIECES, SECRET, WAIT_SECONDS, Owner
 
