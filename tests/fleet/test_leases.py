@@ -340,3 +340,52 @@ async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_to
     assert reported == [frozenset({taken})]
     assert a.held() == {kept: 1}
     assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1, a.incarnation)
+
+
+def expire(database: str, name: str, *, leases: bool = True) -> None:
+    """The instance (and its leases) past their expiry, as if its process had stopped answering."""
+    with connections[database].cursor() as cursor:
+        cursor.execute("UPDATE fleet_app_instance SET expires_at = now() WHERE name = %s", [name])
+        if leases:
+            cursor.execute("UPDATE fleet_app_sessionlease SET expires_at = now() WHERE owner = %s", [name])
+
+
+async def test_a_new_process_under_a_rejoined_name_takes_a_new_epoch_and_the_old_one_renews_nothing(
+    fleet_db: str,
+) -> None:
+    # given: the first process of "a" holds a session, then stops answering past its heartbeat
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    session = sid()
+    assert await old.acquire(session) == 1
+    await database_sync_to_async(expire)(fleet_db, "a")
+    # when a new process joins under the same name and takes the session
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    taken = await new.acquire(session)
+    # then it holds it at a new epoch, and the old process, running again, keeps nothing
+    assert taken == 2
+    renewal = await old.renew()
+    assert (renewal.held, renewal.lost, old.joined) == (frozenset(), frozenset({session}), False)
+    assert await old.release(session) is False
+    assert await old.acquire(session) is None  # the new process's live lease
+    assert await new.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 2, new.incarnation)
+    assert (await new.renew()).held == frozenset({session})
+
+
+async def test_a_new_process_waits_for_a_lease_the_old_process_of_its_name_still_holds(fleet_db: str) -> None:
+    # given: the old process's instance row expired, one of its leases (taken later) not yet
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    session = sid()
+    assert await old.acquire(session) == 1
+    await database_sync_to_async(expire)(fleet_db, "a", leases=False)
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    # when
+    refused = await new.acquire(session)
+    # then: no shared epoch, no owner to forward to until the old lease expires
+    assert refused is None
+    assert await new.owner_of(session) is None
+    await database_sync_to_async(expire)(fleet_db, "a")
+    assert await new.acquire(session) == 2
