@@ -95,7 +95,7 @@ def main() -> None:
 
         from fleet_app import db
 
-        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0002_journal_cancelled")])
+        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0003_lease_incarnation")])
         session = secrets.token_hex(16)
         payload = {"text": "hello, a message of ordinary length " * 4, "traceparent": ""}
 
