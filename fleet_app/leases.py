@@ -51,6 +51,9 @@ class Renewal:
 class _Held:
     epoch: int
     deadline: float  # monotonic: writable while clock() < deadline
+    # the epoch before, when a former process of this instance's name held the lease last
+    # (it expired with that process): nobody else held the session in between
+    own_name_before: int | None = None
 
 
 class LeaseManager:
@@ -130,7 +133,13 @@ class LeaseManager:
             return None
         if (taken.previous, taken.previous_incarnation) != (self.instance, self.incarnation):  # taken now
             self._telemetry.record_fleet_acquisition(failover=taken.previous != "")
-        self._held[session_id] = _Held(taken.epoch, self._deadline(sent))
+        held = self._held.get(session_id)
+        before = None
+        if taken.previous == self.instance and taken.previous_incarnation != self.incarnation:
+            before = taken.epoch - 1  # straight from a former process of this name
+        elif held is not None and held.epoch == taken.epoch:  # acquired again: the same tenure
+            before = held.own_name_before
+        self._held[session_id] = _Held(taken.epoch, self._deadline(sent), before)
         return taken.epoch
 
     async def renew(self) -> Renewal:
@@ -223,6 +232,13 @@ class LeaseManager:
         if held is None or self._clock() >= held.deadline:
             return None
         return held.epoch
+
+    def own_name_epoch(self, session_id: str) -> int | None:
+        """The epoch a former process of this instance's name last held the session at, when
+        the lease came to this process straight from it; else None. A copy in this instance's
+        data directory written under that epoch is then the freshest there is."""
+        held = self._held.get(session_id)
+        return held.own_name_before if held is not None else None
 
     def holds(self, session_id: str) -> bool:
         """Whether this instance believes it holds the lease, writable or lapsing."""

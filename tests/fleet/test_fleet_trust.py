@@ -167,6 +167,28 @@ def test_a_paused_process_whose_name_rejoined_writes_nothing_and_its_successor_h
     assert lease == [("brain-a", _incarnation(new, "brain-a"), 2)]
 
 
+def test_a_process_restarted_after_a_crash_serves_its_own_unuploaded_copy(fleet: Callable[..., BrainServer]) -> None:
+    # given a session of brain-a with a turn it never uploaded (its sync interval is an hour)
+    a = fleet("brain-a", interval_seconds=3600)
+    sid = create_session(a)["id"]
+    send_ok(a, sid, "uploaded")
+    wait_for_status(a, sid, "idle")
+    assert _flush(a, sid)["pending"] is False
+    send_ok(a, sid, "not uploaded")
+    wait_for_status(a, sid, "idle")
+    # when the process is killed and a new one starts under the name on the same data directory
+    a.kill()
+    a.start()
+    # then the new process takes the lease at a new epoch, and its directory's copy serves: the
+    # finished turn is there, nothing reported lost
+    wait_for_status(a, sid, "idle")
+    lease = _query(a, "SELECT owner, incarnation, epoch FROM fleet_app_sessionlease WHERE session_id = %s", sid)
+    assert lease == [("brain-a", _incarnation(a, "brain-a"), 2)]
+    events = history(a, sid)
+    assert _texts(a, sid) == ["uploaded", "not uploaded"]
+    assert [event["type"] for event in events].count("session.error") == 0
+
+
 def test_a_signed_admin_login_is_refused_and_feeds_no_login_throttle(fleet: Callable[..., BrainServer]) -> None:
     # given an operator, and a request signed correctly with the fleet secret (it is served)
     a = fleet("brain-a")

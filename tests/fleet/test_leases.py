@@ -389,3 +389,22 @@ async def test_a_new_process_waits_for_a_lease_the_old_process_of_its_name_still
     assert await new.owner_of(session) is None
     await database_sync_to_async(expire)(fleet_db, "a")
     assert await new.acquire(session) == 2
+
+
+async def test_a_lease_straight_from_a_former_process_of_the_name_says_which_epoch_it_held(fleet_db: str) -> None:
+    # given: "a" crashed holding one session; "b" took another of its sessions meanwhile
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    mine, moved = sid(), sid()
+    assert await old.acquire(mine) == 1 and await old.acquire(moved) == 1
+    await database_sync_to_async(expire)(fleet_db, "a")
+    other = manager(fleet_db, "b")
+    assert await other.join() and await other.acquire(moved) == 2
+    await other.release(moved)
+    # when a new process of "a" takes both
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    epochs = (await new.acquire(mine), await new.acquire(moved), await new.acquire(mine))
+    # then: its data directory's copy of `mine` (epoch 1) is the freshest; of `moved` it is not
+    assert epochs == (2, 3, 2)
+    assert (new.own_name_epoch(mine), new.own_name_epoch(moved)) == (1, None)
