@@ -49,6 +49,7 @@ from bench.harness import machine, percentile  # noqa: E402
 from tests.fixtures.services import PostgresServer  # noqa: E402
 
 SECRET = secrets.token_bytes(32)
+OWNER_INCARNATION = secrets.token_hex(16)
 ANSWER = b'{"id":"evt_0123456789abcdef","type":"user.message"}'
 BODY = b'{"type":"user.message","data":{"text":"hello, a message of ordinary length"}}'
 TURN_WARMUP = 10  # turns each way before measuring: connections open, the session loaded
@@ -94,7 +95,7 @@ async def _owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, gua
                 try:
                     verify_request(
                         SECRET,
-                        receiver="brain-a",
+                        receiver=f"brain-a/{OWNER_INCARNATION}",  # fleet_app.signing.receiver_identity
                         method=method.decode(),
                         target=target,
                         body=body,
@@ -153,6 +154,7 @@ async def _run(rounds: int) -> None:
     server = await asyncio.start_server(lambda r, w: _owner(r, w, guard), "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     a = LeaseManager(instance="brain-a", url=url, lease_seconds=60.0)
+    a.incarnation = OWNER_INCARNATION  # the process the owner's signatures must name
     b = LeaseManager(instance="brain-b", url="http://127.0.0.1:1", lease_seconds=60.0)
     await a.join()
     await b.join()
@@ -522,7 +524,7 @@ def main() -> None:
         from django.db import connections
         from django.db.migrations.executor import MigrationExecutor
 
-        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0002_journal_cancelled")])
+        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0003_lease_incarnation")])
         if not arguments.skip_routing:
             asyncio.run(_run(arguments.rounds))
         if arguments.turns > 0:

@@ -95,7 +95,7 @@ def main() -> None:
 
         from fleet_app import db
 
-        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0002_journal_cancelled")])
+        MigrationExecutor(connections["default"]).migrate([("fleet_app", "0003_lease_incarnation")])
         session = secrets.token_hex(16)
         payload = {"text": "hello, a message of ordinary length " * 4, "traceparent": ""}
 
@@ -145,7 +145,7 @@ def main() -> None:
         held = {secrets.token_hex(16): 1 for _ in range(arguments.leases)}
         db.join_instance("bench", url="http://127.0.0.1:1", incarnation="i" * 32, lease_seconds=10)
         for session_id in held:
-            db.acquire_lease(session_id, owner="bench", lease_seconds=10)
+            db.acquire_lease(session_id, owner="bench", incarnation="i" * 32, lease_seconds=10)
         renewals = _timed(
             max(20, rounds // 20),
             lambda _: db.renew_leases("bench", held, incarnation="i" * 32, lease_seconds=10),

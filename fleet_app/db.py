@@ -41,6 +41,7 @@ __all__ = [
     "arelease_all",
     "arelease_lease",
     "arenew_leases",
+    "Renewed",
     "aset_draining",
     "ajournal_after",
     "acquire_lease",
@@ -89,6 +90,7 @@ class InstanceRow:
     alive: bool
     draining: bool
     sessions_owned: int  # leases it holds that have not expired
+    incarnation: str  # the process holding the name now
 
 
 _JOIN = f"""
@@ -130,7 +132,9 @@ def list_instances(*, using: str = DEFAULT_DB_ALIAS) -> list[InstanceRow]:
     """Every instance row, by name, with its live lease count (the admin's fleet page)."""
     sql = f"""
     SELECT i.name, i.url, i.started, i.heartbeat, i.expires_at > now(), i.draining,
-           (SELECT count(*) FROM {_LEASE} l WHERE l.owner = i.name AND l.expires_at > now())
+           (SELECT count(*) FROM {_LEASE} l
+            WHERE l.owner = i.name AND l.incarnation = i.incarnation AND l.expires_at > now()),
+           i.incarnation
     FROM {_INSTANCE} i ORDER BY i.name
     """
     return [InstanceRow(*row) for row in _execute(using, sql, [])]
@@ -159,19 +163,25 @@ class LeaseOwner:
     instance: str
     url: str
     epoch: int
+    incarnation: str = ""  # the owning process: what a signed request to it must name
 
 
-# Free ('' after a release), expired, or already ours: take it. A change of owner increments
-# the epoch; the row's lock orders concurrent acquirers, and the loser's WHERE sees the winner.
+# Free ('' after a release), expired, or already this process's: take it. A lease is held by
+# an instance name *and* the process (incarnation) that took it: a change of either increments
+# the epoch, so a new process under a re-joined name never shares an epoch with the old one,
+# and waits, like any other instance, for a lease the old process still holds to expire. The
+# row's lock orders concurrent acquirers, and the loser's WHERE sees the winner.
 _ACQUIRE = f"""
-WITH prior AS (SELECT owner FROM {_LEASE} WHERE session_id = %s)
-INSERT INTO {_LEASE} AS l (session_id, owner, epoch, expires_at, updated)
-VALUES (%s, %s, 1, now() + make_interval(secs => %s), now())
+WITH prior AS (SELECT owner, incarnation FROM {_LEASE} WHERE session_id = %s)
+INSERT INTO {_LEASE} AS l (session_id, owner, incarnation, epoch, expires_at, updated)
+VALUES (%s, %s, %s, 1, now() + make_interval(secs => %s), now())
 ON CONFLICT (session_id) DO UPDATE SET
-    epoch = CASE WHEN l.owner = EXCLUDED.owner THEN l.epoch ELSE l.epoch + 1 END,
-    owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, updated = EXCLUDED.updated
-WHERE l.owner = EXCLUDED.owner OR l.owner = '' OR l.expires_at <= now()
-RETURNING epoch, (SELECT owner FROM prior)
+    epoch = CASE WHEN l.owner = EXCLUDED.owner AND l.incarnation = EXCLUDED.incarnation
+                 THEN l.epoch ELSE l.epoch + 1 END,
+    owner = EXCLUDED.owner, incarnation = EXCLUDED.incarnation,
+    expires_at = EXCLUDED.expires_at, updated = EXCLUDED.updated
+WHERE (l.owner = EXCLUDED.owner AND l.incarnation = EXCLUDED.incarnation) OR l.owner = '' OR l.expires_at <= now()
+RETURNING epoch, (SELECT owner FROM prior), (SELECT incarnation FROM prior)
 """
 
 
@@ -179,34 +189,49 @@ RETURNING epoch, (SELECT owner FROM prior)
 class Acquired:
     epoch: int
     previous: str  # the owner before ('' for a new or released lease); another name: it had expired
+    previous_incarnation: str = ""  # the process that held it under `previous`
 
 
-def take_lease(session_id: str, *, owner: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS) -> Acquired | None:
+def take_lease(
+    session_id: str, *, owner: str, incarnation: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS
+) -> Acquired | None:
     """acquire_lease, also saying whose the lease was (read in the statement's snapshot)."""
-    rows = _execute(using, _ACQUIRE, [session_id, session_id, owner, lease_seconds])
-    return Acquired(int(rows[0][0]), str(rows[0][1] or "")) if rows else None
+    rows = _execute(using, _ACQUIRE, [session_id, session_id, owner, incarnation, lease_seconds])
+    return Acquired(int(rows[0][0]), str(rows[0][1] or ""), str(rows[0][2] or "")) if rows else None
 
 
-def acquire_lease(session_id: str, *, owner: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS) -> int | None:
-    """The epoch now held by `owner`, or None while another instance holds a live lease."""
-    taken = take_lease(session_id, owner=owner, lease_seconds=lease_seconds, using=using)
+def acquire_lease(
+    session_id: str, *, owner: str, incarnation: str, lease_seconds: float, using: str = DEFAULT_DB_ALIAS
+) -> int | None:
+    """The epoch now held by process `incarnation` of instance `owner`, or None while another
+    instance (or another process of the same name) holds a live lease."""
+    taken = take_lease(session_id, owner=owner, incarnation=incarnation, lease_seconds=lease_seconds, using=using)
     return taken.epoch if taken is not None else None
 
 
 # One statement for a whole renewal round: the instance's heartbeat, then every lease it
-# believes it holds, each only at the epoch it holds. Nothing is renewed when the instance
-# row belongs to another incarnation.
+# believes it holds, each only at the epoch it holds and under this process's incarnation.
+# Nothing is renewed when the instance row belongs to another incarnation (the name re-joined
+# by a new process): the first column then says so.
 _RENEW = f"""
 WITH beat AS (
     UPDATE {_INSTANCE} SET heartbeat = now(), expires_at = now() + make_interval(secs => %s)
     WHERE name = %s AND incarnation = %s RETURNING name
+), renewed AS (
+    UPDATE {_LEASE} AS l SET expires_at = now() + make_interval(secs => %s), updated = now()
+    FROM unnest(%s::varchar[], %s::bigint[]) AS held(session_id, epoch)
+    WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s AND l.incarnation = %s
+      AND EXISTS (SELECT 1 FROM beat)
+    RETURNING l.session_id
 )
-UPDATE {_LEASE} AS l SET expires_at = now() + make_interval(secs => %s), updated = now()
-FROM unnest(%s::varchar[], %s::bigint[]) AS held(session_id, epoch)
-WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s
-  AND EXISTS (SELECT 1 FROM beat)
-RETURNING l.session_id
+SELECT EXISTS (SELECT 1 FROM beat), ARRAY(SELECT session_id FROM renewed)
 """
+
+
+@dataclass(frozen=True, slots=True)
+class Renewed:
+    member: bool  # False: the instance row is another process's (the name re-joined)
+    held: set[str]
 
 
 def renew_leases(
@@ -216,47 +241,60 @@ def renew_leases(
     incarnation: str,
     lease_seconds: float,
     using: str = DEFAULT_DB_ALIAS,
-) -> set[str]:
-    """Renew every lease in `held` (session id -> epoch) still ours at that epoch, and the
-    instance's heartbeat; returns the session ids still held. A lease another instance took,
-    or one released, is not renewed, even if it has come back to this instance since."""
+) -> Renewed:
+    """Renew every lease in `held` (session id -> epoch) still this process's at that epoch,
+    and the instance's heartbeat. A lease another instance or process took, or one released,
+    is not renewed, even if it has come back to this instance since."""
     sessions = list(held)
-    params = [lease_seconds, owner, incarnation, lease_seconds, sessions, [held[s] for s in sessions], owner]
-    return {str(row[0]) for row in _execute(using, _RENEW, params)}
+    params = [
+        lease_seconds,
+        owner,
+        incarnation,
+        lease_seconds,
+        sessions,
+        [held[s] for s in sessions],
+        owner,
+        incarnation,
+    ]
+    member, renewed = _execute(using, _RENEW, params)[0]
+    return Renewed(bool(member), {str(session_id) for session_id in renewed})
 
 
-def release_lease(session_id: str, *, owner: str, epoch: int, using: str = DEFAULT_DB_ALIAS) -> bool:
+def release_lease(session_id: str, *, owner: str, incarnation: str, epoch: int, using: str = DEFAULT_DB_ALIAS) -> bool:
     """Give a lease up (after a flush): any instance may acquire it at once, at epoch + 1."""
     sql = f"""
     UPDATE {_LEASE} SET owner = '', expires_at = now(), updated = now()
-    WHERE session_id = %s AND owner = %s AND epoch = %s
+    WHERE session_id = %s AND owner = %s AND incarnation = %s AND epoch = %s
     """
     with connections[using].cursor() as cursor:
-        cursor.execute(sql, [session_id, owner, epoch])
+        cursor.execute(sql, [session_id, owner, incarnation, epoch])
         return bool(cursor.rowcount == 1)
 
 
-def release_all(owner: str, held: Mapping[str, int], *, using: str = DEFAULT_DB_ALIAS) -> set[str]:
-    """Release every lease in `held` still ours at its epoch; returns those released."""
+def release_all(owner: str, held: Mapping[str, int], *, incarnation: str, using: str = DEFAULT_DB_ALIAS) -> set[str]:
+    """Release every lease in `held` still this process's at its epoch; returns those released."""
     sessions = list(held)
     sql = f"""
     UPDATE {_LEASE} AS l SET owner = '', expires_at = now(), updated = now()
     FROM unnest(%s::varchar[], %s::bigint[]) AS held(session_id, epoch)
-    WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s
+    WHERE l.session_id = held.session_id AND l.epoch = held.epoch AND l.owner = %s AND l.incarnation = %s
     RETURNING l.session_id
     """
-    return {str(row[0]) for row in _execute(using, sql, [sessions, [held[s] for s in sessions], owner])}
+    params = [sessions, [held[s] for s in sessions], owner, incarnation]
+    return {str(row[0]) for row in _execute(using, sql, params)}
 
 
 def owner_of(session_id: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseOwner | None:
-    """The live owner of a session (an unexpired lease of a live instance) and its URL; None
-    when the session is free, its lease expired, or its owner's heartbeat has."""
+    """The live owner of a session (an unexpired lease of the live process of its instance)
+    and its URL; None when the session is free, its lease expired, its owner's heartbeat has,
+    or the lease is a former process's of a name another process has re-joined."""
     sql = f"""
-    SELECT l.owner, i.url, l.epoch FROM {_LEASE} l JOIN {_INSTANCE} i ON i.name = l.owner
+    SELECT l.owner, i.url, l.epoch, i.incarnation FROM {_LEASE} l
+    JOIN {_INSTANCE} i ON i.name = l.owner AND i.incarnation = l.incarnation
     WHERE l.session_id = %s AND l.expires_at > now() AND i.expires_at > now()
     """
     rows = _execute(using, sql, [session_id])
-    return LeaseOwner(str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
+    return LeaseOwner(str(rows[0][0]), str(rows[0][1]), int(rows[0][2]), str(rows[0][3])) if rows else None
 
 
 # --- input journal ---------------------------------------------------------------------------

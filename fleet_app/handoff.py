@@ -29,6 +29,8 @@ SUCCESSORS_SECONDS = 0.5
 class Owner(Protocol):
     @property
     def instance(self) -> str: ...
+    @property
+    def incarnation(self) -> str: ...
 
 
 class DrainingLeases(Protocol):
@@ -44,6 +46,7 @@ class DrainingLeases(Protocol):
 @dataclass(frozen=True, slots=True)
 class Successor:
     instance: str
+    incarnation: str
     url: str
 
 
@@ -64,7 +67,7 @@ class Successors:
             except Exception:  # the database: nobody can tell who may take the session
                 logger.warning("fleet successor lookup failed", exc_info=True, extra={"session_id": session_id})
                 return None
-            live = [Successor(row.name, row.url) for row in rows if row.alive and not row.draining]
+            live = [Successor(row.name, row.incarnation, row.url) for row in rows if row.alive and not row.draining]
             self._live = (now, [row for row in live if row.instance != leases.instance])
         candidates = self._live[1]
         if not candidates:
@@ -80,4 +83,4 @@ class Successors:
         except Exception:
             logger.warning("fleet successor re-check failed", exc_info=True, extra={"session_id": session_id})
             return False
-        return owner is None or owner.instance == successor.instance
+        return owner is None or (owner.instance, owner.incarnation) == (successor.instance, successor.incarnation)

@@ -51,6 +51,9 @@ class Renewal:
 class _Held:
     epoch: int
     deadline: float  # monotonic: writable while clock() < deadline
+    # the epoch before, when a former process of this instance's name held the lease last
+    # (it expired with that process): nobody else held the session in between
+    own_name_before: int | None = None
 
 
 class LeaseManager:
@@ -74,6 +77,8 @@ class LeaseManager:
         self.lease_seconds = float(lease_seconds)
         self.margin = margin_seconds(self.lease_seconds)
         self.database = database
+        # new for every process: its leases, fenced writes and the signed requests it accepts
+        # name it, so a process that re-joins a name shares nothing with the one before it
         self.incarnation = secrets.token_hex(16)
         self._clock = clock
         self._held: dict[str, _Held] = {}
@@ -121,14 +126,24 @@ class LeaseManager:
             return None
         sent = self._clock()
         taken = await db.atake_lease(
-            session_id, owner=self.instance, lease_seconds=self.lease_seconds, using=self.database
+            session_id,
+            owner=self.instance,
+            incarnation=self.incarnation,
+            lease_seconds=self.lease_seconds,
+            using=self.database,
         )
         if taken is None:
             self._held.pop(session_id, None)
             return None
-        if taken.previous != self.instance:  # taken now, not one already ours acquired again
+        if (taken.previous, taken.previous_incarnation) != (self.instance, self.incarnation):  # taken now
             self._telemetry.record_fleet_acquisition(failover=taken.previous != "")
-        self._held[session_id] = _Held(taken.epoch, self._deadline(sent))
+        held = self._held.get(session_id)
+        before = None
+        if taken.previous == self.instance and taken.previous_incarnation != self.incarnation:
+            before = taken.epoch - 1  # straight from a former process of this name
+        elif held is not None and held.epoch == taken.epoch:  # acquired again: the same tenure
+            before = held.own_name_before
+        self._held[session_id] = _Held(taken.epoch, self._deadline(sent), before)
         return taken.epoch
 
     async def renew(self) -> Renewal:
@@ -137,13 +152,22 @@ class LeaseManager:
         leaves every deadline where it was (they lapse on their own) and propagates."""
         sent = self._clock()
         snapshot = {session_id: held.epoch for session_id, held in self._held.items()}
-        still = await db.arenew_leases(
+        renewed = await db.arenew_leases(
             self.instance,
             snapshot,
             incarnation=self.incarnation,
             lease_seconds=self.lease_seconds,
             using=self.database,
         )
+        still = renewed.held
+        if not renewed.member and self.joined:
+            # another process joined under this name (this one was paused or cut off past its
+            # heartbeat): this process is no longer a member and takes no session any more
+            self.joined = False
+            logger.error(
+                "another process took this instance's name; this process no longer serves sessions",
+                extra={"instance": self.instance},
+            )
         deadline = self._deadline(sent)
         lost: set[str] = set()
         for session_id, epoch in snapshot.items():
@@ -163,7 +187,9 @@ class LeaseManager:
         held = self._held.pop(session_id, None)
         if held is None:
             return False
-        return await db.arelease_lease(session_id, owner=self.instance, epoch=held.epoch, using=self.database)
+        return await db.arelease_lease(
+            session_id, owner=self.instance, incarnation=self.incarnation, epoch=held.epoch, using=self.database
+        )
 
     def forget(self, session_id: str) -> None:
         """Stop writing the session and keep the lease unreleased, to expire on its own (a
@@ -176,7 +202,7 @@ class LeaseManager:
         self._held.clear()
         if not snapshot:
             return set()
-        return await db.arelease_all(self.instance, snapshot, using=self.database)
+        return await db.arelease_all(self.instance, snapshot, incarnation=self.incarnation, using=self.database)
 
     async def leave(self) -> None:
         """Release everything and mark the instance gone, so routing skips it at once."""
@@ -213,6 +239,13 @@ class LeaseManager:
         if held is None or self._clock() >= held.deadline:
             return None
         return held.epoch
+
+    def own_name_epoch(self, session_id: str) -> int | None:
+        """The epoch a former process of this instance's name last held the session at, when
+        the lease came to this process straight from it; else None. A copy in this instance's
+        data directory written under that epoch is then the freshest there is."""
+        held = self._held.get(session_id)
+        return held.own_name_before if held is not None else None
 
     def holds(self, session_id: str) -> bool:
         """Whether this instance believes it holds the lease, writable or lapsing."""

@@ -8,6 +8,7 @@ from django.db import models
 MAX_INSTANCE_CHARS = 63  # foundation.hostconfig.cluster.INSTANCE_NAME: a DNS label
 SESSION_ID_CHARS = 32  # 32 hex characters, like every session id
 EVENT_ID_CHARS = 32
+INCARNATION_CHARS = 32  # fleet_app.leases: 16 random bytes in hex, new for every process
 
 
 class Instance(models.Model):
@@ -16,7 +17,7 @@ class Instance(models.Model):
     name = models.CharField(primary_key=True, max_length=MAX_INSTANCE_CHARS)
     url = models.CharField(max_length=2048)
     # random per process start: a second live process with the same name cannot join
-    incarnation = models.CharField(max_length=32)
+    incarnation = models.CharField(max_length=INCARNATION_CHARS)
     started = models.DateTimeField()
     heartbeat = models.DateTimeField()
     expires_at = models.DateTimeField()  # alive while expires_at > now() on the database's clock
@@ -27,10 +28,13 @@ class Instance(models.Model):
 
 
 class SessionLease(models.Model):
-    """Who owns a session. Every change of owner (a release included) increments the epoch."""
+    """Who owns a session: an instance name and the process (incarnation) that took it under
+    that name. Every change of owner or of process (a release included) increments the epoch,
+    so a process that re-joined a name never shares an epoch with the one before it."""
 
     session_id = models.CharField(primary_key=True, max_length=SESSION_ID_CHARS)
     owner = models.CharField(max_length=MAX_INSTANCE_CHARS, blank=True)  # "" once released
+    incarnation = models.CharField(max_length=INCARNATION_CHARS, blank=True, default="")
     epoch = models.BigIntegerField()
     expires_at = models.DateTimeField()
     updated = models.DateTimeField()

@@ -36,6 +36,8 @@ class LeaseOwnerView(Protocol):
     @property
     def instance(self) -> str: ...
     @property
+    def incarnation(self) -> str: ...
+    @property
     def url(self) -> str: ...
 
 
@@ -44,6 +46,8 @@ class LeaseView(Protocol):
 
     @property
     def instance(self) -> str: ...
+    @property
+    def incarnation(self) -> str: ...
     @property
     def lease_seconds(self) -> float: ...
     @property
@@ -76,7 +80,7 @@ class OwnerCache:
             owner = await leases.owner_of(session_id)
         finally:
             self.in_flight.leave()
-        if owner is None or owner.instance == leases.instance:
+        if owner is None or (owner.instance, owner.incarnation) == (leases.instance, leases.incarnation):
             self._owners.pop(session_id, None)
             return owner
         if len(self._owners) >= OWNER_CACHE_ENTRIES:
@@ -102,6 +106,6 @@ class OwnerCache:
             return False
         return (
             now is not None
-            and now.instance == owner.instance
+            and (now.instance, now.incarnation) == (owner.instance, owner.incarnation)
             and getattr(now, "epoch", None) == getattr(owner, "epoch", None)
         )

@@ -62,7 +62,7 @@ from .messages import (
     write_piece,
 )
 from .owners import LeaseOwnerView, LeaseView, OwnerCache, OwnerUnavailable
-from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, verify_request
+from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, honoured_headers, receiver_identity, verify_request
 from .streams import StreamShares, opens_stream, stream_share_of
 
 __all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
@@ -188,7 +188,7 @@ class FleetRouter:
             logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
             await respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
             return None
-        if owner is None or owner.instance == leases.instance:
+        if owner is None or (owner.instance, owner.incarnation) == (leases.instance, leases.incarnation):
             if not leases.draining:
                 return replaying(body, receive)
             # draining: a session given up here is never taken again here; a free one goes to an
@@ -288,11 +288,15 @@ class FleetRouter:
         return None
 
     def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
+        """Verify a signed request; only on the fleet's own paths, and only its signed headers stay."""
         headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+        path = scope.get("path", "")
         try:
+            if not SESSION_PATH.match(path) and not EXECUTOR_PATH.match(path):
+                raise FleetAuthError("a signed request outside the fleet's paths")
             sender = verify_request(
                 fleet_secret_of(brain),
-                receiver=leases.instance,
+                receiver=receiver_identity(leases.instance, leases.incarnation),
                 method=str(scope.get("method", "")),
                 target=_target(scope),
                 body=body,
@@ -301,8 +305,9 @@ class FleetRouter:
                 replay=self.replay,
             )
         except FleetAuthError as exc:
-            logger.warning("fleet request refused", extra={"reason": exc.reason, "path": scope.get("path", "")})
+            logger.warning("fleet request refused", extra={"reason": exc.reason, "path": path[:200]})
             return False
+        scope["headers"] = honoured_headers(headers, host=headers.get("host", ""), body=body)
         client = headers.get(CLIENT_HEADER.decode(), "")
         scope["client"] = (client, 0) if client else scope.get("client")
         scope["brain_fleet_sender"] = sender
@@ -358,7 +363,7 @@ class FleetRouter:
                 self.client,
                 secret=fleet_secret_of(brain),
                 sender=leases.instance,
-                owner=owner.instance,
+                owner=receiver_identity(owner.instance, owner.incarnation),
                 owner_url=owner.url,
                 method=str(scope.get("method", "GET")),
                 target=_target(scope),

@@ -1,9 +1,12 @@
 """Instance-to-instance request authentication: HMAC-SHA256 over the request with BRAIN_FLEET_SECRET.
 
 Pure functions (time and nonces are arguments) plus a bounded replay guard; no I/O, no Django.
-A signature binds the sender, the receiving instance, the time, a nonce, the method, the exact
-request target, a SHA-256 of the body and every forwarded header, so a captured request cannot
-be altered, sent to another instance, or replayed.
+A signature binds the sender, the receiving process (its instance name and incarnation, new
+for every process start), the time, a nonce, the method, the exact request target, a SHA-256 of
+the body and every forwarded header, so a captured request cannot be altered, sent to another
+instance, or replayed: within the window the receiver remembers its nonce, and after a restart
+the receiver is another incarnation, which refuses it. The receiver honours only the headers the
+signature covers (`honoured_headers`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ __all__ = [
     "SIGNATURE_HEADERS",
     "FleetAuthError",
     "ReplayGuard",
+    "honoured_headers",
+    "receiver_identity",
     "sign_request",
     "verify_request",
 ]
@@ -89,6 +94,25 @@ def _message(
         *(headers.get(name, "") for name in FORWARDED_HEADERS),
     ]
     return orjson.dumps(fields)
+
+
+def receiver_identity(instance: str, incarnation: str) -> str:
+    """What a signature names as its receiver: one process of an instance. The sender learns
+    the incarnation with the owner's URL (the instances table), so a request signed for a
+    process is refused by any later process of the same name."""
+    return f"{instance}/{incarnation}"
+
+
+def honoured_headers(headers: Mapping[str, str], *, host: str, body: bytes) -> list[tuple[bytes, bytes]]:
+    """The request's headers once its signature checked: exactly the signed ones (the values
+    verified), plus `host` and the body's own length to frame it. Unsigned extras, and second
+    copies of a signed header, are dropped, so nothing unsigned reaches the owner."""
+    lowered = _lower(headers)
+    honoured = [(b"host", host.encode("latin-1"))] if host else []
+    if body:
+        honoured.append((b"content-length", str(len(body)).encode()))
+    honoured += [(name.encode(), lowered[name].encode("latin-1")) for name in FORWARDED_HEADERS if lowered.get(name)]
+    return honoured
 
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:

@@ -148,10 +148,12 @@ STATE_FIELDS = ("status", "updated_at", "checkpoint_id", "checkpoint_offset", "c
 
 @dataclass(frozen=True, slots=True)
 class LeaseFence:
-    """In a fleet: this instance's name and the epoch of each session it still holds."""
+    """In a fleet: this instance's name, this process's incarnation under it, and the epoch
+    of each session it still holds."""
 
     owner: str
     epochs: Mapping[str, int]
+    incarnation: str
 
 
 def save_session_states(
@@ -164,8 +166,9 @@ def save_session_states(
     while the event loop waits.
 
     In a fleet (`fence`), a row is written only while the fleet's lease table still gives its
-    session to this instance at the epoch the record was written under, in the same statement:
-    a former owner back from a pause never overwrites its successor's row.
+    session to this process of this instance at the epoch the record was written under, in the
+    same statement: a former owner back from a pause never overwrites its successor's row, even
+    a successor that re-joined under the same name.
     """
     if not records:
         return 0
@@ -179,7 +182,7 @@ def save_session_states(
     if fence is not None:
         sql += (
             f" AND EXISTS (SELECT 1 FROM {quote(SessionLease._meta.db_table)}"
-            " WHERE session_id = %s AND owner = %s AND epoch = %s)"
+            " WHERE session_id = %s AND owner = %s AND incarnation = %s AND epoch = %s)"
         )
     prepare = [field.get_db_prep_save for field in fields]  # type: ignore[union-attr]  # concrete fields
     params = []
@@ -196,7 +199,7 @@ def save_session_states(
             epoch = fence.epochs.get(record.id)
             if epoch is None:
                 continue  # no longer held here: the successor writes the row
-            row += (record.id, fence.owner, epoch)
+            row += (record.id, fence.owner, fence.incarnation, epoch)
         params.append(row)
     if not params:
         return 0

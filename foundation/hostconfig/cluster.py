@@ -39,6 +39,12 @@ DATABASE_URL_ENV = "BRAIN_DATABASE_URL"
 FLEET_SECRET_ENV = "BRAIN_FLEET_SECRET"
 # HMAC-SHA256 keys shorter than its block's output add no strength to guess against.
 MIN_FLEET_SECRET_BYTES = 32
+# A secret from `openssl rand -hex 32` (or -base64) uses 14 or more distinct characters; one
+# with fewer than this is typed or patterned ("0000...", "abab..."), not random.
+MIN_FLEET_SECRET_DISTINCT = 8
+# Words of the placeholders in examples and templates (deploy/kubernetes/secrets.example.yaml
+# says `replace-with-at-least-32-random-bytes-...`): a secret containing one was never replaced.
+PLACEHOLDER_WORDS = ("replace", "change-me", "changeme", "change_me", "placeholder", "example")
 
 
 class ClusterConfig(BaseModel):
@@ -47,7 +53,7 @@ class ClusterConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
     instance: str  # unique in the fleet: a lowercase DNS label
-    url: str  # how the other instances reach this one (http or https, no path beyond `/`)
+    url: str  # how the other instances reach this one (http, no path beyond `/`)
     lease_seconds: int = Field(default=DEFAULT_LEASE_SECONDS, ge=MIN_LEASE_SECONDS, le=MAX_LEASE_SECONDS)
     # The operator's statement that a `filesystem` archive's directory is one directory every
     # instance mounts at the same path (NFS, a cluster file system), with atomic rename and
@@ -70,6 +76,11 @@ class ClusterConfig(BaseModel):
         if len(value) > MAX_URL_CHARS:
             raise ValueError(f"must be at most {MAX_URL_CHARS} characters")
         parts = split_http_url(value)
+        if parts.scheme == "https":
+            raise ValueError(
+                "must be an http:// URL: instances forward requests to each other over plain HTTP "
+                "(each one signed with BRAIN_FLEET_SECRET); an https URL would make every forward fail"
+            )
         if parts.query or parts.fragment or "?" in value or "#" in value:
             raise ValueError("must not contain a query or a fragment")
         if parts.path not in ("", "/"):
@@ -112,7 +123,8 @@ def check_cluster(
     A fleet needs (1) Django's database on PostgreSQL, where leases and the input journal live;
     (2) a shared archive, the only way a successor gets a session's checkpoints: `s3`, `r2`,
     `gcs`, or `filesystem` with `cluster.shared_directory`; (3) BRAIN_FLEET_SECRET (or
-    BRAIN_FLEET_SECRET_FILE) of at least 32 bytes. The first problem found raises ConfigError
+    BRAIN_FLEET_SECRET_FILE) of at least 32 bytes that is not a placeholder (`_check_random`).
+    The first problem found raises ConfigError
     naming its field, as the rest of the host config's checks do.
     """
     environ = os.environ if environ is None else environ
@@ -137,4 +149,22 @@ def check_cluster(
     key = secret.encode()
     if len(key) < MIN_FLEET_SECRET_BYTES:
         raise _config_error(f"cluster: {FLEET_SECRET_ENV} must hold at least {MIN_FLEET_SECRET_BYTES} bytes")
+    _check_random(secret)
     return FleetSecret(key)
+
+
+def _check_random(secret: str) -> None:
+    """Refuse a secret that is obviously not random: an example's placeholder, or one made of a
+    few characters. The message never quotes the secret."""
+    lowered = secret.lower()
+    word = next((word for word in PLACEHOLDER_WORDS if word in lowered), None)
+    if word is not None:
+        raise _config_error(
+            f"cluster: {FLEET_SECRET_ENV} is a placeholder (it contains {word!r}): "
+            "set it to random bytes, e.g. `openssl rand -hex 32`"
+        )
+    if len(set(secret)) < MIN_FLEET_SECRET_DISTINCT:
+        raise _config_error(
+            f"cluster: {FLEET_SECRET_ENV} is not random (fewer than {MIN_FLEET_SECRET_DISTINCT} distinct characters): "
+            "set it to random bytes, e.g. `openssl rand -hex 32`"
+        )

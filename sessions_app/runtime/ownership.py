@@ -26,11 +26,16 @@ class Leases(Protocol):
     def instance(self) -> str: ...
 
     @property
+    def incarnation(self) -> str: ...
+
+    @property
     def joined(self) -> bool: ...
 
     async def acquire(self, session_id: str) -> int | None: ...
 
     def held_epoch(self, session_id: str) -> int | None: ...
+
+    def own_name_epoch(self, session_id: str) -> int | None: ...
 
     def holds(self, session_id: str) -> bool: ...
 
@@ -127,7 +132,13 @@ class Ownership:
         files = self.storage.files(session_id)
         local = await asyncio.to_thread(files.read_lease_epoch)
         exists = await asyncio.to_thread(files.exists)
-        fresh = exists and (local == epoch or (local is None and epoch == FIRST_EPOCH))
+        # the copy is the freshest when written under the epoch held, or under the one before it
+        # by a former process of this instance's name (a restart after a crash: nobody else
+        # held the session in between)
+        own = self.leases.own_name_epoch(session_id)
+        fresh = exists and (
+            local == epoch or (local is None and epoch == FIRST_EPOCH) or (local is not None and local == own)
+        )
         replaced = False
         if not fresh and self.archive is not None:
             replaced = await self.archive.take_over(tenant, session_id)

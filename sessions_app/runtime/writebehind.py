@@ -27,6 +27,9 @@ class HeldLeases(Protocol):
     @property
     def instance(self) -> str: ...
 
+    @property
+    def incarnation(self) -> str: ...
+
     def held_epoch(self, session_id: str) -> int | None: ...
 
     def holds(self, session_id: str) -> bool: ...
@@ -60,7 +63,7 @@ class WriteBehind:
                     epochs[record.id] = epoch
                 elif self._leases.holds(record.id):  # lapsing: written if the renewal comes back
                     self._dirty.setdefault(record.id, record)
-            fence = db.LeaseFence(self._leases.instance, epochs)
+            fence = db.LeaseFence(self._leases.instance, epochs, self._leases.incarnation)
         try:
             await db.asave_session_states(snapshot, fence=fence)
         except Exception:  # supervision boundary: keep the rows for the next flush

@@ -61,7 +61,7 @@ def postgres_alias(
 @pytest.fixture(scope="module")
 def fleet_alias(postgres_server: PostgresServer, django_db_blocker: DjangoDbBlocker) -> Iterator[str]:
     alias = postgres_alias(
-        postgres_server, django_db_blocker, prefix="fleet", migrate_to=[("fleet_app", "0002_journal_cancelled")]
+        postgres_server, django_db_blocker, prefix="fleet", migrate_to=[("fleet_app", "0003_lease_incarnation")]
     )
     yield alias
     drop_database(alias)

@@ -15,7 +15,7 @@ from foundation.hostconfig import ConfigError, Persistence
 from foundation.hostconfig.cluster import ClusterConfig, FleetSecret, check_cluster
 from tests.fixtures.server import ROOT, make_server
 
-SECRET = "s" * 32
+SECRET = "7f3c9a1e5b2d8064f1a9c3e7b5d20486"  # 32 bytes that look random
 DATABASE = "postgres://brain@db.internal:5432/brain"
 S3 = Persistence(provider="s3", bucket="brain-archive")
 FILESYSTEM = Persistence(provider="filesystem", directory="/mnt/shared/brain-archive")
@@ -27,10 +27,10 @@ def cluster(**fields: Any) -> ClusterConfig:
 
 def test_the_defaults_are_a_ten_second_lease_and_no_shared_directory() -> None:
     # when
-    config = cluster(url="https://brain-a.internal:8443/")
+    config = cluster(url="http://brain-a.internal:8080/")
     # then
     assert config.instance == "brain-a"
-    assert config.url == "https://brain-a.internal:8443"  # a trailing / dropped: targets are appended
+    assert config.url == "http://brain-a.internal:8080"  # a trailing / dropped: targets are appended
     assert config.lease_seconds == 10
     assert config.shared_directory is False
 
@@ -46,6 +46,7 @@ def test_the_defaults_are_a_ten_second_lease_and_no_shared_directory() -> None:
         ({"instance": "a\n"}, "must be 1-63 lowercase letters"),
         ({"url": "10.0.0.1:8080"}, "must be an absolute http or https URL"),
         ({"url": "ftp://10.0.0.1"}, "must be an absolute http or https URL"),
+        ({"url": "https://10.0.0.1:8443"}, "must be an http:// URL: instances forward requests to each other"),
         ({"url": "http://u:p@10.0.0.1"}, "must not contain credentials"),
         ({"url": "http://10.0.0.1/brain"}, "must not contain a path"),
         ({"url": "http://10.0.0.1/?a=1"}, "must not contain a query or a fragment"),
@@ -64,6 +65,7 @@ def test_the_defaults_are_a_ten_second_lease_and_no_shared_directory() -> None:
         "newline_name_case",
         "no_scheme_case",
         "ftp_case",
+        "https_case",
         "credentials_case",
         "path_case",
         "query_case",
@@ -138,8 +140,23 @@ def test_a_shared_filesystem_archive_is_accepted_when_the_operator_says_it_is_sh
         (S3, {"BRAIN_DATABASE_URL": DATABASE}, "cluster: environment variable BRAIN_FLEET_SECRET is not set"),
         (
             S3,
-            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "s" * 31},
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": SECRET[:31]},
             "cluster: BRAIN_FLEET_SECRET must hold at least 32 bytes",
+        ),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "replace-with-at-least-32-random-bytes-0000000000"},
+            "cluster: BRAIN_FLEET_SECRET is a placeholder (it contains 'replace'): set it to random bytes",
+        ),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "CHANGE-ME-" + SECRET},
+            "cluster: BRAIN_FLEET_SECRET is a placeholder (it contains 'change-me'): set it to random bytes",
+        ),
+        (
+            S3,
+            {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "ab" * 32},
+            "cluster: BRAIN_FLEET_SECRET is not random (fewer than 8 distinct characters)",
         ),
         (
             S3,
@@ -154,6 +171,9 @@ def test_a_shared_filesystem_archive_is_accepted_when_the_operator_says_it_is_sh
         "private_directory_case",
         "no_secret_case",
         "short_secret_case",
+        "example_secret_case",
+        "change_me_secret_case",
+        "few_characters_secret_case",
         "missing_secret_file_case",
     ],
 )
@@ -170,7 +190,7 @@ def test_a_fleet_without_its_shared_parts_is_refused(
 
 def test_the_secret_is_counted_in_bytes_not_characters() -> None:
     # given: 11 three-byte characters are 33 bytes
-    environ = {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "€" * 11}
+    environ = {"BRAIN_DATABASE_URL": DATABASE, "BRAIN_FLEET_SECRET": "€₤₩₪₫₭₮₯₰₱₲"}
     # when
     secret = check_cluster(cluster(), persistence=S3, environ=environ)
     # then

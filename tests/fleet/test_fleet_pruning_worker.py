@@ -78,17 +78,17 @@ def test_a_worker_job_whose_lease_moved_on_prunes_nothing(fleet_db: str) -> None
     # given: a session whose lease brain-b took (epoch 2) after brain-a dispatched a publish at epoch 1
     journal = InputJournal(database=fleet_db)
     session_id = secrets.token_hex(16)
-    for name in ("brain-a", "brain-b"):
-        assert db.join_instance(
-            name, url=f"http://{name}", incarnation=secrets.token_hex(8), lease_seconds=60, using=fleet_db
-        )
-    assert db.acquire_lease(session_id, owner="brain-a", lease_seconds=60, using=fleet_db) == 1
+    processes = {name: secrets.token_hex(8) for name in ("brain-a", "brain-b")}
+    for name, incarnation in processes.items():
+        assert db.join_instance(name, url=f"http://{name}", incarnation=incarnation, lease_seconds=60, using=fleet_db)
+    a, b = processes["brain-a"], processes["brain-b"]
+    assert db.acquire_lease(session_id, owner="brain-a", incarnation=a, lease_seconds=60, using=fleet_db) == 1
     entries = [
         db.record_input(session_id, input_id=secrets.token_hex(16), key=None, payload={}, epoch=1, using=fleet_db)
         for _ in range(3)
     ]
-    assert db.release_lease(session_id, owner="brain-a", epoch=1, using=fleet_db)
-    assert db.acquire_lease(session_id, owner="brain-b", lease_seconds=60, using=fleet_db) == 2
+    assert db.release_lease(session_id, owner="brain-a", incarnation=a, epoch=1, using=fleet_db)
+    assert db.acquire_lease(session_id, owner="brain-b", incarnation=b, lease_seconds=60, using=fleet_db) == 2
     # when: the epoch-1 job's checkpoint, covering the first two, is published
     pruned = prune_covered(journal, session_id, entries[1].seq, epoch=1)
     # then: nothing is pruned (brain-b may be replaying them from an older checkpoint)

@@ -55,12 +55,28 @@ def _session(alias: str, status: SessionStatus = SessionStatus.IDLE) -> SessionR
     return record
 
 
-def _lease(alias: str, session_id: str, owner: str, epoch: int) -> None:
+def _lease(alias: str, session_id: str, owner: str, epoch: int, incarnation: str = "") -> None:
     now = datetime.now(UTC)
+    incarnation = incarnation or _incarnation(owner)
     SessionLease.objects.using(alias).update_or_create(
         session_id=session_id,
-        defaults={"owner": owner, "epoch": epoch, "expires_at": now + timedelta(seconds=30), "updated": now},
+        defaults={
+            "owner": owner,
+            "incarnation": incarnation,
+            "epoch": epoch,
+            "expires_at": now + timedelta(seconds=30),
+            "updated": now,
+        },
     )
+
+
+def _incarnation(owner: str) -> str:
+    """The one process of each instance in these tests."""
+    return f"{owner}-process"
+
+
+def _fence(owner: str, epochs: dict[str, int], incarnation: str = "") -> db.LeaseFence:
+    return db.LeaseFence(owner, epochs, incarnation or _incarnation(owner))
 
 
 def _changed(record: SessionRecord, status: SessionStatus, checkpoint: str) -> SessionRecord:
@@ -81,18 +97,18 @@ def test_a_former_owners_row_write_is_refused_and_its_successors_stands(shared: 
     record = _session(shared)
     _lease(shared, record.id, "brain-b", 2)
     successor = _changed(record, SessionStatus.INTERRUPTED, "b" * 32)
-    written = db.save_session_states([successor], fence=db.LeaseFence("brain-b", {record.id: 2}), using=shared)
+    written = db.save_session_states([successor], fence=_fence("brain-b", {record.id: 2}), using=shared)
     assert written == 1
     # when A, back from a pause and still believing it holds epoch 1, writes its row behind
     former = _changed(record, SessionStatus.RUNNING, "a" * 32)
-    refused = db.save_session_states([former], fence=db.LeaseFence("brain-a", {record.id: 1}), using=shared)
+    refused = db.save_session_states([former], fence=_fence("brain-a", {record.id: 1}), using=shared)
     # then nothing is written: the row is B's
     assert refused == 0
     assert _row(shared, record.id) == ("interrupted", "b" * 32, 7)
     # and a stale epoch of B's own (B took it again since: epoch 3) is refused too
     _lease(shared, record.id, "brain-b", 3)
     stale = db.save_session_states(
-        [_changed(record, SessionStatus.IDLE, "c" * 32)], fence=db.LeaseFence("brain-b", {record.id: 2}), using=shared
+        [_changed(record, SessionStatus.IDLE, "c" * 32)], fence=_fence("brain-b", {record.id: 2}), using=shared
     )
     assert stale == 0
     assert _row(shared, record.id) == ("interrupted", "b" * 32, 7)
@@ -105,7 +121,7 @@ def test_a_fenced_batch_writes_only_the_rows_still_held(shared: str) -> None:
     _lease(shared, unlisted.id, "brain-a", 1)
     batch = [_changed(r, SessionStatus.RUNNING, "d" * 32) for r in (held, taken, unlisted)]
     # `unlisted` has no epoch in the fence (its lease lapsing here): not written, whatever the table says
-    written = db.save_session_states(batch, fence=db.LeaseFence("brain-a", {held.id: 4, taken.id: 1}), using=shared)
+    written = db.save_session_states(batch, fence=_fence("brain-a", {held.id: 4, taken.id: 1}), using=shared)
     assert written == 1
     assert _row(shared, held.id) == ("running", "d" * 32, 7)
     assert _row(shared, taken.id) == ("idle", taken.checkpoint["id"], 0)
@@ -122,6 +138,7 @@ class Leases:
     """The write-behind's view of a LeaseManager: epochs writable now, and leases still believed held."""
 
     instance = "brain-a"
+    incarnation = _incarnation("brain-a")
 
     def __init__(self) -> None:
         self.writable: dict[str, int] = {}

@@ -78,7 +78,7 @@ async def test_a_lease_held_by_one_instance_is_refused_to_the_other(fleet_db: st
     assert (first, second) == (1, None)
     assert (a.held_epoch(session), b.held_epoch(session)) == (1, None)
     assert (a.is_writable(session), b.is_writable(session)) == (True, False)
-    assert await b.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1)
+    assert await b.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1, a.incarnation)
     assert (await alease_row(fleet_db, session))[:2] == ("a", 1)
 
 
@@ -91,7 +91,9 @@ def test_concurrent_acquires_on_separate_connections_give_exactly_one_owner(flee
     def contend(name: str) -> None:
         try:
             barrier.wait()
-            results[name] = db.acquire_lease(session, owner=name, lease_seconds=30, using=fleet_db)
+            results[name] = db.acquire_lease(
+                session, owner=name, incarnation=f"{name}-process", lease_seconds=30, using=fleet_db
+            )
         finally:
             connections.close_all()
 
@@ -137,7 +139,7 @@ async def test_release_lets_the_other_instance_take_the_session_at_once(fleet_db
     assert released is True
     assert taken == 2
     assert a.held_epoch(session) is None
-    assert await a.owner_of(session) == db.LeaseOwner("b", "http://b.fleet.test:8080", 2)
+    assert await a.owner_of(session) == db.LeaseOwner("b", "http://b.fleet.test:8080", 2, b.incarnation)
     assert await a.release(session) is False  # nothing held any more: no statement can undo b's lease
     assert (await alease_row(fleet_db, session))[:2] == ("b", 2)
 
@@ -325,7 +327,9 @@ async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_to
     loop = asyncio.create_task(a.run_renewals(reported.append))
     try:
         # when
-        assert await database_sync_to_async(db.release_lease)(taken, owner="a", epoch=1, using=fleet_db)
+        assert await database_sync_to_async(db.release_lease)(
+            taken, owner="a", incarnation=a.incarnation, epoch=1, using=fleet_db
+        )
         assert await b.acquire(taken) == 2
         await until(lambda: asyncio.sleep(0, result=bool(reported)))
     finally:
@@ -335,4 +339,72 @@ async def test_the_renewal_loop_keeps_leases_and_reports_one_another_instance_to
     # then
     assert reported == [frozenset({taken})]
     assert a.held() == {kept: 1}
-    assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1)
+    assert await b.owner_of(kept) == db.LeaseOwner("a", "http://a.fleet.test:8080", 1, a.incarnation)
+
+
+def expire(database: str, name: str, *, leases: bool = True) -> None:
+    """The instance (and its leases) past their expiry, as if its process had stopped answering."""
+    with connections[database].cursor() as cursor:
+        cursor.execute("UPDATE fleet_app_instance SET expires_at = now() WHERE name = %s", [name])
+        if leases:
+            cursor.execute("UPDATE fleet_app_sessionlease SET expires_at = now() WHERE owner = %s", [name])
+
+
+async def test_a_new_process_under_a_rejoined_name_takes_a_new_epoch_and_the_old_one_renews_nothing(
+    fleet_db: str,
+) -> None:
+    # given: the first process of "a" holds a session, then stops answering past its heartbeat
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    session = sid()
+    assert await old.acquire(session) == 1
+    await database_sync_to_async(expire)(fleet_db, "a")
+    # when a new process joins under the same name and takes the session
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    taken = await new.acquire(session)
+    # then it holds it at a new epoch, and the old process, running again, keeps nothing
+    assert taken == 2
+    renewal = await old.renew()
+    assert (renewal.held, renewal.lost, old.joined) == (frozenset(), frozenset({session}), False)
+    assert await old.release(session) is False
+    assert await old.acquire(session) is None  # the new process's live lease
+    assert await new.owner_of(session) == db.LeaseOwner("a", "http://a.fleet.test:8080", 2, new.incarnation)
+    assert (await new.renew()).held == frozenset({session})
+
+
+async def test_a_new_process_waits_for_a_lease_the_old_process_of_its_name_still_holds(fleet_db: str) -> None:
+    # given: the old process's instance row expired, one of its leases (taken later) not yet
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    session = sid()
+    assert await old.acquire(session) == 1
+    await database_sync_to_async(expire)(fleet_db, "a", leases=False)
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    # when
+    refused = await new.acquire(session)
+    # then: no shared epoch, no owner to forward to until the old lease expires
+    assert refused is None
+    assert await new.owner_of(session) is None
+    await database_sync_to_async(expire)(fleet_db, "a")
+    assert await new.acquire(session) == 2
+
+
+async def test_a_lease_straight_from_a_former_process_of_the_name_says_which_epoch_it_held(fleet_db: str) -> None:
+    # given: "a" crashed holding one session; "b" took another of its sessions meanwhile
+    old = manager(fleet_db, "a")
+    assert await old.join()
+    mine, moved = sid(), sid()
+    assert await old.acquire(mine) == 1 and await old.acquire(moved) == 1
+    await database_sync_to_async(expire)(fleet_db, "a")
+    other = manager(fleet_db, "b")
+    assert await other.join() and await other.acquire(moved) == 2
+    await other.release(moved)
+    # when a new process of "a" takes both
+    new = manager(fleet_db, "a")
+    assert await new.join()
+    epochs = (await new.acquire(mine), await new.acquire(moved), await new.acquire(mine))
+    # then: its data directory's copy of `mine` (epoch 1) is the freshest; of `moved` it is not
+    assert epochs == (2, 3, 2)
+    assert (new.own_name_epoch(mine), new.own_name_epoch(moved)) == (1, None)

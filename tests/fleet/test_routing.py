@@ -18,7 +18,7 @@ import pytest
 
 from fleet_app.leases import LeaseManager
 from fleet_app.routing import FleetRouter
-from fleet_app.signing import sign_request
+from fleet_app.signing import receiver_identity, sign_request
 from foundation.errors import Unauthorized
 from tests.fixtures.server import free_port
 from tests.fleet.test_forwarding import PIECES, SECRET, WAIT_SECONDS, Owner
@@ -105,12 +105,14 @@ def scope(
 
 
 def instance(database: str, name: str, url: str) -> LeaseManager:
-    return LeaseManager(instance=name, url=url, lease_seconds=30.0, database=database)
+    leases = LeaseManager(instance=name, url=url, lease_seconds=30.0, database=database)
+    leases.incarnation = f"{name}-process"  # the receiver a signature names: the fake owner's
+    return leases
 
 
 @pytest.fixture
 async def owner() -> AsyncIterator[tuple[Owner, str]]:
-    origin = Owner()
+    origin = Owner(name=receiver_identity("brain-a", "brain-a-process"))
     server = await asyncio.start_server(origin.handle, "127.0.0.1", 0)
     async with server:
         yield origin, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
@@ -213,8 +215,9 @@ async def test_a_signed_request_to_the_owner_is_served_there_with_the_forwarded_
     session_id, a, _ = await owned_by_a(fleet_db, url)
     body = b'{"type":"user.message","data":{"text":"hi"}}'
     path = f"/sessions/{session_id}/events"
-    request = signed_scope(path, sender="brain-b", receiver="brain-a", body=body)
+    request = signed_scope(path, sender="brain-b", receiver=receiver_identity("brain-a", "brain-a-process"), body=body)
     router, client = FleetRouter(), Client(body=body)
+    captured = dict(request, headers=list(request["headers"]))  # as sent, for a replay
     # when
     serve = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
     # then: served locally, the body replayed once, the client's address believed
@@ -222,7 +225,7 @@ async def test_a_signed_request_to_the_owner_is_served_there_with_the_forwarded_
     assert await serve() == {"type": "http.request", "body": body, "more_body": False}
     assert (request["client"], request["brain_fleet_sender"], client.sent) == (("198.51.100.4", 0), "brain-b", [])
     # and a replay of the same request is refused
-    replayed, again = dict(request), Client(body=body)
+    replayed, again = captured, Client(body=body)
     assert await router.route(Brain(a), a, replayed, again.receive, again.send, limit=LIMIT) is None
     assert again.status == 401
     assert orjson.loads(again.content)["error"]["code"] == "forbidden"
@@ -235,7 +238,9 @@ async def test_a_request_with_a_bad_signature_is_401_and_reaches_nothing(
     _, url = owner
     session_id, a, _ = await owned_by_a(fleet_db, url)
     path = f"/sessions/{session_id}/events"
-    request = signed_scope(path, sender="brain-b", receiver="brain-a", body=b'{"text":"one"}')
+    request = signed_scope(
+        path, sender="brain-b", receiver=receiver_identity("brain-a", "brain-a-process"), body=b'{"text":"one"}'
+    )
     router, client = FleetRouter(), Client(body=b'{"text":"two"}')
     # when
     served = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
@@ -257,7 +262,12 @@ async def test_a_signed_request_at_a_non_owner_is_never_forwarded_again(
     session_id, _, _ = await owned_by_a(fleet_db, url)
     c = instance(fleet_db, "brain-c", "http://127.0.0.1:2")
     assert await c.join()
-    request = signed_scope(f"/sessions/{session_id}/events", sender="brain-b", receiver="brain-c", body=b"{}")
+    request = signed_scope(
+        f"/sessions/{session_id}/events",
+        sender="brain-b",
+        receiver=receiver_identity("brain-c", "brain-c-process"),
+        body=b"{}",
+    )
     router, client = FleetRouter(), Client(body=b"{}")
     # when
     served = await router.route(Brain(c), c, request, client.receive, client.send, limit=LIMIT)
@@ -419,7 +429,12 @@ async def test_a_signed_request_for_a_session_the_owner_holds_needs_no_lookup(
     # given
     _, url = owner
     session_id, a, _ = await owned_by_a(fleet_db, url)
-    request = signed_scope(f"/sessions/{session_id}/events", sender="brain-b", receiver="brain-a", body=b"{}")
+    request = signed_scope(
+        f"/sessions/{session_id}/events",
+        sender="brain-b",
+        receiver=receiver_identity("brain-a", "brain-a-process"),
+        body=b"{}",
+    )
     router, client = FleetRouter(), Client(body=b"{}")
     # when
     serve = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)

@@ -7,7 +7,14 @@ from typing import Any
 
 import pytest
 
-from fleet_app.signing import FleetAuthError, ReplayGuard, sign_request, verify_request
+from fleet_app.signing import (
+    FleetAuthError,
+    ReplayGuard,
+    honoured_headers,
+    receiver_identity,
+    sign_request,
+    verify_request,
+)
 
 SECRET = b"k" * 32
 NOW = 1_800_000_000.0
@@ -208,3 +215,29 @@ def test_a_full_guard_refuses_new_requests_until_old_nonces_age_out() -> None:
     assert full.value.reason == "too many fleet requests in the replay window"
     assert accepted == "brain-b"
     assert len(guard) == 1
+
+
+def test_a_request_signed_for_one_process_is_refused_by_the_next_process_of_its_name() -> None:
+    # given: a request signed for brain-a's process before a restart
+    headers = signed(target_instance=receiver_identity("brain-a", "1" * 32))
+    # when / then: the process after the restart (a fresh replay memory) refuses it
+    with pytest.raises(FleetAuthError) as refused:
+        verify(headers, ReplayGuard(), receiver=receiver_identity("brain-a", "2" * 32))
+    assert refused.value.reason == "bad fleet signature"
+    assert verify(headers, ReplayGuard(), receiver=receiver_identity("brain-a", "1" * 32)) == "brain-b"
+
+
+def test_only_the_signed_headers_are_honoured() -> None:
+    # given: the signed headers, a signature, and unsigned extras
+    headers = {**signed(), "cookie": "sessionid=stolen", "x-forwarded-proto": "https", "accept-encoding": "gzip"}
+    # when
+    honoured = honoured_headers(headers, host="10.0.0.1:8080", body=b"{}")
+    # then
+    assert honoured == [
+        (b"host", b"10.0.0.1:8080"),
+        (b"content-length", b"2"),
+        (b"authorization", HEADERS["authorization"].encode()),
+        (b"accept", b"text/event-stream"),
+        (b"last-event-id", HEADERS["last-event-id"].encode()),
+        (b"brain-fleet-client", b"203.0.113.7"),
+    ]

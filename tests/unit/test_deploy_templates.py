@@ -176,8 +176,10 @@ def _compose_containers() -> Iterator[Container]:
 
 
 def _kubernetes_secrets() -> dict[tuple[str, str], str]:
+    """The example's Secrets, each `replace-...` placeholder replaced as the example tells the
+    operator to (the fleet secret's placeholder is refused at startup)."""
     return {
-        (document["metadata"]["name"], key): value
+        (document["metadata"]["name"], key): _stand_in(key) if value.startswith("replace-") else value
         for document in _load("kubernetes/secrets.example.yaml")
         for key, value in document["stringData"].items()
     }
