@@ -684,3 +684,16 @@ def test_the_compose_nginx_config_passes_nginx_own_check_where_the_image_include
     # then
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip().endswith("test is successful")
+
+
+def test_both_nginx_configs_keep_an_executors_routes_together_by_client_address_alone() -> None:
+    # given: the WebSocket RPC handshake carries no Authorization header, registration does
+    configs = [DEPLOY / "compose" / "nginx.conf", DEPLOY / "nginx" / "brain-cluster.conf.template"]
+
+    # when
+    hashes = [
+        [line.strip() for line in path.read_text().splitlines() if line.strip().startswith("hash ")] for path in configs
+    ]
+
+    # then: a hash that includes the Authorization header would send the RPC elsewhere
+    assert hashes == [["hash $remote_addr consistent;"], ["hash $remote_addr consistent;"]]
