@@ -1,6 +1,6 @@
 """Drain drill: a graceful SIGTERM of one instance of three under load, round after round.
 
-    python bench/drain_drill.py [--rounds 20] [--sessions 9] [--clients 6] [--streams 3] [--drain 2]
+    python bench/drain_drill.py [--rounds 20] [--sessions 9] [--clients 6] [--streams 3] [--drain 2] [--keep]
 
 Starts a throwaway PostgreSQL and three real `runbrain` instances in one fleet (lease_seconds 3,
 a shared filesystem archive, the test harness that answers at once) behind the test balancer
@@ -96,8 +96,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--streams", type=int, default=3)
     parser.add_argument("--drain", type=float, default=2.0, help="BRAIN_DRAIN_SECONDS of the instances")
+    parser.add_argument("--keep", action="store_true", help="keep the directory (instances' logs) and print it")
     arguments = parser.parse_args()
     directory = Path(tempfile.mkdtemp(prefix="brain-drain-drill-", dir="/tmp"))
+    print(f"directory {directory}", flush=True)
     postgres = PostgresServer(directory)
     postgres.start()
     servers: list[BrainServer] = []
@@ -134,7 +136,8 @@ def main() -> None:
         for server in servers:
             server.stop(signal.SIGKILL)
         postgres.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+        if not arguments.keep:
+            shutil.rmtree(directory, ignore_errors=True)
     print(
         f"{machine()}; three instances, lease_seconds {LEASE_SECONDS}, BRAIN_DRAIN_SECONDS {arguments.drain:g}, "
         f"balancer health check every {CHECK_SECONDS} s; {arguments.clients} clients, {arguments.streams} streams, "

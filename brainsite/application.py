@@ -19,11 +19,11 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
+from brainsite.handoff import release_sessions
 from fleet_app import db as fleet_db
 from fleet_app.journal import InputJournal
 from fleet_app.leases import LeaseManager
 from foundation.app_object import SCOPE_KEY, app_object_of
-from foundation.errors import BrainError
 from foundation.hostconfig import FleetSecret, HostConfig, Secrets, load_host_config, resolve_secrets
 from foundation.inspection import inspection_key
 from foundation.logs import logger
@@ -54,9 +54,6 @@ from .celery_wiring import celery_dispatch, celery_send, log_upload_mode, worker
 
 # A fleet instance whose name a live process holds, or whose database is out of reach, tries again.
 JOIN_RETRY_SECONDS = 1.0
-# Graceful shutdown uploads each held session before releasing it; one stuck upload must not
-# hold the others' handoff (its lease expires instead).
-FLEET_FLUSH_SECONDS = 10.0
 
 __all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -228,8 +225,9 @@ class BrainApp:
 
     async def _hand_off(self) -> None:
         """Stop new work, interrupt running turns, end streams; in a fleet, acquire nothing more,
-        then upload each session and release its lease at once, so another instance takes it
-        while this one forwards its requests there."""
+        then upload each session and release its lease once the archive holds its whole event
+        log (brainsite.handoff), so another instance takes it while this one forwards its
+        requests there."""
         if self.leases is not None:
             try:
                 await self.leases.set_draining(True)
@@ -238,7 +236,7 @@ class BrainApp:
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
         if self.leases is not None:
-            await self._release_sessions(self.leases)
+            await release_sessions(self.engine, self.archive, self.leases)
 
     async def stop(self) -> None:
         self.begin_leaving()
@@ -255,22 +253,6 @@ class BrainApp:
         await self.registry.aclose()
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
-
-    async def _release_sessions(self, leases: LeaseManager) -> None:
-        """Graceful: upload each held session (renewals still running), then release its lease,
-        so another instance takes it at once with nothing lost."""
-        for session_id in list(leases.held()):
-            if self.archive is not None:
-                try:
-                    await asyncio.wait_for(self.archive.flush(session_id), FLEET_FLUSH_SECONDS)
-                except (BrainError, TimeoutError) as exc:  # its lease then expires instead
-                    logger.warning("flush before leaving failed", extra={"session_id": session_id, "error": str(exc)})
-                    leases.forget(session_id)
-                    continue
-            try:
-                await leases.release(session_id)
-            except Exception as exc:  # the database: released with the rest when leaving, or it expires
-                logger.warning("releasing a lease failed", extra={"session_id": session_id, "error": str(exc)})
 
     async def _leave_fleet(self, leases: LeaseManager) -> None:
         """Stop renewing, release what is left and leave, so routing skips the instance at once."""

@@ -85,3 +85,48 @@ def test_a_graceful_stop_of_one_instance_of_three_under_load_cuts_no_request(
     assert code == 0
     assert drained < EXIT_SECONDS
     assert '"msg": "brain draining"' in victim.logs()
+
+
+HANDED_OFF = 40  # sessions with a recent turn on the instance that stops: more than one upload at a time
+
+
+def test_every_event_a_client_saw_on_a_draining_instance_is_readable_on_the_new_owner(
+    fleet: Callable[[str], BrainServer],
+) -> None:
+    # given: many sessions on one instance, each with a turn just settled and its last event's
+    # cursor in a client's hands
+    victim, survivor = fleet("brain-a"), fleet("brain-b")
+    headers = {"Authorization": f"Bearer {victim.token()}"}
+    body = {"harness": "instant", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
+    cursors: dict[str, str] = {}
+    with httpx.Client(base_url=victim.url, headers=headers, timeout=15) as client:
+        sessions = []
+        for _ in range(HANDED_OFF):
+            created = client.post("/sessions", json=body)
+            assert created.status_code == 201, created.text
+            sessions.append(created.json()["id"])
+        for session_id in sessions:
+            sent = client.post(f"/sessions/{session_id}/events", json={"type": "user.message", "text": "hello"})
+            assert sent.status_code in (200, 202), sent.text
+        for session_id in sessions:
+            deadline = time.monotonic() + 15
+            while True:
+                state = client.get(f"/sessions/{session_id}")
+                assert state.status_code == 200, state.text
+                if state.json()["status"] == "idle" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+            page = client.get(f"/sessions/{session_id}/events", params={"limit": 100})
+            assert page.status_code == 200, page.text
+            cursors[session_id] = page.json()["events"][-1]["cursor"]
+    # when: the instance stops gracefully
+    assert victim.stop(signal.SIGTERM, timeout=EXIT_SECONDS) == 0
+    # then: the new owner serves every session from the client's last cursor
+    refused = {}
+    with httpx.Client(base_url=survivor.url, headers=headers, timeout=15) as client:
+        for session_id, cursor in cursors.items():
+            answer = client.get(f"/sessions/{session_id}/events", params={"after": cursor})
+            if answer.status_code != 200:
+                refused[session_id] = f"{answer.status_code} {answer.text[:120]}"
+    assert refused == {}
+    assert "keeps its lease until it expires" not in victim.logs()
