@@ -65,6 +65,7 @@ class Balancer:
 
     def _run(self) -> None:
         self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)  # a stream writer closed late asks the thread for its loop
         try:
             self._loop.run_until_complete(self._serve())
             pending = asyncio.all_tasks(self._loop)  # connections still piped: closed with the loop
