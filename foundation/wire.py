@@ -9,15 +9,15 @@ from typing import Annotated
 from ninja import Path, Schema
 from pydantic import ConfigDict, WithJsonSchema
 
+from .session_ids import SESSION_ID_PATTERN
+
 __all__ = ["SESSION_ID_PATTERN", "DateTime", "SessionId", "StrictSchema", "Status", "Tool", "WireSchema"]
 
 # RFC 3339 text, kept a str: the server writes it once and responses never re-parse it.
 DateTime = Annotated[str, WithJsonSchema({"type": "string", "format": "date-time"})]
 
-SESSION_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract; a malformed id is 404 (services), so unchecked here
-
 # The path parameter `id` (the contract's name). Its pattern is published, not validated:
-# services answer a malformed id with 404 like an unknown one.
+# services answer a malformed id with 404 like an unknown one (foundation.session_ids).
 SessionId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": SESSION_ID_PATTERN}), Path(description="Opaque session ID.")
 ]

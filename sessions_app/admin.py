@@ -29,13 +29,13 @@ from fleet_app import db as fleet_db
 from fleet_app.models import SessionLease
 from foundation.app_object import SCOPE_KEY
 from foundation.errors import BrainError, CursorUnavailable
+from foundation.session_ids import SESSION_ID
 
 from . import db, operations
 from .app_object import SessionsAppObject, brain_of
 from .auth import tokens_of
 from .eventlog import decode_cursor
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
-from .operations import SESSION_ID
 from .records import Principal, SessionRecord, SessionStatus
 from .runtime.engine import Engine
 from .storage import SessionFiles, SessionStorage

@@ -4,11 +4,11 @@ stream). Called by api.py, consumers.py and the admin; never sees a request."""
 from __future__ import annotations
 
 import asyncio
-import re
 from dataclasses import dataclass
 from typing import Any, cast
 
 from foundation.errors import Forbidden, InvalidRequest, NotFound, Unsupported
+from foundation.session_ids import canonical_session_id
 from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
 from tools_app.vault import CredentialVault, SealedCredential
@@ -42,7 +42,6 @@ MAX_MODEL_CHARS = 256  # spec: config.model up to 256 characters
 MAX_TOOLS = 128  # spec: up to 128 tools per session
 MAX_KEY_BYTES = 128  # spec: idempotency keys up to 128 bytes
 REASONING_EFFORTS = frozenset({"off", "minimal", "low", "medium", "high", "xhigh", "max"})
-SESSION_ID = re.compile(r"^[0-9a-fA-F]{32}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +52,12 @@ class EventPage:
 
 def check_session_id(principal: Principal, session_id: str) -> str:
     """The session id, lower-cased; 404 when malformed, 403 outside the token's session limit."""
-    if not SESSION_ID.fullmatch(session_id):
+    session = canonical_session_id(session_id)
+    if session is None:
         raise NotFound("session not found")
-    session_id = session_id.lower()
-    if principal.session and principal.session != session_id:
+    if principal.session and principal.session != session:
         raise Forbidden("token is limited to another session")
-    return session_id
+    return session
 
 
 async def create_session(

@@ -7,7 +7,6 @@ close; in a fleet these reach the instance holding the executor through any inst
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Literal, NoReturn
 
 from django.http import HttpRequest
@@ -17,6 +16,7 @@ from pydantic import WithJsonSchema
 
 from foundation.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from foundation.principal import principal_of, require_manage
+from foundation.session_ids import canonical_session_id
 
 from .app_object import request_brain
 from .bindings import ALIAS, compile_runtime_tools, runtime_descriptors
@@ -39,7 +39,6 @@ from .schemas import (
 router = Router(tags=["tools"])
 
 EXECUTOR_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract
-SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
 ExecutorId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": EXECUTOR_ID_PATTERN}), Path(description="Opaque executor ID.")
@@ -98,8 +97,8 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
     tools = runtime_descriptors([tool.model_dump(exclude_none=True) for tool in body.tools])
     session = ""
     if body.session is not None:
-        session = body.session.lower()
-        if not SESSION_ID.fullmatch(session) or (principal.session and principal.session != session):
+        session = canonical_session_id(body.session) or ""
+        if not session or (principal.session and principal.session != session):
             raise NotFound("session not found")
         if (
             brain.executors.relay is not None

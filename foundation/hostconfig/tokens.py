@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
-
 from pydantic import Field, field_validator, model_validator
 
+from ..session_ids import canonical_session_id
 from .base import FieldProblem, StrictModel
 
 __all__ = ["MAX_KEY_ID_CHARS", "CredentialKeys", "TokenGrant"]
 
 MAX_KEY_ID_CHARS = 128  # each sealed credential stores its key id in an indexed column
-SESSION_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
 class TokenGrant(StrictModel):
@@ -31,9 +29,12 @@ class TokenGrant(StrictModel):
     @field_validator("session")
     @classmethod
     def _session_id(cls, value: str) -> str:
-        if value and not SESSION_ID.fullmatch(value):
-            raise ValueError("session must be a 32-character lowercase hex session ID")
-        return value
+        if not value:
+            return value
+        session = canonical_session_id(value)
+        if session is None:
+            raise ValueError("session must be a 32-character hex session ID")
+        return session
 
 
 class CredentialKeys(StrictModel):

@@ -445,12 +445,12 @@ TOKEN_INVALID = [
     pytest.param({"tenant": "é" * 65}, "tokens[0].tenant: tenant must be 1-128 bytes", id="tenant_over_128_bytes_case"),
     pytest.param(
         {"session": "ABC"},
-        "tokens[0].session: session must be a 32-character lowercase hex session ID",
+        "tokens[0].session: session must be a 32-character hex session ID",
         id="session_not_hex_case",
     ),
     pytest.param(
         {"session": "0123456789abcdef0123456789abcdef\n"},
-        "tokens[0].session: session must be a 32-character lowercase hex session ID",
+        "tokens[0].session: session must be a 32-character hex session ID",
         id="session_trailing_newline_case",
     ),
     pytest.param({"manage": 1}, "tokens[0].manage: Input should be a valid boolean", id="manage_not_boolean_case"),
@@ -481,6 +481,17 @@ def test_a_tenant_of_128_bytes_and_a_hex_session_are_accepted() -> None:
 
     # then
     assert (parsed.tenant, parsed.session) == ("x" * 128, "0123456789abcdef0123456789abcdef")
+
+
+def test_a_token_limited_to_a_mixed_case_session_id_holds_it_lowercased_like_every_route() -> None:
+    # given: the contract's session-id pattern takes either case; routes lower-case the id they take
+    grant = {"token_env": "K", "tenant": "acme", "session": "0123456789ABCDEF0123456789abcdef"}
+
+    # when
+    parsed = _parse(_config(tokens=[grant])).tokens[0]
+
+    # then
+    assert parsed.session == "0123456789abcdef0123456789abcdef"
 
 
 @pytest.mark.parametrize(
