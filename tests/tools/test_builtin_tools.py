@@ -6,6 +6,7 @@ with `transport: provider`, called through real turns of the instant runner
 from __future__ import annotations
 
 import json
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -21,6 +22,7 @@ PROVIDERS = {
     "structured": {"class": "tools_app.providers.structured.StructuredOutputProvider"},
 }
 TENANTS = ["acme", "globex"]
+RFC3339_Z = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z$")  # foundation.rfc3339
 
 
 def provider_tools() -> list[dict[str, Any]]:
@@ -160,6 +162,49 @@ def test_tasks_are_created_updated_listed_per_tenant_and_served_by_get_tasks(ser
         (child_id, parent_id, "completed"),
     ]
     assert all(t["id"] not in (parent_id, child_id) for t in foreign["tasks"])
+
+
+def _times(value: Any) -> list[str]:
+    """Every `*_at` field anywhere in `value`."""
+    if isinstance(value, list):
+        return [time for item in value for time in _times(item)]
+    if not isinstance(value, dict):
+        return []
+    own = [field for key, field in value.items() if key.endswith("_at")]
+    return own + [time for field in value.values() for time in _times(field)]
+
+
+def test_every_time_on_get_tasks_and_in_memory_and_task_rows_is_rfc_3339_with_z(server: BrainServer) -> None:
+    # given
+    sid = session(server)
+    created = call(server, sid, "manage_tasks", {"action": "create", "title": "Write the notes"})
+    task_id = created["result"]["structured_content"]["task"]["id"]
+    updated = call(server, sid, "manage_tasks", {"action": "update_status", "task_id": task_id, "status": "completed"})
+    listed = call(server, sid, "manage_tasks", {"action": "list"})
+    stored = call(server, sid, "memory_store", {"content": "the notes live in the wiki"})
+    recalled = call(server, sid, "memory_recall", {"query": "notes wiki"})
+    # when
+    with server.client() as client:
+        page = client.get("/tasks", params={"limit": 100}).json()
+    # then
+    sources = {
+        "GET /tasks": page["tasks"],
+        **{
+            name: result["result"]["structured_content"]
+            for name, result in [
+                ("task create", created),
+                ("task update", updated),
+                ("task list", listed),
+                ("memory store", stored),
+                ("memory recall", recalled),
+            ]
+        },
+    }
+    times = {name: _times(value) for name, value in sources.items()}
+    assert [name for name, found in times.items() if not found] == []  # every source carries times
+    assert {name: [t for t in found if not RFC3339_Z.fullmatch(t)] for name, found in times.items()} == {
+        name: [] for name in sources
+    }
 
 
 def test_an_unknown_task_and_another_tenants_task_are_both_no_such_task(server: BrainServer) -> None:

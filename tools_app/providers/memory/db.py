@@ -10,6 +10,8 @@ from django.db import connection
 from django.db.models import Q
 from django.utils import timezone
 
+from foundation.rfc3339 import format_time
+
 from ...fulltext import query_terms
 from ...models import Memory
 
@@ -30,11 +32,11 @@ __all__ = [
 class MemoryHit:
     id: int
     content: str
-    created_at: str  # RFC 3339
+    created_at: str  # RFC 3339, UTC with a Z suffix (foundation.rfc3339)
 
 
 def _hit(row: Memory) -> MemoryHit:
-    return MemoryHit(row.pk, row.content, row.created_at.isoformat())
+    return MemoryHit(row.pk, row.content, format_time(row.created_at))
 
 
 def store_memory(tenant: str, space: str, content: str, *, session_id: str) -> MemoryHit:

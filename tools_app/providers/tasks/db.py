@@ -7,6 +7,8 @@ from typing import TypedDict
 from channels.db import database_sync_to_async
 from django.utils import timezone
 
+from foundation.rfc3339 import format_time
+
 from ...models import Task, TaskStatus
 
 __all__ = [
@@ -39,8 +41,8 @@ def _task_fields(row: Task) -> TaskFields:
         "title": row.title,
         "description": row.description,
         "status": row.status,
-        "created_at": row.created_at.isoformat(),
-        "updated_at": row.updated_at.isoformat(),
+        "created_at": format_time(row.created_at),
+        "updated_at": format_time(row.updated_at),
     }
 
 
