@@ -88,7 +88,7 @@ def nginx() -> str:
     if _nginx() is None:
         result = subprocess.run(["make", "system-packages"], cwd=ROOT, capture_output=True, text=True, check=False)
         if _nginx() is None:
-            pytest.skip(
+            pytest.fail(
                 f"nginx is not installed and `make system-packages` could not install it: {result.stderr[-500:]}"
             )
     return str(_nginx())

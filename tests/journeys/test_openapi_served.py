@@ -7,13 +7,11 @@ from __future__ import annotations
 import re
 
 import httpx
-import pytest
 
 from tests.fixtures.server import BrainServer, create_session
-from tests.unit.brainsite.test_openapi import CONTRACT, _contract, _differences
+from tests.unit.brainsite.test_openapi import _contract, _differences
 
 
-@pytest.mark.skipif(not CONTRACT.exists(), reason="contract not available")
 def test_the_served_document_is_the_contract(module_brain: BrainServer) -> None:
     # when: no token; the document is public
     response = httpx.get(module_brain.url + "/openapi.json")

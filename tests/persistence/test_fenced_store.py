@@ -136,10 +136,15 @@ def test_a_writer_overtaken_between_its_read_and_its_write_is_refused_by_the_ser
     assert recorded_epoch(old.get(KEY)) == 2
 
 
-def test_the_filesystem_lock_file_sits_beside_the_object(backend: Backend) -> None:
-    if backend.provider != "filesystem":
-        pytest.skip("filesystem only")
+def test_the_filesystem_lock_file_sits_beside_the_object(tmp_path: Path) -> None:
+    # given: the filesystem store alone (the object stores keep no lock file)
+    backend = Backend("filesystem", {"provider": "filesystem", "directory": str(tmp_path / "archive")}, {})
     store = backend.store()
-    store.put_fenced(KEY, pointer("c1", 1), epoch=1)
-    directory = Path(backend.settings["directory"]) / "sessions" / "abc"
+    # when
+    try:
+        store.put_fenced(KEY, pointer("c1", 1), epoch=1)
+    finally:
+        backend.close()
+    # then
+    directory = tmp_path / "archive" / "sessions" / "abc"
     assert sorted(path.name for path in directory.iterdir()) == [".lock-latest", "latest"]

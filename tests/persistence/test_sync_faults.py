@@ -244,12 +244,14 @@ def _fresh_boot_launcher() -> list[str]:
     as on a machine booted a few seconds ago, however long this one has been up."""
     unshare = shutil.which("unshare")
     if unshare is None:
-        pytest.skip("util-linux unshare is not installed")
+        pytest.fail("util-linux `unshare` is not installed: this test runs runbrain in a time namespace")
     uptime = int(float(Path("/proc/uptime").read_text().split()[0]))
     launcher = [unshare, "--time", f"--monotonic=-{max(0, uptime - 5)}", "--fork", "--kill-child=SIGTERM"]
     probe = subprocess.run([*launcher, "true"], capture_output=True, check=False)
     if probe.returncode != 0:
-        pytest.skip(f"time namespaces are not available here: {probe.stderr.decode(errors='replace')}")
+        pytest.fail(
+            f"time namespaces (`unshare --time`) are not available here: {probe.stderr.decode(errors='replace')}"
+        )
     return launcher
 
 

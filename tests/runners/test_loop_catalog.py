@@ -9,8 +9,7 @@ import pytest
 from runners.loop.catalog import catalog_coverage, lookup_model, resolve_model
 from runners.loop.catalog_gen import build_catalog, reasoning_profile
 from runners.loop.errors import BrainFailure
-
-SPEC_CATALOG = Path("/work/shared/spec/brain-docs/reference-model-catalog.md")
+from tests.support.spec import spec_path
 
 
 def test_lookup_returns_transport_window_efforts_and_default_endpoint() -> None:
@@ -93,10 +92,9 @@ def test_coverage_counts_models_on_tested_transports() -> None:
     assert round(coverage.share * 100, 1) == 95.0
 
 
-@pytest.mark.skipif(not SPEC_CATALOG.exists(), reason="catalog page not available")
 def test_the_committed_catalog_is_what_the_generator_makes_from_the_page() -> None:
     import json
 
-    generated = build_catalog(SPEC_CATALOG.read_text(encoding="utf-8"))
+    generated = build_catalog(spec_path("brain-docs/reference-model-catalog.md").read_text(encoding="utf-8"))
     committed = json.loads((Path(__file__).resolve().parents[2] / "runners/loop/models.json").read_text())
     assert generated == committed

@@ -72,7 +72,7 @@ def test_a_harness_child_dies_when_brain_is_killed(tmp_path: Path, wrapper: str)
     # given: a stand-in for Brain with a running harness child; without setpriv on its PATH it
     # falls back to the Python wrapper
     if wrapper == "setpriv" and setpriv_wrapper() is None:
-        pytest.skip("setpriv is not installed")
+        pytest.fail("util-linux `setpriv` is not installed: the wrapper this case checks")
     search_path = os.environ["PATH"] if wrapper == "setpriv" else str(tmp_path / "empty-bin")
     parent, child, used = _start_parent(tmp_path, path=search_path)
     started: str | None = None
