@@ -24,8 +24,8 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 from brainsite.apihandler import ApiHandler  # noqa: E402
 from brainsite.application import SCOPE_KEY, Launcher  # noqa: E402
 from brainsite.cors import CorsMiddleware  # noqa: E402
+from brainsite.daphne_socket import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
-from brainsite.transport import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
 from fleet_app.routing import FleetRouter, leases_of  # noqa: E402
 from foundation import telemetry  # noqa: E402

@@ -22,7 +22,7 @@ from persistence_app.discovery import DiscoveryIndex
 from persistence_app.scheduler import Dispatch, SyncScheduler
 from persistence_app.stores import open_store
 from persistence_app.stores.base import ObjectMissing, ObjectStore, StoreError
-from persistence_app.sync import Outcome, Publisher, commit_lock
+from persistence_app.sync import Publisher, PublishOutcome, commit_lock
 from sessions_app import db as sessions_db
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.storage import SessionStorage
@@ -166,13 +166,13 @@ class ArchiveService:
 
     async def flush(self, session_id: str) -> SyncStatusBody:
         result = await self.scheduler.flush(session_id)
-        if result.outcome == Outcome.FAILED:
+        if result.outcome == PublishOutcome.FAILED:
             if result.forbidden:  # spec: a cross-tenant collision in the index is 403 forbidden
                 raise Forbidden(f"flush failed: {result.error}")
             raise BrainError(f"flush failed: {result.error}")  # a generic reason; the detail is logged
-        if result.outcome == Outcome.FENCED and result.lease_lost:
+        if result.outcome == PublishOutcome.FENCED and result.lease_lost:
             raise Unavailable("flush refused: another instance owns the session now; retry")
-        if result.outcome == Outcome.FENCED:
+        if result.outcome == PublishOutcome.FENCED:
             raise BrainError("flush failed: the session was restored while it was being uploaded")
         return await self.status(session_id)
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
 from persistence_app import db, localstate
-from persistence_app.sync import Outcome, Publisher, Result
+from persistence_app.sync import Publisher, PublishOutcome, PublishReport
 from sessions_app.storage import CheckpointError, SessionStorage
 
 __all__ = ["Dispatch", "SyncScheduler", "unsynced_sessions"]
@@ -103,7 +103,7 @@ class SyncScheduler:
         self._scanned = False
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._inflight: set[asyncio.Future[Result]] = set()
+        self._inflight: set[asyncio.Future[PublishReport]] = set()
 
     # -- what the server asks --------------------------------------------------------------
 
@@ -245,7 +245,7 @@ class SyncScheduler:
         future = asyncio.wrap_future(self._threads.submit(self.publisher.run, session_id, seq))
         self._inflight.add(future)
 
-        def done(finished: asyncio.Future[Result]) -> None:
+        def done(finished: asyncio.Future[PublishReport]) -> None:
             self._inflight.discard(finished)
             if finished.cancelled():
                 return
@@ -258,16 +258,16 @@ class SyncScheduler:
 
         future.add_done_callback(done)
 
-    def _settle(self, session_id: str, seq: int, result: Result) -> None:
+    def _settle(self, session_id: str, seq: int, result: PublishReport) -> None:
         if self._telemetry is not None:
-            self._telemetry.record_sync(result.seconds, failed=result.outcome == Outcome.FAILED)
+            self._telemetry.record_sync(result.seconds, failed=result.outcome == PublishOutcome.FAILED)
         entry = self._dirty.get(session_id)
         if entry is None:
             return
-        if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED, Outcome.FENCED):
+        if result.outcome in (PublishOutcome.PUBLISHED, PublishOutcome.UNCHANGED, PublishOutcome.FENCED):
             if entry.seq <= seq:
                 self._drop(session_id)
-        elif result.outcome == Outcome.FAILED and result.permanent:
+        elif result.outcome == PublishOutcome.FAILED and result.permanent:
             if entry.seq <= seq:
                 self._park(session_id)  # shown in SyncStatus.error; tried again later
         else:
@@ -300,7 +300,7 @@ class SyncScheduler:
 
     # -- flush -------------------------------------------------------------------------------
 
-    async def flush(self, session_id: str) -> Result:
+    async def flush(self, session_id: str) -> PublishReport:
         """Publish now, in this process, whatever the dispatch mode; one flush per session at a
         time. A background publish of the session in flight is waited for, then this one runs."""
         lock = self._locks.setdefault(session_id, asyncio.Lock())
@@ -309,7 +309,7 @@ class SyncScheduler:
                 seq = time.time_ns()
                 result = await asyncio.to_thread(self.publisher.run, session_id, seq, wait=True)
                 entry = self._dirty.get(session_id)
-                if result.outcome in (Outcome.PUBLISHED, Outcome.UNCHANGED):
+                if result.outcome in (PublishOutcome.PUBLISHED, PublishOutcome.UNCHANGED):
                     self._parked.pop(session_id, None)
                     if entry is not None and entry.seq <= seq:
                         self._drop(session_id)

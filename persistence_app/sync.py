@@ -45,7 +45,7 @@ from sessions_app.storage import CheckpointError, SessionStorage
 from tools_app.db import recovery_records
 from tools_app.vault import recovery_digest
 
-__all__ = ["ATTEMPTS", "Outcome", "Publisher", "commit_lock", "lock_dir"]
+__all__ = ["ATTEMPTS", "PublishOutcome", "PublishReport", "Publisher", "commit_lock", "lock_dir"]
 
 ATTEMPTS = 5  # spec: transient failures retry up to 5 times with exponential backoff
 FIRST_BACKOFF_SECONDS = 0.5
@@ -55,7 +55,7 @@ PUBLISH_TIMEOUT_SECONDS = 60.0  # persistence.publish_timeout_seconds' default
 DEADLINE_BYTES_PER_SECOND = 1 << 20
 
 
-class Outcome(StrEnum):
+class PublishOutcome(StrEnum):
     PUBLISHED = "published"  # a new checkpoint is in the archive
     UNCHANGED = "unchanged"  # the archive already had this state
     BUSY = "busy"  # another publisher holds the session
@@ -64,8 +64,8 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Result:
-    outcome: Outcome
+class PublishReport:
+    outcome: PublishOutcome
     publication: Publication | None = None
     bytes_sent: int = 0
     error: str = ""
@@ -133,7 +133,7 @@ class Publisher:
         self._on_lease_lost = on_lease_lost
         self._on_published = on_published
 
-    def run(self, session_id: str, seq: int, *, wait: bool = False, lease_epoch: int | None = None) -> Result:
+    def run(self, session_id: str, seq: int, *, wait: bool = False, lease_epoch: int | None = None) -> PublishReport:
         """Publish with retries; the outcome is also in the session's sync-state row. `wait`:
         wait for another publisher of the session instead of reporting busy (flush).
         `lease_epoch`: the epoch the dispatching server held (a fleet's sync worker)."""
@@ -147,7 +147,7 @@ class Publisher:
             return passed
         return self._epoch_of(session_id) if self._epoch_of is not None else None
 
-    def _run(self, session_id: str, seq: int, started: float, *, wait: bool, lease_epoch: int | None) -> Result:
+    def _run(self, session_id: str, seq: int, started: float, *, wait: bool, lease_epoch: int | None) -> PublishReport:
         error = detail = ""
         for attempt in range(ATTEMPTS):
             try:
@@ -186,7 +186,7 @@ class Publisher:
                 return self._failed(session_id, seq, error, detail=f"{error} ({exc!r})", permanent=True)
             if result.lease_lost:
                 return self._lease_lost(session_id, seq)
-            if result.outcome == Outcome.PUBLISHED:
+            if result.outcome == PublishOutcome.PUBLISHED:
                 logger.info(
                     "session published",
                     extra={
@@ -199,35 +199,35 @@ class Publisher:
             return result
         return self._failed(session_id, seq, error, detail=detail, permanent=False)
 
-    def _lease_lost(self, session_id: str, seq: int) -> Result:
+    def _lease_lost(self, session_id: str, seq: int) -> PublishReport:
         """FENCED for good: recorded as a permanent failure (a server polling a worker's
         results stops dispatching it) and reported to the instance, which drops the session."""
         record = get_session_by_id(session_id)
         record_failure(session_id, record.tenant if record else "", seq, REASON_FENCED, permanent=True)
         if self._on_lease_lost is not None:
             self._on_lease_lost(session_id)
-        return Result(Outcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True)
+        return PublishReport(PublishOutcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True)
 
     def _failed(
         self, session_id: str, seq: int, error: str, *, detail: str, permanent: bool, forbidden: bool = False
-    ) -> Result:
+    ) -> PublishReport:
         """Record a failure: `error` (a client-visible reason) in the row, `detail` in the log."""
         logger.error(
             "sync failed", extra={"session_id": session_id, "error": detail, "reason": error, "permanent": permanent}
         )
         record = get_session_by_id(session_id)
         record_failure(session_id, record.tenant if record else "", seq, error, permanent=permanent)
-        return Result(Outcome.FAILED, error=error, permanent=permanent, forbidden=forbidden)
+        return PublishReport(PublishOutcome.FAILED, error=error, permanent=permanent, forbidden=forbidden)
 
     def _publish_once(
         self, session_id: str, seq: int, *, wait: bool, started: float, lease_epoch: int | None
-    ) -> Result:
+    ) -> PublishReport:
         record = get_session_by_id(session_id)
         if record is None:
             raise StoreError(f"session {session_id} is not in the local database", retryable=False)
         with _flock(lock_dir(self.data_dir) / f"{session_id}.publish", wait=wait) as locked:
             if not locked:
-                return Result(Outcome.BUSY)
+                return PublishReport(PublishOutcome.BUSY)
             epoch = current_epoch(session_id)
             directory = self.storage.directory(session_id)
             snapshot = localstate.snapshot(directory)
@@ -254,7 +254,9 @@ class Publisher:
                     index_epoch = (self._lease_epoch(session_id, lease_epoch) or 0) if self.fleet else 0
                     self.index.put(_index_entry(record), publication.checkpoint, epoch=index_epoch)
                 record_publication(session_id, record.tenant, seq, publication)
-                return Result(Outcome.UNCHANGED, publication, covered_seq=self._published(session_id, entry))
+                return PublishReport(
+                    PublishOutcome.UNCHANGED, publication, covered_seq=self._published(session_id, entry)
+                )
             checkpoint, published_at = archive.new_checkpoint_id(), now_rfc3339()
             session = record.as_manifest()
             deadline = started + self.timeout + _unsent_bytes(snapshot.files, uploaded) / DEADLINE_BYTES_PER_SECOND
@@ -283,7 +285,7 @@ class Publisher:
                 raise archive.PublishDeadline("the publish passed its deadline before writing latest")
             with commit_lock(self.data_dir, session_id):
                 if current_epoch(session_id) != epoch:
-                    return Result(Outcome.FENCED)
+                    return PublishReport(PublishOutcome.FENCED)
                 held: int | None = 0  # a single instance indexes at epoch 0
                 if not self.fleet:
                     pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
@@ -293,7 +295,9 @@ class Publisher:
                     held = self._lease_epoch(session_id, lease_epoch)
                     if held is None:  # the lease lapsed or moved: write nothing under it
                         logger.warning("publish refused: no lease held", extra={"session_id": session_id})
-                        return Result(Outcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True)
+                        return PublishReport(
+                            PublishOutcome.FENCED, error=REASON_FENCED, permanent=True, lease_lost=True
+                        )
                     pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at, "epoch": held})
                     assert len(pointer) < MAX_OBJECT_BYTES
                     self.store.put_fenced(archive.latest_key(session_id), pointer, epoch=held)
@@ -313,7 +317,7 @@ class Publisher:
                 self.index.put(_index_entry(record), checkpoint, epoch=held or 0)
             record_publication(session_id, record.tenant, seq, publication)
             covered = self._published(session_id, entry)
-            return Result(Outcome.PUBLISHED, publication, published.bytes_sent, covered_seq=covered)
+            return PublishReport(PublishOutcome.PUBLISHED, publication, published.bytes_sent, covered_seq=covered)
 
     def _published(self, session_id: str, entry: Mapping[str, object]) -> int:
         """`latest` names the checkpoint of `entry`: tell on_published what it covers; returns that."""

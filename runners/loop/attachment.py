@@ -10,11 +10,11 @@ from runners.protocol import Frame
 from .settings import SessionSettings
 from .state import NativeState
 
-__all__ = ["Attachment"]
+__all__ = ["AttachedSession"]
 
 
 @dataclass(slots=True)
-class Attachment:
+class AttachedSession:
     attachment_id: str
     settings: SessionSettings
     state: NativeState

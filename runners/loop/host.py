@@ -31,7 +31,7 @@ from runners.protocol import (
     encode_frame,
 )
 
-from .attachment import Attachment
+from .attachment import AttachedSession
 from .errors import BrainFailure, RunnerFailure
 from .messages import ToolCall, ToolResult
 from .providers import ProviderPool
@@ -95,7 +95,7 @@ class FrameWriter:
 class _TurnChannel:
     """The TurnIO of one running turn: events and tool calls tagged with its attachment and turn."""
 
-    def __init__(self, host: Host, attachment: Attachment, turn_id: str) -> None:
+    def __init__(self, host: Host, attachment: AttachedSession, turn_id: str) -> None:
         self._host = host
         self._attachment = attachment
         self._turn_id = turn_id
@@ -116,7 +116,7 @@ class Host:
     def __init__(self, out: FrameWriter, *, tool_reply_seconds: float = TOOL_REPLY_SECONDS) -> None:
         self.out = out
         self._tool_reply_seconds = tool_reply_seconds
-        self._attachments: dict[str, Attachment] = {}
+        self._attachments: dict[str, AttachedSession] = {}
         self._pending_calls: dict[str, asyncio.Future[Frame]] = {}
         self._call_ids = itertools.count(1)
         # spec: at most 32 reverse tool calls outstanding per runner process.
@@ -187,7 +187,7 @@ class Host:
             reply["turn"] = request["turn"]
         await self.out.send(reply)
 
-    def _attachment(self, frame: Frame) -> Attachment:
+    def _attachment(self, frame: Frame) -> AttachedSession:
         attachment = self._attachments.get(frame["attachment"])
         if attachment is None:
             raise BrainFailure(f"unknown attachment {frame['attachment']!r}")
@@ -204,7 +204,7 @@ class Host:
         if any(a.settings.directory.resolve() == directory for a in self._attachments.values()):
             raise BrainFailure(f"native directory {directory} is already attached")
         state = await asyncio.to_thread(NativeState.load, settings.directory)
-        self._attachments[attachment_id] = Attachment(attachment_id=attachment_id, settings=settings, state=state)
+        self._attachments[attachment_id] = AttachedSession(attachment_id=attachment_id, settings=settings, state=state)
         return {}
 
     async def on_prompt(self, frame: Frame) -> None:
@@ -221,7 +221,7 @@ class Host:
         attachment.turn_task = asyncio.create_task(self._run_prompt(attachment, frame, params["text"]))
         return None
 
-    async def _run_prompt(self, attachment: Attachment, frame: Frame, text: str) -> None:
+    async def _run_prompt(self, attachment: AttachedSession, frame: Frame, text: str) -> None:
         channel = _TurnChannel(self, attachment, frame.get("turn", ""))
         result: PromptResult | None = None
         error: ErrorBody | None = None
@@ -271,11 +271,11 @@ class Host:
         task.add_done_callback(self._background.discard)
         return None
 
-    async def _finish_interrupt(self, attachment: Attachment, frame: Frame) -> None:
+    async def _finish_interrupt(self, attachment: AttachedSession, frame: Frame) -> None:
         await self._stop_turn(attachment)  # the prompt's own reply ({"interrupted": true}) goes first
         await self._reply(frame, {})
 
-    async def _stop_turn(self, attachment: Attachment) -> None:
+    async def _stop_turn(self, attachment: AttachedSession) -> None:
         prompt = attachment.prompt_frame
         if await attachment.stop_turn() and prompt is not None:
             # cancelled before its first step, so the turn task could not reply itself

@@ -27,7 +27,7 @@ import json
 import sys
 from typing import Any
 
-from tests.support.instant_runner import Attachment, Runner  # Brain puts the project on PYTHONPATH
+from tests.support.instant_runner import AttachedSession, Runner  # Brain puts the project on PYTHONPATH
 
 HUGE = 2**64
 HOSTILE_KINDS = (
@@ -54,7 +54,7 @@ class HostileRunner(Runner):
         self.out.write(raw + b"\n")
         self.out.flush()
 
-    async def prompt(self, request: dict[str, Any], attachment: Attachment) -> None:
+    async def prompt(self, request: dict[str, Any], attachment: AttachedSession) -> None:
         text: str = request["params"]["text"]
         if not text.startswith("hostile:"):
             await super().prompt(request, attachment)

@@ -26,7 +26,7 @@ from typing import Any
 CONVERSATION = "conversation.jsonl"
 
 
-class Attachment:
+class AttachedSession:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
@@ -45,7 +45,7 @@ class Attachment:
 
 class Runner:
     def __init__(self) -> None:
-        self.attachments: dict[str, Attachment] = {}
+        self.attachments: dict[str, AttachedSession] = {}
         self.calls: dict[str, asyncio.Future[Any]] = {}
         self.next_call = 0
         self.out = sys.stdout.buffer
@@ -60,7 +60,7 @@ class Runner:
             frame["turn"] = request["turn"]
         self.write(frame)
 
-    async def prompt(self, request: dict[str, Any], attachment: Attachment) -> None:
+    async def prompt(self, request: dict[str, Any], attachment: AttachedSession) -> None:
         text: str = request["params"]["text"]
         turn = request["turn"]
         base = {"attachment": request["attachment"], "turn": turn}
@@ -153,7 +153,7 @@ class Runner:
             return
         method, name = request.get("method"), request["attachment"]
         if method == "open":
-            self.attachments[name] = Attachment(Path(request["params"]["dir"]))
+            self.attachments[name] = AttachedSession(Path(request["params"]["dir"]))
             self.reply(request, result={})
         elif method == "prompt":
             attachment = self.attachments[name]

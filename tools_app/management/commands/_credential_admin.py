@@ -28,7 +28,7 @@ def publish_sessions(config: HostConfig, session_ids: Iterable[str], write: Call
         return 0
     from persistence_app.discovery import DiscoveryIndex
     from persistence_app.stores import open_store
-    from persistence_app.sync import Outcome, Publisher
+    from persistence_app.sync import Publisher, PublishOutcome
 
     settings = config.persistence
     index = DiscoveryIndex(os.environ[settings.postgres_env]) if settings.postgres_env else None
@@ -38,7 +38,7 @@ def publish_sessions(config: HostConfig, session_ids: Iterable[str], write: Call
         publisher = Publisher(store, Path(config.data_dir).resolve(), index=index)
         for session_id in sorted(set(session_ids)):
             result = publisher.run(session_id, time.time_ns(), wait=True)
-            if result.outcome == Outcome.FAILED:
+            if result.outcome == PublishOutcome.FAILED:
                 failed += 1
                 write(f"session {session_id}: publish failed: {result.error}")
             else:
