@@ -12,9 +12,8 @@ from django.urls import URLPattern, path, reverse
 
 from . import db
 from .app_object import fleet_of_scope
-from .models import SessionLease
 
-__all__ = ["INSTANCES_PERMISSION", "fleet_section", "instances_urls", "session_lease"]
+__all__ = ["INSTANCES_PERMISSION", "fleet_section", "in_fleet", "instances_urls"]
 
 INSTANCES_TEMPLATE = "admin/fleet_app/instances.html"
 INSTANCES_PERMISSION = "fleet_app.view_instance"  # Django's own view permission of the Instance model
@@ -58,12 +57,3 @@ def fleet_section(site: Site, request: HttpRequest) -> dict[str, Any] | None:
     instances = {"name": "Instances", "object_name": "Instance", "admin_url": url, "add_url": None}
     model = {**instances, "view_only": True, "perms": {"view": True}}
     return {"name": "Fleet", "app_label": "fleet_app", "app_url": url, "has_module_perms": True, "models": [model]}
-
-
-def session_lease(request: HttpRequest, session_id: str) -> dict[str, Any] | None:
-    """For a session's admin page, in a fleet: the session's live owner (None without one) and
-    its lease row (None when never leased). None without a `cluster` block."""
-    if not in_fleet(request):
-        return None
-    lease = SessionLease.objects.filter(session_id=session_id).first()
-    return {"owner": db.owner_of(session_id), "lease": lease}

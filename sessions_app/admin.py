@@ -25,7 +25,9 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from fleet_app.admin import session_lease
+from fleet_app import db as fleet_db
+from fleet_app.admin import in_fleet
+from fleet_app.models import SessionLease
 from foundation.app_object import SCOPE_KEY
 from foundation.errors import BrainError, CursorUnavailable
 
@@ -203,7 +205,7 @@ class SessionAdmin(admin.ModelAdmin[Session]):
             "can_control": self.has_control_permission(request) and obj.status != SessionStatus.CLOSED,
             "transcript": None,
             "transcript_error": "",
-            "fleet": session_lease(request, obj.id),
+            "fleet": _fleet_lease(request, obj.id),
         }
         before, after = request.GET.get("before", ""), request.GET.get("after", "")
         try:
@@ -377,6 +379,15 @@ def _live_record(request: HttpRequest, session_id: str) -> SessionRecord | None:
     attribute read, each atomic under the GIL: safe from the admin's worker thread."""
     brain = _brain(request)
     return brain.engine.loaded_record(session_id) if brain is not None else None
+
+
+def _fleet_lease(request: HttpRequest, session_id: str) -> dict[str, Any] | None:
+    """In a fleet (a `cluster` block): the session's live owner (None without one) and its
+    lease row (None when never leased). None without a `cluster` block."""
+    if not in_fleet(request):
+        return None
+    lease = SessionLease.objects.filter(session_id=session_id).first()
+    return {"owner": fleet_db.owner_of(session_id), "lease": lease}
 
 
 def _session_files(request: HttpRequest, session_id: str) -> SessionFiles:
