@@ -9,7 +9,7 @@ host config comes from $BRAIN_CONFIG.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,11 +20,10 @@ from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
 from brainsite.handoff import release_sessions
-from fleet_app import db as fleet_db
-from fleet_app.journal import InputJournal
-from fleet_app.leases import LeaseManager
+from fleet_app.app_object import FleetAppObject
+from fleet_app.fleet import Fleet, SoloFleet, build_fleet
 from foundation.app_object import SCOPE_KEY, app_object_of
-from foundation.hostconfig import FleetSecret, HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
 from foundation.inspection import inspection_key
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
@@ -34,7 +33,6 @@ from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
 from sessions_app.runtime.engine import Engine, executor_hub
-from sessions_app.runtime.ownership import Ownership
 from sessions_app.storage import SessionStorage
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
@@ -47,13 +45,10 @@ from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, Knowl
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.providers.subagents import SubagentProvider
 from tools_app.registry import InspectionGrants, ToolRegistry
-from tools_app.relay import CHANNEL_REDIS_ENV, ExecutorRelay
+from tools_app.relay import ExecutorRelay
 from tools_app.vault import CredentialVault
 
 from .celery_wiring import celery_dispatch, celery_send, log_upload_mode, worker_watch
-
-# A fleet instance whose name a live process holds, or whose database is out of reach, tries again.
-JOIN_RETRY_SECONDS = 1.0
 
 __all__ = ["SCOPE_KEY", "BrainApp", "Launcher", "brain_of", "install_tool_providers", "request_brain"]
 
@@ -96,42 +91,30 @@ class BrainApp:
             providers=self.providers,
         )
         self.executors = executor_hub(config.limits)
-        # a fleet (`cluster` block): this instance's leases and the shared input journal
-        self.leases: LeaseManager | None = None
-        self.relay: ExecutorRelay | None = None  # runtime tools across the fleet (BRAIN_CHANNEL_REDIS)
-        self.journal: InputJournal | None = None
-        ownership = None
-        if config.cluster is not None:
-            self.leases = LeaseManager(
-                instance=config.cluster.instance,
-                url=config.cluster.url,
-                lease_seconds=config.cluster.lease_seconds,
-                telemetry=self.telemetry,
-            )
-            self.journal = InputJournal()
-            self.relay = _executor_relay(self.executors, self.leases, secrets.fleet_secret)
-            self.executors.relay = self.relay
+        # a fleet (`cluster` block): leases, input journal, routing, relay; else the solo stand-in
+        self.fleet: Fleet | SoloFleet = build_fleet(
+            config.cluster, secrets.fleet_secret, telemetry=self.telemetry, drop=self._drop_lost
+        )
+        self.relay = _executor_relay(self.executors, self.fleet)  # runtime tools across the fleet
+        self.executors.relay = self.relay
         self.workers = worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
         self.archive: ArchiveService | None = None
         if config.persistence is not None:
+            fencing = self.fleet.archive_fencing()
             self.archive = ArchiveService(
                 config.persistence,
                 Path(config.data_dir).resolve(),
                 os.environ,
                 session_bytes=config.limits.session_bytes,
-                dispatch=celery_dispatch(self.leases),
+                dispatch=celery_dispatch(self.fleet.job_lease),
                 telemetry=self.telemetry,
-                lease_epoch=self.leases.held_epoch if self.leases is not None else None,
-                on_lease_lost=self._lease_lost if self.leases is not None else None,
-                on_published=self.journal.prune_published if self.journal is not None else None,
+                lease_epoch=fencing.lease_epoch,
+                on_lease_lost=fencing.on_lease_lost,
+                on_published=fencing.on_published,
                 dispatch_problem=self.workers.problem if self.workers is not None else None,
             )
-        if self.leases is not None:
-            storage = SessionStorage(Path(config.data_dir).resolve())
-            ownership = Ownership(self.leases, storage, self.archive, self.journal)
-        self._fleet_task: asyncio.Task[None] | None = None
         self.leaving = False  # a graceful stop began: not ready, sessions being handed off
         self._handoff: asyncio.Task[None] | None = None
         self.engine = Engine(
@@ -145,7 +128,7 @@ class BrainApp:
                 CredentialVault.configured(config.credential_keys, secrets), required=self._credential_bindings
             ),
             archive=self.archive,
-            ownership=ownership,
+            ownership=self.fleet.ownership(SessionStorage(Path(config.data_dir).resolve()), self.archive),
         )
         children = EngineChildSessions(self.engine)
         for provider in self.providers.values():
@@ -174,35 +157,13 @@ class BrainApp:
         if self.archive is not None:
             log_upload_mode(self.config, self.workers)
             await self.archive.start()  # before the engine: loading settles sessions
-        if self.leases is not None:
-            self._fleet_task = asyncio.get_running_loop().create_task(self._in_fleet(self.leases), name="brain-fleet")
+        self.fleet.start()  # joins in the background; sessions load once it has joined
         await self.engine.start()
         await self.knowledge_jobs.start()
-        if self.relay is not None:
-            self.relay.start()
 
-    async def _in_fleet(self, leases: LeaseManager) -> None:
-        """Join (again every JOIN_RETRY_SECONDS while the name is taken by a live process or the
-        database is out of reach), then renew the leases until stopped; sessions another
-        instance took are unloaded without writing."""
-        await leases.join_retrying(retry_seconds=JOIN_RETRY_SECONDS)
-        logger.info("joined the fleet", extra={"instance": leases.instance, "url": leases.url})
-
-        def on_lost(session_ids: frozenset[str]) -> None:
-            logger.warning("sessions taken by another instance", extra={"sessions": sorted(session_ids)})
-            task = asyncio.get_running_loop().create_task(self.engine.drop_lost(session_ids), name="brain-fleet-lost")
-            self.engine.track(task)
-
-        await leases.run_renewals(on_lost)
-
-    def _lease_lost(self, session_id: str) -> None:
-        """The archive refused a publish for a newer owner: stop writing the session and unload it."""
-        assert self.leases is not None
-        logger.warning("session publish fenced; dropping it", extra={"session_id": session_id})
-        self.leases.forget(session_id)
-        task = asyncio.get_running_loop().create_task(
-            self.engine.drop_lost(frozenset({session_id})), name="brain-fleet-fenced"
-        )
+    def _drop_lost(self, session_ids: frozenset[str]) -> None:
+        """Sessions this instance may no longer write (taken by another, or a publish fenced): unloaded."""
+        task = asyncio.get_running_loop().create_task(self.engine.drop_lost(session_ids), name="brain-fleet-lost")
         self.engine.track(task)
 
     @property
@@ -210,7 +171,7 @@ class BrainApp:
         """Readiness: not shutting down and, with persistence, the sync backlog under control."""
         if self.leaving or self.engine.draining:
             return False
-        if self.leases is not None and not self.leases.joined:
+        if not self.fleet.ready:
             return False
         return self.archive is None or self.archive.ready
 
@@ -218,8 +179,7 @@ class BrainApp:
         """A graceful stop begins while the server still answers: not ready from now on, and the
         sessions handed off in the background (see hand_off)."""
         self.leaving = True
-        if self.leases is not None:
-            self.leases.draining = True  # at once: nothing more is acquired here
+        self.fleet.begin_leaving()  # at once: nothing more is acquired here
         if self._handoff is None:
             self._handoff = asyncio.get_running_loop().create_task(self._hand_off(), name="brain-hand-off")
 
@@ -228,24 +188,16 @@ class BrainApp:
         then upload each session and release its lease once the archive holds its whole event
         log (brainsite.handoff), so another instance takes it while this one forwards its
         requests there."""
-        if self.leases is not None:
-            try:
-                await self.leases.set_draining(True)
-            except Exception as exc:  # the database: the others then learn it when it leaves
-                logger.warning("marking the instance draining failed", extra={"error": str(exc)})
+        await self.fleet.mark_draining()
         await self.knowledge_jobs.stop()
         await self.engine.shutdown()
-        if self.leases is not None:
-            await release_sessions(self.engine, self.archive, self.leases)
+        await self.fleet.hand_off(functools.partial(release_sessions, self.engine, self.archive))
 
     async def stop(self) -> None:
         self.begin_leaving()
         assert self._handoff is not None
         await self._handoff
-        if self.relay is not None:
-            await self.relay.stop()
-        if self.leases is not None:
-            await self._leave_fleet(self.leases)
+        await self.fleet.stop()  # relay, renewals, leases, the router's connections
         if self.archive is not None:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
         if self.workers is not None:
@@ -254,40 +206,23 @@ class BrainApp:
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
 
-    async def _leave_fleet(self, leases: LeaseManager) -> None:
-        """Stop renewing, release what is left and leave, so routing skips the instance at once."""
-        if self._fleet_task is not None:
-            self._fleet_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._fleet_task
-        await leases.leave_quietly()
 
-
-def _executor_relay(hub: ExecutorHub, leases: LeaseManager, secret: FleetSecret | None) -> ExecutorRelay | None:
-    """Runtime tools across the fleet over the Redis that BRAIN_CHANNEL_REDIS names, sealed
-    under the fleet secret; without it an executor serves only sessions its own instance owns."""
-    url = os.environ.get(CHANNEL_REDIS_ENV, "").strip()
-    if not url:
-        logger.warning(
-            "no BRAIN_CHANNEL_REDIS: runtime tools serve only the sessions their executor's instance owns",
-            extra={"instance": leases.instance},
-        )
+def _executor_relay(hub: ExecutorHub, fleet: Fleet | SoloFleet) -> ExecutorRelay | None:
+    """Runtime tools across a fleet, when it has a relay's Redis (BRAIN_CHANNEL_REDIS); the
+    relay then starts and stops with the fleet."""
+    membership = fleet.relay_membership()
+    if membership is None:
         return None
-
-    if secret is None:  # never with a `cluster` block: check_cluster requires BRAIN_FLEET_SECRET
-        raise RuntimeError("the executor relay needs the fleet secret")
-
-    async def member(instance: str, incarnation: str) -> str | None:
-        return await fleet_db.amember_url(instance, incarnation=incarnation, using=leases.database)
-
-    return ExecutorRelay(
+    relay = ExecutorRelay(
         hub,
-        redis_url=url,
-        instance=leases.instance,
-        incarnation=leases.incarnation,
-        secret=secret.key,
-        member=member,
+        redis_url=membership.redis_url,
+        instance=membership.instance,
+        incarnation=membership.incarnation,
+        secret=membership.secret,
+        member=membership.member,
     )
+    fleet.adopt_relay(relay)
+    return relay
 
 
 # Each app reads the application object through a view of its own; these assignments make mypy
@@ -301,6 +236,10 @@ def _as_tools_app_object(app: BrainApp) -> ToolsAppObject:
 
 
 def _as_persistence_app_object(app: BrainApp) -> PersistenceAppObject:
+    return app
+
+
+def _as_fleet_app_object(app: BrainApp) -> FleetAppObject:
     return app
 
 

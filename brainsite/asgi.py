@@ -27,7 +27,6 @@ from brainsite.cors import CorsMiddleware  # noqa: E402
 from brainsite.daphne_socket import abort_connection, pending_bytes_probe  # noqa: E402
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
-from fleet_app.routing import FleetRouter, leases_of  # noqa: E402
 from foundation import telemetry  # noqa: E402
 from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
@@ -57,7 +56,6 @@ class BrainHttpMiddleware:
         self.api_app = api_app
         self.stream_app = stream_app
         self.commands_app = commands_app
-        self.fleet = FleetRouter()
 
     async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
         brain = await self.launcher.started()
@@ -86,12 +84,10 @@ class BrainHttpMiddleware:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 await self._reject_too_large(send_with_headers, request_id)
                 return
-        leases = leases_of(brain)
-        if leases is not None:  # a fleet: session requests go to their owner
-            routed = await self.fleet.route(brain, leases, scope, receive, send, limit=limit)
-            if routed is None:
-                return
-            receive = routed
+        routed = await brain.fleet.route(brain, scope, receive, send, limit=limit)  # in a fleet: to the owner
+        if routed is None:
+            return
+        receive = routed
         match = _EVENTS_PATH.match(scope.get("path", ""))
         if match and scope.get("method") == "GET" and self._wants_stream(scope):
             scope["url_route"] = {"kwargs": {"id": match.group(1)}}

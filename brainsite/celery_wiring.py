@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fleet_app.leases import LeaseManager
 from foundation.hostconfig import HostConfig
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
@@ -17,9 +16,10 @@ __all__ = ["celery_dispatch", "celery_send", "log_upload_mode", "worker_watch"]
 WORKER_PING_SECONDS = 1.0
 
 
-def celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], None] | None:
+def celery_dispatch(job_lease: Callable[[str], tuple[int | None, ...]]) -> Callable[[str, int], None] | None:
     """Hands publishes to `manage.py syncworker` when a broker is configured; in a fleet each
-    job carries the lease epoch held now (only the server holds leases), None when none is."""
+    job carries the lease epoch held now (only the server holds leases, fleet_app.fleet), None
+    when none is."""
     from django.conf import settings
 
     if not settings.CELERY_BROKER_URL:
@@ -28,10 +28,7 @@ def celery_dispatch(leases: LeaseManager | None = None) -> Callable[[str, int], 
     from persistence_app.tasks import PUBLISH_TASK
 
     def dispatch(session_id: str, seq: int) -> None:
-        if leases is None:
-            app.send_task(PUBLISH_TASK, args=(session_id, seq))
-        else:
-            app.send_task(PUBLISH_TASK, args=(session_id, seq, leases.held_epoch(session_id)))
+        app.send_task(PUBLISH_TASK, args=(session_id, seq, *job_lease(session_id)))
 
     return dispatch
 

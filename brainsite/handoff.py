@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import Protocol
 
+from fleet_app.lease_token import Leases
 from foundation.errors import BrainError
 from foundation.logs import logger
 from persistence_app.archiving import ArchiveService
@@ -32,16 +32,6 @@ SETTLE_SECONDS = 5.0
 SETTLE_POLL_SECONDS = 0.05
 # Uploads of one session before giving up when its log keeps growing past what was uploaded.
 FLUSH_ATTEMPTS = 3
-
-
-class Leases(Protocol):
-    """What the handoff needs of fleet_app.leases.LeaseManager."""
-
-    def held(self) -> dict[str, int]: ...
-
-    def forget(self, session_id: str) -> None: ...
-
-    async def release(self, session_id: str) -> bool: ...
 
 
 async def release_sessions(engine: Engine, archive: ArchiveService | None, leases: Leases) -> None:

@@ -15,11 +15,13 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import orjson
 from channels.db import database_sync_to_async
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from .models import Instance, JournalEntry, JournalState, SessionLease
 
 __all__ = [
+    "DEFAULT_DB_ALIAS",
+    "DatabaseError",
     "Acquired",
     "InstanceRow",
     "JournalRow",

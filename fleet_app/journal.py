@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS
-
 from . import db
+from .db import DEFAULT_DB_ALIAS
+from .lease_token import LeaseToken
 from .models import JournalState
 
 __all__ = ["Backlog", "InputJournal"]
@@ -45,12 +45,13 @@ class InputJournal:
         self.database = database
 
     async def record(
-        self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], epoch: int
+        self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], token: LeaseToken
     ) -> db.Recorded:
         """Journal an input before its 202. A resend of a journaled key returns the first
-        send's entry (`created` False): answer with that input's event, record nothing."""
+        send's entry (`created` False): answer with that input's event, record nothing. Fenced
+        with `token`, the lease held on the session."""
         return await db.arecord_input(
-            session_id, input_id=input_id, key=key, payload=payload, epoch=epoch, using=self.database
+            session_id, input_id=input_id, key=key, payload=payload, epoch=token.epoch, using=self.database
         )
 
     async def mark_started(self, session_id: str, seq: int) -> bool:

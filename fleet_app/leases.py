@@ -15,14 +15,14 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-
-from django.db import DEFAULT_DB_ALIAS, DatabaseError
 
 from foundation.telemetry import Telemetry
 
 from . import db
+from .db import DEFAULT_DB_ALIAS, DatabaseError
+from .lease_token import LeaseFence, LeaseToken
 
 __all__ = ["LeaseManager", "Renewal", "margin_seconds"]
 
@@ -239,6 +239,23 @@ class LeaseManager:
         if held is None or self._clock() >= held.deadline:
             return None
         return held.epoch
+
+    def held_token(self, session_id: str) -> LeaseToken | None:
+        """held_epoch() as the lease it names: the session, this instance, the epoch."""
+        epoch = self.held_epoch(session_id)
+        return LeaseToken(session_id, self.instance, epoch) if epoch is not None else None
+
+    def fence_rows(self, session_ids: Iterable[str]) -> tuple[LeaseFence, set[str]]:
+        """Rows are written only under the epoch still held; a lapsing lease's row waits."""
+        epochs: dict[str, int] = {}
+        lapsing: set[str] = set()
+        for session_id in session_ids:
+            epoch = self.held_epoch(session_id)
+            if epoch is not None:
+                epochs[session_id] = epoch
+            elif self.holds(session_id):
+                lapsing.add(session_id)
+        return LeaseFence(self.instance, epochs, self.incarnation), lapsing
 
     def own_name_epoch(self, session_id: str) -> int | None:
         """The epoch a former process of this instance's name last held the session at, when

@@ -26,6 +26,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from fleet_app import db as fleet_db
+from fleet_app.admin import in_fleet
 from fleet_app.models import SessionLease
 from foundation.app_object import SCOPE_KEY
 from foundation.errors import BrainError, CursorUnavailable
@@ -383,7 +384,7 @@ def _live_record(request: HttpRequest, session_id: str) -> SessionRecord | None:
 def _fleet_lease(request: HttpRequest, session_id: str) -> dict[str, Any] | None:
     """In a fleet (a `cluster` block): the session's live owner (None without one) and its
     lease row (None when never leased). None without a `cluster` block."""
-    if getattr(_brain(request), "leases", None) is None:
+    if not in_fleet(request):
         return None
     lease = SessionLease.objects.filter(session_id=session_id).first()
     return {"owner": fleet_db.owner_of(session_id), "lease": lease}

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,6 +11,7 @@ from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Q
 
+from fleet_app.lease_token import LeaseFence
 from fleet_app.models import SessionLease
 from foundation.hostconfig import HostConfig
 from foundation.rfc3339 import format_time as _format_time
@@ -144,16 +144,6 @@ def list_sessions(tenant: str, *, after: str, limit: int, only: str = "") -> lis
 
 
 STATE_FIELDS = ("status", "updated_at", "checkpoint_id", "checkpoint_offset", "checkpoint_time")
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseFence:
-    """In a fleet: this instance's name, this process's incarnation under it, and the epoch
-    of each session it still holds."""
-
-    owner: str
-    epochs: Mapping[str, int]
-    incarnation: str
 
 
 def save_session_states(

@@ -19,7 +19,7 @@ from .records import ApprovalRecord, Principal, SessionConfig, SessionRecord
 from .runtime.actor import SessionActor
 from .runtime.approvals import MAX_REASON_CHARS
 from .runtime.engine import Engine
-from .runtime.ownership import Journal, Ownership
+from .runtime.ownership import Ownership
 from .runtime.pubsub import Subscriber
 
 __all__ = [
@@ -211,31 +211,24 @@ async def send_message(
     actor = await _actor(engine, principal, session_id)
     engine.check_writes(session_id)
     assert text is not None
-    ownership = engine.ownership
-    if ownership is None or ownership.journal is None:
-        return actor.send(text, key=key or None, traceparent=traceparent)
-    return await _send_journaled(ownership, ownership.journal, actor, text, key or None, traceparent)
+    return await _send(engine.ownership, actor, text, key or None, traceparent)
 
 
-async def _send_journaled(
-    ownership: Ownership, journal: Journal, actor: SessionActor, text: str, key: str | None, traceparent: str
-) -> Event:
-    """A fleet's send: the input is in the journal (under the held lease epoch) before it is in
-    the log and before the 202; the session's sends take the lock in turn, so journal order is
-    queue order. A key another instance journaled answers with that input's event."""
-    if actor.send_lock is None:
-        actor.send_lock = asyncio.Lock()
+async def _send(ownership: Ownership, actor: SessionActor, text: str, key: str | None, traceparent: str) -> Event:
+    """The input is admitted once, then in the journal (under the lease held: in a fleet) before
+    it is in the log and before the 202; the session's sends take its lock in turn, so journal
+    order is queue order. A key another instance journaled answers with that input's event."""
     async with actor.send_lock:
         data, previous = actor.admit(text, key=key)
         if previous is not None:
             return previous
-        epoch = ownership.require_writable(actor.id)
-        input_id = new_id()
-        recorded = await journal.record(actor.id, input_id=input_id, key=key, payload=data, epoch=epoch)
+        token = ownership.require_writable(actor.id)
+        journal = ownership.journal
+        recorded = await journal.record(actor.id, input_id=new_id(), key=key, payload=data, token=token)
         if not recorded.created:
             return Event.build("user.message", data, event_id=recorded.input_id)
         try:
-            return actor.send(text, key=key, traceparent=traceparent, input_id=input_id, seq=recorded.seq)
+            return actor.accept(data, key=key, traceparent=traceparent, input_id=recorded.input_id, seq=recorded.seq)
         except BaseException:
             await asyncio.shield(journal.discard(actor.id, recorded.seq))
             raise
@@ -246,8 +239,7 @@ def _require_writable(engine: Engine, actor: SessionActor) -> None:
     decision) is made under this instance's live lease on it, else 503 unavailable (retryable):
     an owner paused or cut off past its lease changes nothing, whatever it still has loaded.
     Requests for a session another instance owns never get here: routing forwards them."""
-    if engine.ownership is not None:
-        engine.ownership.require_writable(actor.id)
+    engine.ownership.require_writable(actor.id)
 
 
 async def interrupt_session(engine: Engine, principal: Principal, session_id: str) -> None:

@@ -108,6 +108,11 @@ class SessionActor(SessionState["SessionActor"]):
         data, previous = self.admit(text, key=key)
         if previous is not None:
             return previous
+        return self.accept(data, key=key, traceparent=traceparent, input_id=input_id, seq=seq)
+
+    def accept(self, data: dict[str, Any], *, key: str | None, traceparent: str, input_id: str, seq: int) -> Event:
+        """A user.message admit() let in: on disk before return, then queued."""
+        text = str(data["text"])
         try:
             event = self.emit("user.message", data, event_id=input_id)
         except (OSError, RecordTooLarge) as exc:
@@ -235,7 +240,7 @@ class SessionActor(SessionState["SessionActor"]):
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
         )
         try:
-            if pending.seq and self._journal is not None:  # before anything reaches the harness
+            if pending.seq:  # journaled: marked started before anything reaches the harness
                 await self._journal.mark_started(self.id, pending.seq)
             async with self._host.turn_slot() as self._slot:
                 if trace is not None:

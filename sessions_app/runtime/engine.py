@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fleet_app.ownership import SoloOwnership
 from foundation.errors import BrainError, Conflict, NotFound, Overloaded, Unavailable
 from foundation.hostconfig import HostConfig, Limits, Secrets
 from foundation.hostconfig.provider_keys import ProviderKeys
@@ -83,6 +84,8 @@ class Engine:
         archive: ArchiveHooks | None = None,
         ownership: Ownership | None = None,
     ) -> None:
+        """`ownership`: the instance's leases and input journal (fleet_app.ownership); without
+        one, this instance alone owns every session."""
         self.config = config
         self.executors = executors if executors is not None else executor_hub(config.limits)
         self.providers = providers if providers is not None else ProviderRegistry()
@@ -105,15 +108,15 @@ class Engine:
         )
         self._turn_slots = TurnSlots(config.limits.active)
         self._loading: dict[str, asyncio.Future[SessionActor]] = {}
+        self.ownership: Ownership = ownership if ownership is not None else SoloOwnership()
         # in a fleet the rows are shared: written only under a lease still held
-        self._rows = WriteBehind(ownership.leases if ownership is not None else None)
+        self._rows = WriteBehind(self.ownership.leases)
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
         self._key_watch: asyncio.Task[None] | None = None  # follows provider keys given as NAME_FILE
         self._streams_closed = asyncio.Event()
         self._archive = archive
         self._offline: set[str] = set()  # sessions being replaced by a restore
-        self.ownership = ownership  # in a fleet: leases, stale copies, the write check
 
     @property
     def limits(self) -> Limits:
@@ -129,8 +132,7 @@ class Engine:
         self.storage.ensure()
         shutil.rmtree(self.data_dir / "hosts", ignore_errors=True)  # private dirs of dead hosts
         marked = await asyncio.to_thread(self.storage.marked_running)
-        owner = self.ownership.leases.instance if self.ownership is not None else None
-        for record in await db.aclaim_running_sessions(marked, owner=owner):
+        for record in await db.aclaim_running_sessions(marked, owner=self.ownership.leases.instance or None):
             with contextlib.suppress(NotFound, Overloaded, Unavailable, SessionDamaged):  # loads on its next request
                 await self.get_actor(record.tenant, record.id)  # loading settles the lost turn
         await self.flush()
@@ -188,7 +190,7 @@ class Engine:
     def check_writes(self, session_id: str | None = None) -> None:
         """429 while shutting down or while the sync backlog is full (spec); in a fleet, 503
         while this instance's lease on `session_id` is not writable."""
-        if self.ownership is not None and session_id is not None:
+        if session_id is not None:
             self.ownership.require_writable(session_id)
         if self._draining:
             raise Overloaded("server is shutting down")
@@ -206,8 +208,7 @@ class Engine:
         self.check_writes()
         files = self.storage.files(record.id)
         files.create()
-        if self.ownership is not None:
-            await self.ownership.claim_new(record.id)
+        await self.ownership.claim_new(record.id)
         await asyncio.to_thread(
             files.checkpoints.record,
             record.checkpoint["id"],
@@ -257,7 +258,7 @@ class Engine:
             record = await db.aget_session(tenant, session_id)
         if record is None:
             raise NotFound("session not found")
-        if self.ownership is not None and await self.ownership.claim(tenant, session_id):
+        if await self.ownership.claim(tenant, session_id):
             record = await db.aget_session(tenant, session_id) or record  # the archive's row
         # no call waits in a session being loaded: approvals a stopped server left pending are over
         abandoned = await db.acancel_pending_approvals(session_id, reason=ABANDONED_APPROVAL_REASON)
@@ -286,11 +287,9 @@ class Engine:
             sequential=self._tool_execution(record.harness) == "sequential",
             approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
-        journal = self.ownership.journal if self.ownership is not None else None
-        backlog = None
-        if journal is not None:  # a fleet: inputs acknowledged past the last checkpoint
-            last = recovered.last_checkpoint
-            backlog = await journal.backlog(session_id, last.get("covered_seq", 0) if last is not None else 0)
+        journal = self.ownership.journal
+        last = recovered.last_checkpoint  # in a fleet: inputs acknowledged past the last checkpoint
+        backlog = await journal.backlog(session_id, last.get("covered_seq", 0) if last is not None else 0)
         actor = SessionActor(
             self, record, files=files, log=log, tool_calls=tool_calls, telemetry=self.telemetry, journal=journal
         )

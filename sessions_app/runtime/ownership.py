@@ -1,52 +1,20 @@
-"""A fleet instance's ownership of the sessions it serves: the lease taken when a session is
-created or loaded, the epoch its local copy was written under, the stale copy replaced by the
-archive's `latest`, and the check before every write. Without a `cluster` block there is none.
+"""What the session runtime sees of its instance's ownership of sessions (fleet_app.ownership):
+the lease taken when a session is created or loaded, the check before every write, the leases
+that fence its rows and the input journal. One instance alone has a stand-in that owns every
+session; the runtime never asks which it has.
 
-Sees fleet_app only through the Leases protocol (its LeaseManager) and persistence only through
-the TakeOver protocol (its ArchiveService); no Django, no request objects.
+Sees fleet_app only through the protocols below and fleet_app.lease_token; no Django, no
+request objects.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from foundation.errors import Unavailable
-from foundation.logs import logger
-from sessions_app.storage import SessionStorage
+from fleet_app.lease_token import Leases, LeaseToken
 
-__all__ = ["Journal", "JournalBacklog", "JournalEntry", "Leases", "Ownership", "Recorded", "TakeOver"]
-
-FIRST_EPOCH = 1  # fleet_app.db: a session's first lease ever
-
-
-class Leases(Protocol):
-    @property
-    def instance(self) -> str: ...
-
-    @property
-    def incarnation(self) -> str: ...
-
-    @property
-    def joined(self) -> bool: ...
-
-    async def acquire(self, session_id: str) -> int | None: ...
-
-    def held_epoch(self, session_id: str) -> int | None: ...
-
-    def own_name_epoch(self, session_id: str) -> int | None: ...
-
-    def holds(self, session_id: str) -> bool: ...
-
-
-class TakeOver(Protocol):
-    async def take_over(self, tenant: str, session_id: str) -> bool:
-        """Replace the local copy (kept aside) with the archive's latest: False without one."""
-
-    async def rebuild(self, tenant: str, session_id: str) -> bool:
-        """With no local copy and nothing in the archive: the session as created, from its row
-        in the fleet's database. False without a row."""
+__all__ = ["Journal", "JournalBacklog", "JournalEntry", "Ownership", "Recorded"]
 
 
 class Recorded(Protocol):
@@ -77,10 +45,10 @@ class JournalBacklog(Protocol):
 
 
 class Journal(Protocol):
-    """fleet_app.journal.InputJournal: acknowledged inputs in the fleet's database."""
+    """fleet_app.journal.InputJournal (acknowledged inputs in the fleet's database), or its solo stand-in."""
 
     async def record(
-        self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], epoch: int
+        self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], token: LeaseToken
     ) -> Recorded: ...
 
     async def mark_started(self, session_id: str, seq: int) -> bool: ...
@@ -94,69 +62,20 @@ class Journal(Protocol):
     async def prune(self, session_id: str, covered_seq: int) -> int: ...
 
 
-class Ownership:
-    def __init__(
-        self, leases: Leases, storage: SessionStorage, archive: TakeOver | None, journal: Journal | None = None
-    ) -> None:
-        self.leases = leases
-        self.storage = storage
-        self.archive = archive
-        self.journal = journal
+class Ownership(Protocol):
+    """fleet_app.ownership.LeasedOwnership, or SoloOwnership for one instance alone."""
 
-    async def _acquire(self, session_id: str) -> int:
-        if not self.leases.joined:  # the others could not see this instance as the owner yet
-            raise Unavailable("this instance has not joined the fleet yet")
-        epoch = await self.leases.acquire(session_id)
-        if epoch is None:
-            raise Unavailable("the session is owned by another instance")
-        return epoch
+    @property
+    def leases(self) -> Leases: ...
 
-    async def claim_new(self, session_id: str) -> int:
-        """A session created here: its first lease, recorded in its new directory."""
-        epoch = await self._acquire(session_id)
-        await asyncio.to_thread(self.storage.files(session_id).write_lease_epoch, epoch)
-        return epoch
+    @property
+    def journal(self) -> Journal: ...
+
+    async def claim_new(self, session_id: str) -> None:
+        """A session created here: its lease, recorded in its new directory."""
 
     async def claim(self, tenant: str, session_id: str) -> bool:
-        """Take the lease of a session about to load here. The local copy serves when it was
-        written under the epoch now held (nobody took the session meanwhile: it is the freshest
-        there is); otherwise the archive's latest replaces it. With neither (its owner died
-        before its first upload), the session is rebuilt as it was created from its row, and
-        the input journal, which nothing has pruned, brings back every input acknowledged since
-        (the actor adopts it at load). True when the local copy was replaced.
+        """Take the lease of a session about to load here; True when the local copy was replaced."""
 
-        A load that fails after the acquire (the archive unreadable, say) keeps the lease: the
-        next request, here or forwarded here by another instance, acquires it again at the
-        same epoch, so retries never move the epoch on."""
-        epoch = await self._acquire(session_id)
-        files = self.storage.files(session_id)
-        local = await asyncio.to_thread(files.read_lease_epoch)
-        exists = await asyncio.to_thread(files.exists)
-        # the copy is the freshest when written under the epoch held, or under the one before it
-        # by a former process of this instance's name (a restart after a crash: nobody else
-        # held the session in between)
-        own = self.leases.own_name_epoch(session_id)
-        fresh = exists and (
-            local == epoch or (local is None and epoch == FIRST_EPOCH) or (local is not None and local == own)
-        )
-        replaced = False
-        if not fresh and self.archive is not None:
-            replaced = await self.archive.take_over(tenant, session_id)
-            if exists and replaced:
-                logger.info(
-                    "stale session copy replaced",
-                    extra={"session_id": session_id, "local_epoch": local, "epoch": epoch},
-                )
-            elif not exists and not replaced:
-                exists = await self.archive.rebuild(tenant, session_id)
-        if not replaced and not exists:
-            raise Unavailable("the session's state is neither on this instance nor in the archive")
-        await asyncio.to_thread(files.write_lease_epoch, epoch)
-        return replaced
-
-    def require_writable(self, session_id: str) -> int:
-        """The epoch to write under; 503 unavailable while the lease is not (or no longer) ours."""
-        epoch = self.leases.held_epoch(session_id)
-        if epoch is None:
-            raise Unavailable("this instance's lease on the session is lapsing; retry")
-        return epoch
+    def require_writable(self, session_id: str) -> LeaseToken:
+        """The lease to write under; 503 unavailable while it is not (or no longer) ours."""

@@ -46,12 +46,12 @@ class SessionState(Generic[Actor]):
         log: EventLog,
         tool_calls: ToolCalls,
         telemetry: Telemetry,
-        journal: Journal | None = None,
+        journal: Journal,
     ) -> None:
         self._host = host
-        self._journal = journal  # a fleet's input journal: turns mark their input started
+        self._journal = journal  # the input journal (none for one instance alone): turns mark their input started
         self._covered_seq = 0  # the journal seq the last checkpoint covers
-        self.send_lock: asyncio.Lock | None = None  # a fleet's sends: journal and log in one order
+        self.send_lock = asyncio.Lock()  # sends: journal and log in one order
         self.record = record
         self.files = files
         self.log = log
@@ -173,7 +173,7 @@ class SessionState(Generic[Actor]):
         journal too, so an owner that takes over after this one dies (before its next upload)
         reports them cancelled rather than running them."""
         journaled = [seq for seq in seqs if seq]
-        if self._journal is None or not journaled:
+        if not journaled:
             return
         self._host.track(asyncio.get_running_loop().create_task(self._mark_cancelled(self._journal, journaled)))
 

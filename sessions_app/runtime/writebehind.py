@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Protocol
 
+from fleet_app.lease_token import Leases
 from foundation.logs import logger
 from sessions_app import db
 from sessions_app.records import SessionRecord
@@ -21,23 +21,9 @@ __all__ = ["WRITE_BEHIND_SECONDS", "WriteBehind"]
 WRITE_BEHIND_SECONDS = 0.2
 
 
-class HeldLeases(Protocol):
-    """What the write-behind needs of a fleet instance's leases (fleet_app.leases.LeaseManager)."""
-
-    @property
-    def instance(self) -> str: ...
-
-    @property
-    def incarnation(self) -> str: ...
-
-    def held_epoch(self, session_id: str) -> int | None: ...
-
-    def holds(self, session_id: str) -> bool: ...
-
-
 class WriteBehind:
-    def __init__(self, leases: HeldLeases | None = None) -> None:
-        """`leases`: in a fleet, whose epochs fence each row."""
+    def __init__(self, leases: Leases) -> None:
+        """`leases`: the instance's, which fence each row (not at all for one instance alone)."""
         self._dirty: dict[str, SessionRecord] = {}
         self._leases = leases
 
@@ -54,16 +40,10 @@ class WriteBehind:
         records, self._dirty = list(self._dirty.values()), {}
         # copies: the actors keep changing their records while the thread writes
         snapshot = [dataclasses.replace(r, checkpoint=r.checkpoint.copy()) for r in records]
-        fence = None
-        if self._leases is not None:
-            epochs: dict[str, int] = {}
-            for record in records:
-                epoch = self._leases.held_epoch(record.id)
-                if epoch is not None:
-                    epochs[record.id] = epoch
-                elif self._leases.holds(record.id):  # lapsing: written if the renewal comes back
-                    self._dirty.setdefault(record.id, record)
-            fence = db.LeaseFence(self._leases.instance, epochs, self._leases.incarnation)
+        fence, lapsing = self._leases.fence_rows(record.id for record in records)
+        for record in records:
+            if record.id in lapsing:  # written if the renewal comes back
+                self._dirty.setdefault(record.id, record)
         try:
             await db.asave_session_states(snapshot, fence=fence)
         except Exception:  # supervision boundary: keep the rows for the next flush

@@ -9,11 +9,14 @@ import dataclasses
 import secrets
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from typing import cast
 
 import pytest
 from django.db import connections
 from pytest_django import DjangoDbBlocker
 
+from fleet_app.lease_token import Leases as HeldLeases
+from fleet_app.leases import LeaseManager
 from fleet_app.models import SessionLease
 from sessions_app import db
 from sessions_app.models import Session, Tenant
@@ -150,6 +153,8 @@ class Leases:
     def holds(self, session_id: str) -> bool:
         return session_id in self.writable or session_id in self.lapsing
 
+    fence_rows = LeaseManager.fence_rows  # the real rule, over the epochs this test sets
+
 
 def test_the_write_behind_holds_a_lapsing_sessions_row_until_its_lease_is_renewed(
     shared: str, monkeypatch: pytest.MonkeyPatch
@@ -160,7 +165,7 @@ def test_the_write_behind_holds_a_lapsing_sessions_row_until_its_lease_is_renewe
     _lease(shared, lost.id, "brain-a", 1)
     leases = Leases()
     leases.lapsing.add(lapsing.id)  # renewal late: not writable now, still believed held
-    rows = WriteBehind(leases)
+    rows = WriteBehind(cast(HeldLeases, leases))
     rows.mark(_changed(lapsing, SessionStatus.RUNNING, "f" * 32))
     rows.mark(_changed(lost, SessionStatus.RUNNING, "f" * 32))  # neither writable nor held: lost
     asyncio.run(rows.flush())

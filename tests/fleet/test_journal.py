@@ -11,6 +11,7 @@ from django.db import connections
 
 from fleet_app import db
 from fleet_app.journal import InputJournal
+from fleet_app.lease_token import LeaseToken
 from fleet_app.models import JournalEntry, JournalState
 
 
@@ -32,8 +33,12 @@ async def test_a_resent_key_returns_the_first_input_and_records_nothing(fleet_db
     session = sid()
     first_id, second_id = secrets.token_hex(16), secrets.token_hex(16)
     # when
-    first = await journal.record(session, input_id=first_id, key="k-1", payload={"text": "hello"}, epoch=3)
-    again = await journal.record(session, input_id=second_id, key="k-1", payload={"text": "hello again"}, epoch=4)
+    first = await journal.record(
+        session, input_id=first_id, key="k-1", payload={"text": "hello"}, token=LeaseToken(session, "brain-a", 3)
+    )
+    again = await journal.record(
+        session, input_id=second_id, key="k-1", payload={"text": "hello again"}, token=LeaseToken(session, "brain-a", 4)
+    )
     # then
     assert (first.input_id, first.created) == (first_id, True)
     assert (again.seq, again.input_id, again.created) == (first.seq, first_id, False)
@@ -48,10 +53,19 @@ async def test_keys_are_per_session_and_inputs_without_a_key_are_all_recorded(fl
     one, other = sid(), sid()
     # when
     keyed = [
-        await journal.record(one, input_id=secrets.token_hex(16), key="k", payload={}, epoch=1),
-        await journal.record(other, input_id=secrets.token_hex(16), key="k", payload={}, epoch=1),
+        await journal.record(
+            one, input_id=secrets.token_hex(16), key="k", payload={}, token=LeaseToken(one, "brain-a", 1)
+        ),
+        await journal.record(
+            other, input_id=secrets.token_hex(16), key="k", payload={}, token=LeaseToken(other, "brain-a", 1)
+        ),
     ]
-    plain = [await journal.record(one, input_id=secrets.token_hex(16), key=None, payload={}, epoch=1) for _ in range(2)]
+    plain = [
+        await journal.record(
+            one, input_id=secrets.token_hex(16), key=None, payload={}, token=LeaseToken(one, "brain-a", 1)
+        )
+        for _ in range(2)
+    ]
     # then
     assert [item.created for item in keyed + plain] == [True, True, True, True]
     assert len({item.seq for item in keyed + plain}) == 4
@@ -95,9 +109,15 @@ async def test_a_nul_in_the_key_or_the_message_is_journaled_as_it_was_sent(fleet
     session = sid()
     payload = {"text": "before\x00after", "nested": {"n": 2**63 - 1}}
     # when
-    first = await journal.record(session, input_id=secrets.token_hex(16), key="k\x00", payload=payload, epoch=1)
-    other = await journal.record(session, input_id=secrets.token_hex(16), key="k", payload={}, epoch=1)
-    again = await journal.record(session, input_id=secrets.token_hex(16), key="k\x00", payload={}, epoch=1)
+    first = await journal.record(
+        session, input_id=secrets.token_hex(16), key="k\x00", payload=payload, token=LeaseToken(session, "brain-a", 1)
+    )
+    other = await journal.record(
+        session, input_id=secrets.token_hex(16), key="k", payload={}, token=LeaseToken(session, "brain-a", 1)
+    )
+    again = await journal.record(
+        session, input_id=secrets.token_hex(16), key="k\x00", payload={}, token=LeaseToken(session, "brain-a", 1)
+    )
     # then
     assert (first.created, other.created, again.created) == (True, True, False)
     assert again.seq == first.seq
@@ -113,7 +133,13 @@ async def test_the_backlog_requeues_what_never_started_and_reports_started_turns
     journal = InputJournal(database=fleet_db)
     session = sid()
     entries = [
-        await journal.record(session, input_id=f"{index:032x}", key=None, payload={"text": f"m{index}"}, epoch=1)
+        await journal.record(
+            session,
+            input_id=f"{index:032x}",
+            key=None,
+            payload={"text": f"m{index}"},
+            token=LeaseToken(session, "brain-a", 1),
+        )
         for index in range(4)
     ]
     assert await journal.mark_started(session, entries[0].seq)
@@ -134,7 +160,9 @@ async def test_an_entry_is_started_once(fleet_db: str) -> None:
     # given
     journal = InputJournal(database=fleet_db)
     session = sid()
-    entry = await journal.record(session, input_id=secrets.token_hex(16), key=None, payload={}, epoch=1)
+    entry = await journal.record(
+        session, input_id=secrets.token_hex(16), key=None, payload={}, token=LeaseToken(session, "brain-a", 1)
+    )
     # when
     marks = [await journal.mark_started(session, entry.seq), await journal.mark_started(session, entry.seq)]
     elsewhere = await journal.mark_started(sid(), entry.seq)  # another session's seq: nothing
@@ -149,10 +177,18 @@ async def test_pruning_forgets_only_what_the_checkpoint_covers_in_its_session(fl
     journal = InputJournal(database=fleet_db)
     session, other = sid(), sid()
     entries = [
-        await journal.record(session, input_id=secrets.token_hex(16), key=f"k{index}", payload={}, epoch=1)
+        await journal.record(
+            session,
+            input_id=secrets.token_hex(16),
+            key=f"k{index}",
+            payload={},
+            token=LeaseToken(session, "brain-a", 1),
+        )
         for index in range(3)
     ]
-    kept = await journal.record(other, input_id=secrets.token_hex(16), key=None, payload={}, epoch=1)
+    kept = await journal.record(
+        other, input_id=secrets.token_hex(16), key=None, payload={}, token=LeaseToken(other, "brain-a", 1)
+    )
     # when
     pruned = await journal.prune(session, entries[1].seq)
     # then
@@ -161,7 +197,9 @@ async def test_pruning_forgets_only_what_the_checkpoint_covers_in_its_session(fl
     assert [seq for seq, _, _ in await arows(fleet_db, other)] == [kept.seq]
     assert await journal.mark_started(session, entries[0].seq) is False
     # a pruned key is the event log's to replay (it is in the checkpoint): the journal records anew
-    resent = await journal.record(session, input_id=secrets.token_hex(16), key="k0", payload={}, epoch=2)
+    resent = await journal.record(
+        session, input_id=secrets.token_hex(16), key="k0", payload={}, token=LeaseToken(session, "brain-a", 2)
+    )
     assert resent.created is True
 
 
@@ -170,7 +208,13 @@ async def test_cancelled_entries_are_reported_apart_and_a_started_one_is_never_c
     journal = InputJournal(database=fleet_db)
     session = sid()
     entries = [
-        await journal.record(session, input_id=f"{index:032x}", key=None, payload={"text": f"m{index}"}, epoch=1)
+        await journal.record(
+            session,
+            input_id=f"{index:032x}",
+            key=None,
+            payload={"text": f"m{index}"},
+            token=LeaseToken(session, "brain-a", 1),
+        )
         for index in range(3)
     ]
     assert await journal.mark_started(session, entries[0].seq)

@@ -11,6 +11,7 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.test import Client
 
+from fleet_app.fleet import SoloFleet
 from foundation.hostconfig import ToolBindingConfig
 from tests.support.admin_client import BrainAdminClient
 from tools_app.admin import ToolBindingForm
@@ -100,7 +101,7 @@ def test_the_admin_form_is_as_strict_as_startup(changes: dict[str, Any], field: 
 
 def admin_client_of(tools: ToolRegistry, admin_user: Any) -> BrainAdminClient:
     """An admin session whose requests carry the application object, as under runbrain."""
-    client = BrainAdminClient(SimpleNamespace(registry=tools))
+    client = BrainAdminClient(SimpleNamespace(registry=tools, fleet=SoloFleet()))
     client.force_login(admin_user)
     return client
 

@@ -11,6 +11,7 @@ from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.test import Client, override_settings
 
+from fleet_app.fleet import SoloFleet
 from tests.support.admin_client import BrainAdminClient
 
 
@@ -53,7 +54,7 @@ def test_a_host_outside_allowed_hosts_gets_a_400_envelope(caplog: pytest.LogCapt
 @pytest.mark.django_db
 def test_a_host_outside_allowed_hosts_gets_a_400_through_the_asgi_stack() -> None:
     # given
-    client = BrainAdminClient(SimpleNamespace())
+    client = BrainAdminClient(SimpleNamespace(fleet=SoloFleet()))
 
     # when
     response = async_to_sync(client.post)(
@@ -79,7 +80,7 @@ def test_under_brain_tls_an_admin_request_counts_as_https() -> None:
     # when
     with tls_settings:
         response = Client().get("/admin/login/")
-        asgi_response = async_to_sync(BrainAdminClient(SimpleNamespace()).get)("/admin/login/")
+        asgi_response = async_to_sync(BrainAdminClient(SimpleNamespace(fleet=SoloFleet())).get)("/admin/login/")
 
     # then: no redirect to https (the proxy terminated it), HSTS sent, cookies secure
     for served in (response, asgi_response):

@@ -19,6 +19,7 @@ from django.contrib.messages import get_messages
 from django.contrib.sessions.models import Session as StoredSession
 from django.test import Client
 
+from fleet_app.fleet import SoloFleet
 from foundation.errors import Overloaded, Unauthorized
 from foundation.hostconfig import HostConfig, parse_host_config
 from sessions_app import db
@@ -67,7 +68,7 @@ def _empty_token_cache() -> Iterator[None]:
 @pytest.fixture
 def brain_admin(admin_user: User) -> BrainAdminClient:
     """The admin as runbrain serves it: its requests reach this module's token cache."""
-    client = BrainAdminClient(SimpleNamespace(tokens=TOKENS))
+    client = BrainAdminClient(SimpleNamespace(tokens=TOKENS, fleet=SoloFleet()))
     client.force_login(admin_user)
     return client
 
