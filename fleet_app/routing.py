@@ -28,13 +28,12 @@ no correctness: a signed request reaching a former owner is answered 503 (or ser
 nobody owns the session), never forwarded again. The owner serves a signed request for a
 session it holds without a lookup.
 
-A request goes through in two steps. First a decision: `decide` is a pure function of what the
-request is (`Request`: its route, whether it is signed), what this instance holds (`Here`) and
-what the lookups found (`Found`: the session's owner, a draining instance's successor, an
-executor's holder), and returns ServeHere, ForwardTo(an instance) or Refuse(an error). Then the
-act: served here, refused with the error's envelope, or signed (fleet_app.signing) and handed
-to the forwarder (fleet_app.forwarding), which sends it on the fleet's transport
-(fleet_app.transport); each module is passed once, in that order.
+A request goes through in two steps. First a decision (fleet_app.decision): a pure function of
+what the request is, what this instance holds and what the lookups here found returns
+ServeHere, ForwardTo(an instance) or Refuse(an error). Then the act: served here, refused with
+the error's envelope, or signed (fleet_app.signing) and handed to the forwarder
+(fleet_app.forwarding), which sends it on the fleet's transport (fleet_app.transport); each
+module is passed once, in that order.
 
 Nothing here runs without a `cluster` block: the app object then has no `leases` and the
 caller skips this layer after one attribute check. No Django; the lease manager and the secret
@@ -45,25 +44,36 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from foundation.asgi import Receive, Scope, Send
 from foundation.errors import BrainError, Unavailable
 
-from .executor_routes import EXECUTOR_PATH, ExecutorLocator, HolderView, executors_of, holder_alive, still_held
+from .decision import (
+    NOTHING_FOUND,
+    SESSION_PATH,
+    ForwardTo,
+    Found,
+    Here,
+    Refuse,
+    Request,
+    ServeHere,
+    decide,
+    needs_lookup,
+    needs_successor,
+    read_request,
+)
+from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of, holder_alive, still_held
 from .forwarding import RECHECK_SECONDS, Forwarder
 from .gate import authenticate_caller, bearer_check_of
 from .handoff import Successors
 from .messages import read_body, replaying, respond
-from .owners import LeaseOwnerView, LeaseView, OwnerCache
+from .owners import LeaseView, OwnerCache
 from .signing import (
     CLIENT_HEADER,
-    SIGNATURE_HEADER,
     FleetAuthError,
     ReplayGuard,
     honoured_headers,
@@ -71,30 +81,12 @@ from .signing import (
     sign_forwarded,
     verify_request,
 )
-from .streams import ShareKey, StreamShares, opens_stream, stream_share_of
+from .streams import ShareKey, StreamShares, stream_share_of
 from .transport import FleetTransport
 
-__all__ = [
-    "FleetRouter",
-    "Forward",
-    "ForwardTo",
-    "Found",
-    "Here",
-    "Refuse",
-    "Request",
-    "ServeHere",
-    "decide",
-    "fleet_secret_of",
-    "leases_of",
-    "read_request",
-]
+__all__ = ["FleetRouter", "fleet_secret_of", "leases_of"]
 
 logger = logging.getLogger("brain.fleet")
-
-# `/sessions/{id}` and everything under it; `/sessions` itself (create, list) is served locally.
-SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
-SIGNATURE = SIGNATURE_HEADER.encode()
-MOVING = "the session is moving to another instance"
 
 
 def leases_of(brain: object) -> LeaseView | None:
@@ -110,118 +102,6 @@ def fleet_secret_of(brain: object) -> bytes:
     if not isinstance(key, bytes) or not key:
         raise RuntimeError("the app object has leases but no fleet_secret")
     return key
-
-
-# --- the decision: pure --------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What routing reads of a request before its body."""
-
-    route: Literal["session", "executor", "other"]  # executor: one of its routes, in a fleet with a relay
-    key: str  # the session's or the executor's id; "" for other routes
-    signed: bool  # from another instance (its signature is verified before anything is decided)
-    stream: bool  # answered with a stream (fleet_app.streams.opens_stream)
-
-
-@dataclass(frozen=True, slots=True)
-class Here:
-    """What this instance is and holds, as the decision sees it."""
-
-    instance: str
-    incarnation: str
-    draining: bool
-    holds: bool  # the request's session lease, or its executor
-
-
-@dataclass(frozen=True, slots=True)
-class Found:
-    """What the lookups found: the session's live owner or the executor's holder (None: nobody),
-    the instance a draining one hands a free session to, or the error of a lookup that could
-    not tell."""
-
-    owner: LeaseOwnerView | HolderView | None = None
-    successor: LeaseOwnerView | None = None
-    error: BrainError | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ServeHere:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class ForwardTo:
-    """Forward to `peer`, the session's `owner`, a draining instance's `successor` or the
-    executor's `holder`; `unreachable` is the answer when it does not answer."""
-
-    peer: LeaseOwnerView | HolderView
-    role: Literal["owner", "successor", "holder"]
-    unreachable: BrainError
-
-
-@dataclass(frozen=True, slots=True)
-class Refuse:
-    error: BrainError
-
-
-Decision = ServeHere | ForwardTo | Refuse
-SERVE_HERE = ServeHere()
-NOTHING_FOUND = Found()
-
-
-def read_request(scope: Scope, *, executors: bool) -> Request:
-    """The request's route, as routing tells them apart (`executors`: the app object has an
-    executor relay; without one an executor's routes are served where they land)."""
-    path = str(scope.get("path", ""))
-    signed = any(name == SIGNATURE for name, _ in scope.get("headers", ()))
-    stream = opens_stream(scope)
-    if session := SESSION_PATH.match(path):
-        return Request("session", session.group(1), signed, stream)
-    if executors and (executor := EXECUTOR_PATH.match(path)):
-        return Request("executor", executor.group(1), signed, stream)
-    return Request("other", "", signed, stream)
-
-
-def needs_lookup(request: Request, here: Here) -> bool:
-    """Whether deciding needs to know who owns the request's session or holds its executor:
-    not for another route, one this instance holds, or a signed executor route (another
-    instance found it held here)."""
-    return request.route != "other" and not here.holds and not (request.signed and request.route == "executor")
-
-
-def needs_successor(request: Request, here: Here, owner: LeaseOwnerView | None) -> bool:
-    """A draining instance hands a session nobody owns to a successor (unless the request is
-    already forwarded: it is never forwarded again)."""
-    return owner is None and here.draining and not request.signed
-
-
-def decide(request: Request, here: Here, found: Found) -> Decision:
-    """Serve the request here, forward it, or refuse it."""
-    if not needs_lookup(request, here):
-        return SERVE_HERE
-    if found.error is not None:
-        return Refuse(found.error)
-    owner = found.owner
-    if request.route == "executor":  # an executor nobody is known to hold is answered here
-        if owner is None:
-            return SERVE_HERE
-        return ForwardTo(owner, "holder", Unavailable("the runtime executor's instance is not answering"))
-    if owner is None or (owner.instance, owner.incarnation) == (here.instance, here.incarnation):
-        if not here.draining:
-            return SERVE_HERE
-        # draining: a session given up here is never taken again here; a free one goes to an
-        # instance that stays, one still lapsing here waits (retry) until it expires
-        if found.successor is None:
-            return Refuse(Unavailable(MOVING))
-        return ForwardTo(found.successor, "successor", Unavailable(MOVING))
-    if request.signed:  # a second hop could loop between two instances that disagree: the first retries
-        return Refuse(Unavailable(MOVING))
-    return ForwardTo(owner, "owner", Unavailable("the session's instance is not answering"))
-
-
-# --- the act -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

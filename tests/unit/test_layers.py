@@ -429,7 +429,7 @@ def test_the_layer_rules_cover_fleet_app() -> None:
 
     # then: the walker reads it, and the floor, size and purity rules apply to it
     assert {"fleet_app.routing", "fleet_app.forwarding", "fleet_app.transport", "fleet_app.db"} <= set(modules)
-    assert {"fleet_app.routing", "fleet_app.signing", "fleet_app.leases"} <= pure
+    assert {"fleet_app.routing", "fleet_app.decision", "fleet_app.signing", "fleet_app.leases"} <= pure
     assert modules["fleet_app.routing"].imports_module("foundation.errors")
 
 
