@@ -9,7 +9,6 @@ The admin keeps the full Django stack.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, MutableMapping
 from io import BytesIO
 from typing import cast
 
@@ -18,21 +17,18 @@ from django.http import HttpResponseBase
 from django.urls import Resolver404, get_resolver
 
 from brainsite.api import error_response
+from foundation.asgi import Receive, Scope, Send
 from foundation.errors import BrainError, InvalidRequest, NotFound
 from foundation.logs import logger
 
 __all__ = ["ApiHandler"]
-
-Message = dict[str, object]  # an ASGI event
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 
 
 class ApiHandler:
     def __init__(self, urlconf: str = "brainsite.api_urls") -> None:
         self.resolver = get_resolver(urlconf)
 
-    async def __call__(self, scope: MutableMapping[str, object], receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         body = await self._read_body(receive)
         if body is None:
             return  # the client went away

@@ -28,6 +28,7 @@ from brainsite.daphne_socket import abort_connection, pending_bytes_probe  # noq
 from brainsite.staticfiles import static_files  # noqa: E402
 from brainsite.upload_limits import request_body_limit  # noqa: E402
 from foundation import telemetry  # noqa: E402
+from foundation.asgi import Scope  # noqa: E402
 from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
 from sessions_app.consumers import EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
@@ -39,8 +40,6 @@ DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (ses
 _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
 _COMMANDS_PATH = re.compile(r"^/executors/([^/]+)/commands$")
 _RPC_PATH = re.compile(r"^/executors/([^/]+)/rpc$")
-
-Scope = dict[str, Any]
 
 
 class BodyTooLarge(Exception):

@@ -11,19 +11,16 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, Collection, MutableMapping
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
+from foundation.asgi import Message, Receive, Scope, Send
 from foundation.errors import Forbidden, error_envelope
 
 __all__ = ["ALLOWED_HEADERS", "ALLOWED_METHODS", "EXPOSED_HEADERS", "PREFLIGHT_MAX_AGE_SECONDS", "CorsMiddleware"]
 
 logger = logging.getLogger("brain")
 
-Scope = MutableMapping[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI app, whatever its own annotations
 
 # Every method and request header of the API (openapi.json): the bearer token, JSON bodies, the

@@ -22,6 +22,7 @@ from .models import Instance, JournalEntry, JournalState, SessionLease
 __all__ = [
     "DEFAULT_DB_ALIAS",
     "DatabaseError",
+    "JournalState",
     "Acquired",
     "InstanceRow",
     "JournalRow",

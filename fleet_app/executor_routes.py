@@ -5,10 +5,13 @@ imports no other. No Django.
 
 from __future__ import annotations
 
+import logging
 import re
 from typing import Protocol
 
-__all__ = ["EXECUTOR_PATH", "ExecutorLocator", "HolderView", "executors_of"]
+__all__ = ["EXECUTOR_PATH", "ExecutorLocator", "HolderView", "executors_of", "holder_alive", "still_held"]
+
+logger = logging.getLogger("brain.fleet")
 
 # An executor's HTTP routes (its WebSocket RPC is not HTTP and is served where it lands).
 EXECUTOR_PATH = re.compile(r"^/executors/([0-9a-fA-F]{32})/(?:responses|close|commands)$")
@@ -35,3 +38,19 @@ def executors_of(brain: object) -> ExecutorLocator | None:
     """The app object's executor relay; None without one (executors are served where they land)."""
     locator: ExecutorLocator | None = getattr(brain, "relay", None)
     return locator
+
+
+async def holder_alive(locator: ExecutorLocator, holder: HolderView) -> bool | None:
+    """Whether the instance holding an executor is still a live member of the fleet; None when
+    the database cannot tell."""
+    try:
+        return await locator.holder_alive(holder.instance, holder.incarnation)
+    except Exception:
+        logger.warning("fleet executor holder check failed", exc_info=True, extra={"holder": holder.instance})
+        return None
+
+
+async def still_held(locator: ExecutorLocator, holder: HolderView) -> bool:
+    """While a forwarded request waits for its answer: the holder is still alive (a failed
+    check cannot tell, so it says no)."""
+    return bool(await holder_alive(locator, holder))

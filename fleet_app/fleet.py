@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from foundation.asgi import Receive, Scope, Send
 from foundation.hostconfig import FleetSecret
 from foundation.hostconfig.cluster import ClusterConfig
 from foundation.logs import logger
@@ -30,7 +31,6 @@ from . import db
 from .journal import InputJournal
 from .lease_token import Leases
 from .leases import LeaseManager
-from .messages import Receive, Scope, Send
 from .ownership import LeasedOwnership, SessionCopies, SoloOwnership, TakeOver
 from .routing import FleetRouter
 from .solo import SoloJournal, SoloLeases

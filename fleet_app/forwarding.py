@@ -1,49 +1,37 @@
-"""Forwarding a request to the session's owner: signed with the fleet secret, the response's body
-streamed back byte for byte as it arrives (SSE cursors and Last-Event-ID work unchanged).
+"""The forwarder: a request routing sent elsewhere and signing signed, sent to that instance and
+its answer streamed back to the client byte for byte as it arrives (SSE cursors and
+Last-Event-ID work unchanged).
 
-The egress module for instance-to-instance HTTP: one httpx client per instance from
-`fleet_client`, explicit timeouts, no redirects, no proxies from the environment; its own
-transport (fleet_app.transport) keeps HTTP/1.1 connections to each owner alive. No Django.
+The fleet's own transport (fleet_app.transport) carries it on kept-alive HTTP/1.1 connections,
+ordinary requests and streams on pools of their own. Until the answer starts the forwarder asks
+whether the instance still owns the session (a paused owner accepts connections and never
+answers); a client that goes away closes the owner's stream too; a client too slow to read
+holds the owner's stream back (foundation.streaming's wait). No Django.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import secrets
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import httpx
 
-from .signing import FORWARDED_HEADERS, sign_request
+from foundation.asgi import Receive, Scope, Send
+from foundation.errors import BrainError, Unavailable
+from foundation.streaming import wait_for_room
+
+from .messages import content_length, respond
+from .signing import SignedRequest
 from .streams import TENANT_HEADER
-from .transport import (
-    CONNECT_SECONDS,
-    MAX_CONNECTIONS,
-    MAX_STREAM_CONNECTIONS,
-    POOL_SECONDS,
-    READ_SECONDS,
-    WRITE_SECONDS,
-    Abandoned,
-    FleetTransport,
-    Patience,
-)
+from .transport import MAX_CONNECTIONS, MAX_STREAM_CONNECTIONS, Abandoned, FleetTransport, Patience
 
-__all__ = [
-    "CLIENT_HEADER",
-    "FleetClient",
-    "Forwarded",
-    "OwnerUnreachable",
-    "fleet_client",
-    "forward_request",
-]
+__all__ = ["RECHECK_SECONDS", "Forwarded", "Forwarder", "OwnerUnreachable", "exchange"]
 
-CLIENT_HEADER = "brain-fleet-client"
+logger = logging.getLogger("brain.fleet")
+
 # Until the owner's answer starts (its status line), the forwarding instance checks this often
 # that the owner still holds the lease: a paused owner (SIGSTOP, a long GC) accepts connections
 # and never answers, and its lease lapses; then the client gets a retryable 503 at once instead
@@ -67,9 +55,14 @@ HOP_BY_HOP = frozenset(
         b"server",
     }
 )
+# A forwarded answer with a Content-Length up to this size is read whole and passed on in one
+# message; larger or unframed ones (streams) are passed on piece by piece as they arrive.
+WHOLE_ANSWER_BYTES = 256 * 1024
+# How long a forwarded request waits for its answer before a task watches for the client leaving.
+WATCH_AFTER_SECONDS = 0.05
 
 
-class OwnerUnreachable(Exception):
+class OwnerUnreachable(Unavailable):
     """The owner did not answer. `reached` says whether the request may have arrived (then a
     send may have been accepted: the client's idempotency key settles it on a retry)."""
 
@@ -84,34 +77,6 @@ class Forwarded:
     headers: list[tuple[bytes, bytes]]  # the owner's, minus hop-by-hop ones, as ASGI wants them
     body: AsyncIterator[bytes]  # the owner's body bytes, each chunk as soon as it arrives
     tenant: str = ""  # an executor command stream's tenant, as its holder named it (TENANT_HEADER)
-
-
-class FleetClient(httpx.AsyncClient):
-    """fleet_client's client. On its own FleetTransport, forward_request writes each request
-    straight to the transport: httpx's request and response models, cookie jar and event hooks
-    cost more CPU than the hop itself and do nothing for a signed request between instances.
-    Streams go on a transport of their own (`stream_transport`). An injected transport (faults
-    in tests) gets requests through httpx as usual."""
-
-    def __init__(self, *, transport: httpx.AsyncBaseTransport | None, **options: Any) -> None:
-        self.fleet_transport = FleetTransport(max_connections=MAX_CONNECTIONS) if transport is None else None
-        self.stream_transport = FleetTransport(max_connections=MAX_STREAM_CONNECTIONS) if transport is None else None
-        super().__init__(transport=self.fleet_transport or transport, **options)
-
-    async def aclose(self) -> None:
-        if self.stream_transport is not None:
-            await self.stream_transport.aclose()
-        await super().aclose()
-
-
-def fleet_client(*, transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    return FleetClient(
-        timeout=httpx.Timeout(connect=CONNECT_SECONDS, read=READ_SECONDS, write=WRITE_SECONDS, pool=POOL_SECONDS),
-        limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
-        follow_redirects=False,
-        trust_env=False,
-        transport=transport,
-    )
 
 
 def _response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes, bytes]], str]:
@@ -133,166 +98,142 @@ def _response_headers(raw: list[tuple[bytes, bytes]]) -> tuple[list[tuple[bytes,
     return passed, tenant
 
 
-@functools.lru_cache(maxsize=1024)
-def _origin(owner_url: str) -> tuple[str, int, bytes, bytes]:
-    """host, port, Host header and path prefix of an instance's URL (instances' URLs are few)."""
-    parts = urlsplit(owner_url)
-    if parts.scheme != "http" or not parts.hostname:
-        raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {owner_url!r}")
-    return parts.hostname, parts.port or 80, parts.netloc.encode("latin-1"), parts.path.rstrip("/").encode("latin-1")
-
-
-def _clean(value: str) -> bool:
-    return "\r" not in value and "\n" not in value and "\0" not in value
-
-
-# Methods whose requests carry a body (and so a Content-Length, 0 included), as httpx sends them.
-BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
-
-_T = TypeVar("_T")
-
-
 @asynccontextmanager
-async def forward_request(
-    client: httpx.AsyncClient,
+async def exchange(
+    transport: FleetTransport,
+    request: SignedRequest,
     *,
-    secret: bytes,
-    sender: str,
-    owner: str,
-    owner_url: str,
-    method: str,
-    target: bytes,
-    headers: Mapping[str, str],
-    body: bytes,
-    client_address: str,
     still_owner: Callable[[], Awaitable[bool]] | None = None,
     recheck_seconds: float = RECHECK_SECONDS,
-    stream: bool = False,
-    now: Callable[[], float] = time.time,
 ) -> AsyncIterator[Forwarded]:
-    """Send the request to `owner` at `owner_url` + `target` (raw path and query, as received)
-    with only FORWARDED_HEADERS, signed; yield its status, headers and body stream. The
-    response is closed when the block exits, so a client that goes away closes the owner's
-    stream too. A `stream` (an answer that lasts) goes on the client's stream pool.
-    OwnerUnreachable before a response (also when `still_owner`, asked every `recheck_seconds`
-    while the answer has not started, says the owner lost the session); httpx.TransportError
-    mid-body."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name) and _clean(lowered[name])}
-    forwarded[CLIENT_HEADER] = client_address if _clean(client_address) else ""
-    transport = None
-    if isinstance(client, FleetClient):
-        transport = client.stream_transport if stream else client.fleet_transport
+    """Send `request` on `transport`; yield the answer's status, headers and body stream. The
+    answer is closed when the block exits, so a client that goes away closes the owner's
+    stream too. OwnerUnreachable before an answer (also when `still_owner`, asked every
+    `recheck_seconds` while the answer has not started, says the owner lost the session);
+    httpx.TransportError mid-body."""
+    patience = Patience(recheck_seconds, still_owner) if still_owner is not None else None
+    owner = request.receiver
     try:
-        if transport is not None:
-            host, port, netloc, prefix = _origin(owner_url)
-            path = prefix + target
-            signature = sign_request(
-                secret,
-                sender=sender,
-                target_instance=owner,
-                method=method,
-                target=path,
-                body=body,
-                headers=forwarded,
-                now=now(),
-                nonce=secrets.token_hex(16),
-            )
-            head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("latin-1"), path, netloc)]
-            if body or method in BODY_METHODS:
-                head.append(b"content-length: %d\r\n" % len(body))
-            for fields in (forwarded, signature):
-                head.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in fields.items())
-            head.append(b"\r\n")
-            data = b"".join(head) + body
-            patience = Patience(recheck_seconds, still_owner) if still_owner is not None else None
-            try:
-                answer = await transport.exchange(host, port, method, data, patience=patience)
-            except Abandoned as exc:
-                raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True) from exc
-        else:
-            response = await _answer(
-                lambda: _send(client, secret, sender, owner, owner_url, method, target, body, forwarded, now()),
-                owner,
-                still_owner,
-                recheck_seconds,
-                discard=lambda response: response.aclose(),
-            )
+        answer = await transport.request(
+            request.url, request.method, request.target, request.headers, request.body, patience=patience
+        )
+    except Abandoned as exc:
+        raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True) from exc
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
         raise OwnerUnreachable(f"owner {owner} unreachable: {type(exc).__name__}", reached=False) from exc
     except httpx.TransportError as exc:
         raise OwnerUnreachable(f"owner {owner} did not answer: {type(exc).__name__}", reached=True) from exc
-    if transport is not None:
-        try:
-            passed, tenant = _response_headers(answer.headers)
-            yield Forwarded(answer.status, passed, aiter(answer.body), tenant)
-        finally:
-            await answer.body.aclose()
-        return
     try:
-        passed, tenant = _response_headers(response.headers.raw)
-        yield Forwarded(response.status_code, passed, response.aiter_raw(), tenant)
+        passed, tenant = _response_headers(answer.headers)
+        yield Forwarded(answer.status, passed, aiter(answer.body), tenant)
     finally:
-        await response.aclose()
+        await answer.body.aclose()
 
 
-async def _send(
-    client: httpx.AsyncClient,
-    secret: bytes,
-    sender: str,
-    owner: str,
-    owner_url: str,
-    method: str,
-    target: bytes,
-    body: bytes,
-    forwarded: Mapping[str, str],
-    now: float,
-) -> httpx.Response:
-    """The request through httpx (an injected transport), signed as sent: httpx adds headers of
-    its own (an Accept of */* when none was given)."""
-    request = client.build_request(method, owner_url + target.decode("latin-1"), headers=forwarded, content=body)
-    sent = {name: request.headers[name] for name in FORWARDED_HEADERS if name in request.headers}
-    request.headers.update(
-        sign_request(
-            secret,
-            sender=sender,
-            target_instance=owner,
-            method=method,
-            target=request.url.raw_path,
-            body=body,
-            headers=sent,
-            now=now,
-            nonce=secrets.token_hex(16),
+def _nothing() -> None:
+    """Nothing to forget."""
+
+
+class Forwarder:
+    """One per process (the router's): the connections to the other instances, ordinary
+    requests and streams on pools of their own, so no number of streams leaves an ordinary
+    request without one."""
+
+    def __init__(self, transport: FleetTransport | None = None) -> None:
+        self.transport = transport or FleetTransport(max_connections=MAX_CONNECTIONS)
+        self.stream_transport = FleetTransport(max_connections=MAX_STREAM_CONNECTIONS)
+
+    async def aclose(self) -> None:
+        await self.stream_transport.aclose()
+        await self.transport.aclose()
+
+    async def forward(
+        self,
+        request: SignedRequest,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        *,
+        still_owner: Callable[[], Awaitable[bool]],
+        recheck_seconds: float,
+        forget: Callable[[], None] = _nothing,
+        stream: bool = False,
+        admit: Callable[[str], Callable[[], None]] | None = None,
+    ) -> bool:
+        """Send `request` (a `stream` on the stream pool) and stream its answer back. With
+        `admit`, a 200 answer is passed on only when admit(the tenant the owner named) does not
+        raise; its release is called when the answer ends. False when the owner could not be
+        reached before its answer started (nothing was sent to the client then): the caller
+        answers."""
+        started = False
+        release = _nothing
+        relay = asyncio.current_task()
+        disconnected = asyncio.Event()
+
+        async def watch() -> None:  # the client going away ends the owner's response too
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            disconnected.set()
+            if relay is not None:
+                relay.cancel()
+
+        # Most answers come back within milliseconds: the watcher starts only for one that
+        # takes longer (a stream, a slow owner), sparing a task per forwarded request. A client
+        # that left meanwhile is seen then, its disconnect waiting in the receive queue.
+        watcher: list[asyncio.Task[None]] = []
+        timer = asyncio.get_running_loop().call_later(
+            WATCH_AFTER_SECONDS, lambda: watcher.append(asyncio.ensure_future(watch()))
         )
-    )
-    return await client.send(request, stream=True)
-
-
-async def _answer(
-    send: Callable[[], Awaitable[_T]],
-    owner: str,
-    still_owner: Callable[[], Awaitable[bool]] | None,
-    recheck_seconds: float,
-    *,
-    discard: Callable[[_T], Awaitable[None]],
-) -> _T:
-    """The owner's answer once its status line and headers arrived; while they have not, ask
-    `still_owner` every `recheck_seconds` and give up when it says no. An answer that arrives
-    as the caller gives up (cancelled) is discarded, so its connection is not held forever."""
-    if still_owner is None:
-        return await send()
-    sending = asyncio.ensure_future(send())
-    try:
-        while True:
-            done, _ = await asyncio.wait((sending,), timeout=recheck_seconds)
-            if done:
-                return sending.result()
-            if not await still_owner():
-                raise OwnerUnreachable(f"owner {owner} lost the session while not answering", reached=True)
-    except BaseException:
-        if not sending.done():
-            sending.cancel()
-            await asyncio.gather(sending, return_exceptions=True)
-        elif not sending.cancelled() and sending.exception() is None:
-            await discard(sending.result())
-        raise
+        transport = self.stream_transport if stream else self.transport
+        try:
+            async with exchange(transport, request, still_owner=still_owner, recheck_seconds=recheck_seconds) as answer:
+                if answer.status == 503:  # the owner is draining, moving, or not the owner
+                    forget()
+                if admit is not None and answer.status == 200:
+                    try:
+                        release = admit(answer.tenant)
+                    except BrainError as error:  # leaving the block closes the owner's stream
+                        started = True
+                        await respond(send, scope, error)
+                        return True
+                length = content_length(answer.headers)
+                if length is not None and length <= WHOLE_ANSWER_BYTES:
+                    # an ordinary answer: read whole, passed on in one message (no stream to flush)
+                    whole = b"".join([chunk async for chunk in answer.body])
+                    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+                    started = True
+                    await send({"type": "http.response.body", "body": whole})
+                    return True
+                await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+                started = True
+                # Daphne writes the head with the first body message. The owner flushes its
+                # stream's head with an empty body, which no HTTP/1.1 chunk can carry here: flush
+                # it now, or the client waits for the stream's first event or keep-alive.
+                await send({"type": "http.response.body", "body": b"", "more_body": True})
+                async for chunk in answer.body:
+                    await wait_for_room(scope)  # a client with no room: the owner is not read on
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                await send({"type": "http.response.body", "body": b""})
+        except OwnerUnreachable as exc:
+            forget()
+            logger.warning("fleet owner unreachable", extra={"owner": request.receiver, "error": str(exc)})
+            if not started:
+                return False
+        except (httpx.TransportError, TimeoutError):
+            if not started:  # the answer broke before anything reached the client: the caller answers
+                forget()
+                return False
+            # Mid-body: the response was already started, so the client must see a cut
+            # connection, not a short body that looks complete; SSE clients reconnect.
+            abort = scope.get("brain_abort_connection")
+            if abort is not None:
+                abort()
+        except asyncio.CancelledError:
+            if not disconnected.is_set():
+                raise
+        finally:
+            release()
+            timer.cancel()
+            for task in watcher:
+                task.cancel()
+        return True

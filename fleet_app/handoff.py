@@ -75,7 +75,7 @@ class Successors:
         return candidates[zlib.crc32(session_id.encode()) % len(candidates)]
 
     @staticmethod
-    async def still_free_or_taken_by(leases: DrainingLeases, session_id: str, successor: Successor) -> bool:
+    async def still_free_or_taken_by(leases: DrainingLeases, session_id: str, successor: Owner) -> bool:
         """While the successor's answer has not started: the session is still free, or it is the
         successor's (it took the lease); a failed lookup cannot tell, so it says no."""
         try:

@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import db
-from .db import DEFAULT_DB_ALIAS
+from .db import DEFAULT_DB_ALIAS, JournalState
 from .lease_token import LeaseToken
-from .models import JournalState
 
 __all__ = ["Backlog", "InputJournal"]
 

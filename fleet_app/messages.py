@@ -1,38 +1,12 @@
-"""The ASGI side of fleet routing: reading a request's body once and replaying it, answering
-with the spec's error envelope, and passing a forwarded answer's pieces on to a slow client.
-No Django."""
+"""The ASGI side of fleet routing: reading a request's body once and replaying it, and answering
+with the spec's error envelope. No Django."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
-from typing import Any
+from foundation.asgi import Message, Receive, Scope, Send
+from foundation.errors import BrainError, PayloadTooLarge, error_envelope
 
-from foundation.errors import BrainError, error_envelope
-
-__all__ = [
-    "BodyTooLarge",
-    "Message",
-    "Receive",
-    "Scope",
-    "Send",
-    "content_length",
-    "read_body",
-    "replaying",
-    "respond",
-    "write_piece",
-]
-
-Scope = MutableMapping[str, Any]
-Message = dict[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-# While the client's socket holds this much unsent, stop reading the owner (the owner's own
-# write deadline then drops a stuck stream); past the deadline the client is dropped here too.
-SOCKET_HIGH_WATER = 256 * 1024
-WRITE_DEADLINE_SECONDS = 15.0
-CONGESTION_POLL_SECONDS = 0.01
+__all__ = ["content_length", "read_body", "replaying", "respond"]
 
 
 def content_length(headers: list[tuple[bytes, bytes]]) -> int | None:
@@ -54,12 +28,8 @@ async def respond(send: Send, scope: Scope, error: BrainError) -> None:
     await send({"type": "http.response.body", "body": error_envelope(error, request_id)})
 
 
-class BodyTooLarge(Exception):
-    pass
-
-
 async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body, or None when the client went away; BodyTooLarge past `limit`."""
+    """The whole request body, or None when the client went away; PayloadTooLarge past `limit`."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -69,7 +39,7 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise BodyTooLarge()
+            raise PayloadTooLarge("request body exceeds the size limit")
         chunks.append(chunk)
         if not message.get("more_body"):
             return b"".join(chunks)
@@ -87,17 +57,3 @@ def replaying(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
-
-
-async def write_piece(scope: Scope, send: Send, chunk: bytes) -> None:
-    """One piece of a streamed answer, once the client's socket has room for it (TimeoutError
-    when it has had none for WRITE_DEADLINE_SECONDS)."""
-    pending = scope.get("brain_pending_bytes")
-    if pending is not None and pending() > SOCKET_HIGH_WATER:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + WRITE_DEADLINE_SECONDS
-        while pending() > SOCKET_HIGH_WATER:
-            if loop.time() > deadline:
-                raise TimeoutError
-            await asyncio.sleep(CONGESTION_POLL_SECONDS)
-    await send({"type": "http.response.body", "body": chunk, "more_body": True})

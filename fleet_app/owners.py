@@ -8,28 +8,17 @@ import logging
 import time
 from typing import Protocol
 
-from foundation.errors import BrainError
+from foundation.errors import Unavailable
 
 from .gate import LookupBound
 
-__all__ = ["LeaseOwnerView", "LeaseView", "OwnerCache", "OwnerUnavailable"]
+__all__ = ["LeaseOwnerView", "LeaseView", "OwnerCache"]
 
 logger = logging.getLogger("brain.fleet")
 
 # How long a looked-up remote owner is reused, at most a tenth of the lease; bounded in size.
 OWNER_CACHE_SECONDS = 1.0
 OWNER_CACHE_ENTRIES = 10_000
-
-
-class OwnerUnavailable(BrainError):
-    """The session's owner cannot serve it now (unreachable while its lease is live, or the
-    request reached an instance that is not the owner): retry in a moment, through any instance."""
-
-    code = "unavailable"
-    status = 503
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": "1"}
 
 
 class LeaseOwnerView(Protocol):
@@ -75,7 +64,7 @@ class OwnerCache:
             return cached[0]
         self.lookups += 1
         if not self.in_flight.enter():
-            raise OwnerUnavailable("too many session owner lookups are in flight on this instance")
+            raise Unavailable("too many session owner lookups are in flight on this instance")
         try:
             owner = await leases.owner_of(session_id)
         finally:

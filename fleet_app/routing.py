@@ -28,6 +28,13 @@ no correctness: a signed request reaching a former owner is answered 503 (or ser
 nobody owns the session), never forwarded again. The owner serves a signed request for a
 session it holds without a lookup.
 
+A request goes through in two steps. First a decision (fleet_app.decision): a pure function of
+what the request is, what this instance holds and what the lookups here found returns
+ServeHere, ForwardTo(an instance) or Refuse(an error). Then the act: served here, refused with
+the error's envelope, or signed (fleet_app.signing) and handed to the forwarder
+(fleet_app.forwarding), which sends it on the fleet's transport (fleet_app.transport); each
+module is passed once, in that order.
+
 Nothing here runs without a `cluster` block: the app object then has no `leases` and the
 caller skips this layer after one attribute check. No Django; the lease manager and the secret
 come from the app object through the narrow protocols below.
@@ -35,49 +42,51 @@ come from the app object through the narrow protocols below.
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
-import re
+import secrets
 import time
 from collections.abc import Awaitable, Callable
-from urllib.parse import unquote
+from dataclasses import dataclass
 
-import httpx
+from foundation.asgi import Receive, Scope, Send
+from foundation.errors import BrainError, Unavailable
 
-from foundation.errors import BrainError, PayloadTooLarge, Unauthorized
-
-from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of
-from .forwarding import RECHECK_SECONDS, OwnerUnreachable, fleet_client, forward_request
+from .decision import (
+    NOTHING_FOUND,
+    SESSION_PATH,
+    ForwardTo,
+    Found,
+    Here,
+    Refuse,
+    Request,
+    ServeHere,
+    decide,
+    needs_lookup,
+    needs_successor,
+    read_request,
+)
+from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of, holder_alive, still_held
+from .forwarding import RECHECK_SECONDS, Forwarder
 from .gate import authenticate_caller, bearer_check_of
 from .handoff import Successors
-from .messages import (
-    BodyTooLarge,
-    Receive,
-    Scope,
-    Send,
-    content_length,
-    read_body,
-    replaying,
-    respond,
-    write_piece,
+from .messages import read_body, replaying, respond
+from .owners import LeaseView, OwnerCache
+from .signing import (
+    CLIENT_HEADER,
+    FleetAuthError,
+    ReplayGuard,
+    honoured_headers,
+    receiver_identity,
+    sign_forwarded,
+    verify_request,
 )
-from .owners import LeaseOwnerView, LeaseView, OwnerCache, OwnerUnavailable
-from .signing import SIGNATURE_HEADER, FleetAuthError, ReplayGuard, honoured_headers, receiver_identity, verify_request
-from .streams import StreamShares, opens_stream, stream_share_of
+from .streams import ShareKey, StreamShares, stream_share_of
+from .transport import FleetTransport
 
-__all__ = ["FleetRouter", "OwnerUnavailable", "fleet_secret_of", "leases_of"]
+__all__ = ["FleetRouter", "fleet_secret_of", "leases_of"]
 
 logger = logging.getLogger("brain.fleet")
-
-# `/sessions/{id}` and everything under it; `/sessions` itself (create, list) is served locally.
-SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
-CLIENT_HEADER = b"brain-fleet-client"
-SIGNATURE = SIGNATURE_HEADER.encode()
-# A forwarded answer with a Content-Length up to this size is read whole and passed on in one
-# message; larger or unframed ones (streams) are passed on piece by piece as they arrive.
-WHOLE_ANSWER_BYTES = 256 * 1024
-# How long a forwarded request waits for its answer before a task watches for the client leaving.
-WATCH_AFTER_SECONDS = 0.05
 
 
 def leases_of(brain: object) -> LeaseView | None:
@@ -95,11 +104,14 @@ def fleet_secret_of(brain: object) -> bytes:
     return key
 
 
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return bytes(value)
-    return None
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """How the forwarder treats one ForwardTo: what it asks while the answer has not started,
+    what it forgets on a 503, and what takes a stream's share once the answer names a tenant."""
+
+    still_owner: Callable[[], Awaitable[bool]]
+    forget: Callable[[], None]
+    admit: Callable[[str], Callable[[], None]] | None
 
 
 def _target(scope: Scope) -> bytes:
@@ -108,15 +120,18 @@ def _target(scope: Scope) -> bytes:
     return bytes(raw) + (b"?" + bytes(query) if query else b"")
 
 
-class FleetRouter:
-    """One per process: the replay guard of signed requests this instance admitted and the
-    HTTP client to the other instances."""
+def _nothing() -> None:
+    """The release of a request that took no share, the forgetting of a peer not remembered."""
 
-    def __init__(self, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+
+class FleetRouter:
+    """One per process: the replay guard of signed requests this instance admitted, the owners
+    it remembers, the forwarded streams' shares, and the forwarder with its connections."""
+
+    def __init__(self, *, transport: FleetTransport | None = None) -> None:
         self.replay = ReplayGuard()
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
-        self.forwarded = 0  # requests this instance sent to an owner
+        self.forwarder = Forwarder(transport)
+        self.forwarded = 0  # requests this instance sent to another
         self.owners = OwnerCache()
         self.successors = Successors()  # while draining: who takes a session released here
         self.streams = StreamShares()  # forwarded streams open, per tenant
@@ -126,176 +141,60 @@ class FleetRouter:
         """Owner lookups this instance ran in the database."""
         return self.owners.lookups
 
-    @property
-    def client(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = fleet_client(transport=self._transport)
-        return self._client
-
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self.forwarder.aclose()
 
     async def route(
         self, brain: object, leases: LeaseView, scope: Scope, receive: Receive, send: Send, *, limit: int
     ) -> Receive | None:
-        """Forward or refuse the request (None: answered here), or the receive to serve it
-        locally with (the body replayed when this layer had to read it)."""
-        signed = _header(scope, SIGNATURE) is not None
-        match = SESSION_PATH.match(scope.get("path", ""))
-        remote: tuple[ExecutorLocator, str] | None = None  # an executor's route, not held here
-        if not signed and match is None:
-            executor = EXECUTOR_PATH.match(scope.get("path", ""))
-            locator = executors_of(brain) if executor is not None else None
-            if executor is None or locator is None or locator.holds(executor.group(1)):
-                return receive
-            remote = (locator, executor.group(1))
-        if not signed and match is not None and leases.held_epoch(match.group(1)) is not None:
-            return receive  # ours: the common case costs no query
-        caller = ("", "")
-        if not signed and match is not None:  # the owner's own 401 here, before any lookup
-            try:
+        """The receive to serve the request here with (its body replayed when routing read it),
+        or None when routing answered it: forwarded, or refused."""
+        locator = executors_of(brain)
+        request = read_request(scope, executors=locator is not None)
+        if not request.signed and not needs_lookup(request, self._here(leases, locator, request)):
+            return receive  # ours, or not the fleet's: the common case reads nothing, asks nothing
+        caller: ShareKey = ("", "")
+        try:
+            if request.route == "session" and not request.signed:  # the owner's own 401 here, before any lookup
                 caller = await authenticate_caller(
-                    bearer_check_of(brain), scope, match.group(1), key=fleet_secret_of(brain)
+                    bearer_check_of(brain), scope, request.key, key=fleet_secret_of(brain)
                 )
-            except BrainError as error:
-                await respond(send, scope, error)
-                return None
-        try:
             body = await read_body(receive, limit)
-        except BodyTooLarge:
-            await respond(send, scope, PayloadTooLarge("request body exceeds the size limit"))
-            return None
-        if body is None:
-            return None  # the client went away
-        if signed and not self._admit(brain, leases, scope, body):
-            await respond(send, scope, Unauthorized("fleet request signature refused"))
-            return None
-        if remote is not None:
-            return await self._route_executor(brain, leases, *remote, scope, receive, send, body)
-        if match is None:
-            return replaying(body, receive)
-        session_id = match.group(1)
-        if signed and leases.held_epoch(session_id) is not None:
-            return replaying(body, receive)  # forwarded to us and ours: no lookup
-        try:
-            owner = await self.owners.owner(leases, session_id)
-        except OwnerUnavailable as error:
-            await respond(send, scope, error)
-            return None
-        except Exception:  # the database: without it nobody can tell who owns the session
-            logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": session_id})
-            await respond(send, scope, OwnerUnavailable("the fleet's database is unavailable"))
-            return None
-        if owner is None or (owner.instance, owner.incarnation) == (leases.instance, leases.incarnation):
-            if not leases.draining:
-                return replaying(body, receive)
-            # draining: a session given up here is never taken again here; a free one goes to an
-            # instance that stays, one still lapsing here waits (retry) until it expires
-            successor = await self.successors.pick(leases, session_id) if owner is None and not signed else None
-            if successor is None or not await self._forward(
-                brain,
-                leases,
-                successor,
-                scope,
-                receive,
-                send,
-                body,
-                still_owner=lambda: self.successors.still_free_or_taken_by(leases, session_id, successor),
-                stream=opens_stream(scope),
-            ):
-                await respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
-            return None
-        if signed:  # a second hop could loop between two instances that disagree: the first retries
-            await respond(send, scope, OwnerUnavailable("the session is moving to another instance"))
-            return None
-        stream = opens_stream(scope)
-        try:  # a stream's share is taken before it takes a connection
-            release = self.streams.take(caller, share=stream_share_of(brain)) if stream else _nothing
+            if body is not None and request.signed:
+                self._verify(leases, scope, body, key=fleet_secret_of(brain))
         except BrainError as error:
             await respond(send, scope, error)
             return None
-        try:
-            reached = await self._forward(
-                brain,
-                leases,
-                owner,
-                scope,
-                receive,
-                send,
-                body,
-                still_owner=lambda: self.owners.still_owner(leases, session_id, owner),
-                forget=lambda: self.owners.forget(session_id),
-                stream=stream,
-            )
-        finally:
-            release()
-        if not reached:
-            await respond(send, scope, OwnerUnavailable("the session's instance is not answering"))
-        return None
-
-    async def _route_executor(
-        self,
-        brain: object,
-        leases: LeaseView,
-        locator: ExecutorLocator,
-        executor_id: str,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: bytes,
-    ) -> Receive | None:
-        """An executor's route, the executor not held here: forwarded to its holder, or served
-        here when no live instance holds it (the credential is then refused here)."""
-        try:
-            holder = await locator.holder_of(executor_id)
-        except Exception:  # Redis: without it nobody can tell which instance holds the executor
-            logger.warning("fleet executor lookup failed", exc_info=True, extra={"executor": executor_id})
-            await respond(send, scope, OwnerUnavailable("the runtime executors' routes are out of reach"))
-            return None
-        if holder is None:
+        if body is None:
+            return None  # the client went away
+        here = self._here(leases, locator, request)
+        found = await self._look_up(leases, locator, request, here) if needs_lookup(request, here) else NOTHING_FOUND
+        decision = decide(request, here, found)
+        if isinstance(decision, ServeHere):
             return replaying(body, receive)
-
-        async def alive() -> bool | None:
-            """Whether the holder is still a live member of the fleet; None when the database
-            cannot tell."""
-            try:
-                return await locator.holder_alive(holder.instance, holder.incarnation)
-            except Exception:
-                logger.warning("fleet executor holder check failed", exc_info=True, extra={"executor": executor_id})
-                return None
-
-        async def still_alive() -> bool:
-            return bool(await alive())
-
-        def admit(tenant: str) -> Callable[[], None]:
-            """The holder named the executor's tenant (it checked the credential): its share;
-            a holder that named none, the executor's own."""
-            key = ("tenant", unquote(tenant)) if tenant else ("executor", executor_id)
-            return self.streams.take(key, share=stream_share_of(brain))
-
-        stream = opens_stream(scope)
-        forwarded = await self._forward(
-            brain, leases, holder, scope, receive, send, body, still_owner=still_alive, stream=stream,
-            admit=admit if stream else None,
-        )  # fmt: skip
-        if forwarded:
+        if isinstance(decision, Refuse):
+            await respond(send, scope, decision.error)
             return None
-        if await alive() is False:  # its instance is gone, and the executor with it
-            return replaying(body, receive)
-        await respond(send, scope, OwnerUnavailable("the runtime executor's instance is not answering"))
-        return None
+        return await self._forward(brain, leases, locator, request, decision, caller, scope, receive, send, body)
 
-    def _admit(self, brain: object, leases: LeaseView, scope: Scope, body: bytes) -> bool:
-        """Verify a signed request; only on the fleet's own paths, and only its signed headers stay."""
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+    @staticmethod
+    def _here(leases: LeaseView, locator: ExecutorLocator | None, request: Request) -> Here:
+        if request.route == "session":
+            holds = leases.held_epoch(request.key) is not None
+        else:
+            holds = request.route == "executor" and locator is not None and locator.holds(request.key)
+        return Here(leases.instance, leases.incarnation, leases.draining, holds)
+
+    def _verify(self, leases: LeaseView, scope: Scope, body: bytes, *, key: bytes) -> None:
+        """Verify a signed request (FleetAuthError, logged); only on the fleet's own paths, and
+        only its signed headers stay."""
+        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
         path = scope.get("path", "")
         try:
             if not SESSION_PATH.match(path) and not EXECUTOR_PATH.match(path):
                 raise FleetAuthError("a signed request outside the fleet's paths")
             sender = verify_request(
-                fleet_secret_of(brain),
+                key,
                 receiver=receiver_identity(leases.instance, leases.incarnation),
                 method=str(scope.get("method", "")),
                 target=_target(scope),
@@ -306,124 +205,104 @@ class FleetRouter:
             )
         except FleetAuthError as exc:
             logger.warning("fleet request refused", extra={"reason": exc.reason, "path": path[:200]})
-            return False
+            raise
         scope["headers"] = honoured_headers(headers, host=headers.get("host", ""), body=body)
-        client = headers.get(CLIENT_HEADER.decode(), "")
+        client = headers.get(CLIENT_HEADER, "")
         scope["client"] = (client, 0) if client else scope.get("client")
         scope["brain_fleet_sender"] = sender
-        return True
+
+    async def _look_up(self, leases: LeaseView, locator: ExecutorLocator | None, request: Request, here: Here) -> Found:
+        """Who owns the request's session (and, draining, who takes it) or holds its executor."""
+        if request.route == "executor" and locator is not None:
+            try:
+                return Found(await locator.holder_of(request.key))
+            except Exception:  # Redis: without it nobody can tell which instance holds the executor
+                logger.warning("fleet executor lookup failed", exc_info=True, extra={"executor": request.key})
+                return Found(error=Unavailable("the runtime executors' routes are out of reach"))
+        try:
+            owner = await self.owners.owner(leases, request.key)
+        except BrainError as error:  # too many lookups in flight
+            return Found(error=error)
+        except Exception:  # the database: without it nobody can tell who owns the session
+            logger.warning("fleet owner lookup failed", exc_info=True, extra={"session_id": request.key})
+            return Found(error=Unavailable("the fleet's database is unavailable"))
+        if needs_successor(request, here, owner):
+            return Found(owner, await self.successors.pick(leases, request.key))
+        return Found(owner)
+
+    def _how(
+        self, brain: object, leases: LeaseView, locator: ExecutorLocator | None, request: Request, to: ForwardTo
+    ) -> Forward:
+        peer, key = to.peer, request.key
+        if to.role == "holder" and locator is not None:
+            admit = self.streams.admit_executor(key, share=stream_share_of(brain)) if request.stream else None
+            return Forward(functools.partial(still_held, locator, peer), _nothing, admit)
+        if to.role == "successor":
+            return Forward(functools.partial(self.successors.still_free_or_taken_by, leases, key, peer), _nothing, None)
+        return Forward(
+            functools.partial(self.owners.still_owner, leases, key, peer),
+            functools.partial(self.owners.forget, key),
+            None,
+        )
 
     async def _forward(
         self,
         brain: object,
         leases: LeaseView,
-        owner: LeaseOwnerView,
+        locator: ExecutorLocator | None,
+        request: Request,
+        to: ForwardTo,
+        caller: ShareKey,
         scope: Scope,
         receive: Receive,
         send: Send,
         body: bytes,
-        *,
-        still_owner: Callable[[], Awaitable[bool]],
-        forget: Callable[[], None] = lambda: None,
-        stream: bool = False,
-        admit: Callable[[str], Callable[[], None]] | None = None,
-    ) -> bool:
-        """Send the request to `owner` (a `stream` on the stream pool) and stream its answer
-        back. With `admit`, a 200 answer is passed on only when admit(the tenant the owner
-        named) does not raise; its release is called when the answer ends. False when the owner
-        could not be reached before its answer started (nothing was sent to the client then):
-        the caller answers."""
-        headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope.get("headers", ())}
+    ) -> Receive | None:
+        """Sign the request for `to.peer` and hand it to the forwarder; a session's stream takes
+        its tenant's share first. An executor whose holder is gone is served here after all."""
+        release = _nothing
+        if to.role == "owner" and request.stream:
+            try:  # a stream's share is taken before it takes a connection
+                release = self.streams.take(caller, share=stream_share_of(brain))
+            except BrainError as error:
+                await respond(send, scope, error)
+                return None
+        how = self._how(brain, leases, locator, request, to)
         client = scope.get("client") or ("", 0)
+        signed = sign_forwarded(
+            fleet_secret_of(brain),
+            sender=leases.instance,
+            receiver=receiver_identity(to.peer.instance, to.peer.incarnation),
+            url=to.peer.url,
+            method=str(scope.get("method", "GET")),
+            target=_target(scope),
+            headers={name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())},
+            body=body,
+            client_address=str(client[0] or ""),
+            now=time.time(),
+            nonce=secrets.token_hex(16),
+        )
         self.forwarded += 1
         telemetry = getattr(brain, "telemetry", None)
         if telemetry is not None:
             telemetry.record_fleet_forward()
-        started = False
-        release = _nothing
-        relay = asyncio.current_task()
-        disconnected = asyncio.Event()
-
-        async def watch() -> None:  # the client going away ends the owner's response too
-            while (await receive())["type"] != "http.disconnect":
-                pass
-            disconnected.set()
-            if relay is not None:
-                relay.cancel()
-
-        # Most answers come back within milliseconds: the watcher starts only for one that
-        # takes longer (a stream, a slow owner), sparing a task per forwarded request. A client
-        # that left meanwhile is seen then, its disconnect waiting in the receive queue.
-        watcher: list[asyncio.Task[None]] = []
-        timer = asyncio.get_running_loop().call_later(
-            WATCH_AFTER_SECONDS, lambda: watcher.append(asyncio.ensure_future(watch()))
-        )
         try:
-            async with forward_request(
-                self.client,
-                secret=fleet_secret_of(brain),
-                sender=leases.instance,
-                owner=receiver_identity(owner.instance, owner.incarnation),
-                owner_url=owner.url,
-                method=str(scope.get("method", "GET")),
-                target=_target(scope),
-                headers=headers,
-                body=body,
-                client_address=str(client[0] or ""),
-                still_owner=still_owner,
+            reached = await self.forwarder.forward(
+                signed,
+                scope,
+                receive,
+                send,
+                still_owner=how.still_owner,
                 recheck_seconds=min(RECHECK_SECONDS, leases.lease_seconds / 3),
-                stream=stream,
-            ) as answer:
-                if answer.status == 503:  # the owner is draining, moving, or not the owner
-                    forget()
-                if admit is not None and answer.status == 200:
-                    try:
-                        release = admit(answer.tenant)
-                    except BrainError as error:  # leaving the block closes the owner's stream
-                        started = True
-                        await respond(send, scope, error)
-                        return True
-                length = content_length(answer.headers)
-                if length is not None and length <= WHOLE_ANSWER_BYTES:
-                    # an ordinary answer: read whole, passed on in one message (no stream to flush)
-                    whole = b"".join([chunk async for chunk in answer.body])
-                    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
-                    started = True
-                    await send({"type": "http.response.body", "body": whole})
-                    return True
-                await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
-                started = True
-                # Daphne writes the head with the first body message. The owner flushes its
-                # stream's head with an empty body, which no HTTP/1.1 chunk can carry here: flush
-                # it now, or the client waits for the stream's first event or keep-alive.
-                await send({"type": "http.response.body", "body": b"", "more_body": True})
-                async for chunk in answer.body:
-                    await write_piece(scope, send, chunk)
-                await send({"type": "http.response.body", "body": b""})
-        except OwnerUnreachable as exc:
-            forget()
-            logger.warning("fleet owner unreachable", extra={"owner": owner.instance, "error": str(exc)})
-            if not started:
-                return False
-        except (httpx.TransportError, TimeoutError):
-            if not started:  # the answer broke before anything reached the client: the caller answers
-                forget()
-                return False
-            # Mid-body: the response was already started, so the client must see a cut
-            # connection, not a short body that looks complete; SSE clients reconnect.
-            abort = scope.get("brain_abort_connection")
-            if abort is not None:
-                abort()
-        except asyncio.CancelledError:
-            if not disconnected.is_set():
-                raise
+                forget=how.forget,
+                stream=request.stream,
+                admit=how.admit,
+            )
         finally:
             release()
-            timer.cancel()
-            for task in watcher:
-                task.cancel()
-        return True
-
-
-def _nothing() -> None:
-    """The release of a request that took no share."""
+        if reached:
+            return None
+        if to.role == "holder" and locator is not None and await holder_alive(locator, to.peer) is False:
+            return replaying(body, receive)  # its instance is gone, and the executor with it
+        await respond(send, scope, to.unreachable)
+        return None

@@ -7,6 +7,9 @@ the body and every forwarded header, so a captured request cannot be altered, se
 instance, or replayed: within the window the receiver remembers its nonce, and after a restart
 the receiver is another incarnation, which refuses it. The receiver honours only the headers the
 signature covers (`honoured_headers`).
+
+A request forwarded to another instance is signed here once (`sign_forwarded`), after routing
+chose the instance and before the forwarder sends it: what it carries is decided in one place.
 """
 
 from __future__ import annotations
@@ -16,16 +19,23 @@ import hmac
 import re
 from collections import OrderedDict
 from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import orjson
 
+from foundation.errors import Unauthorized
+
 __all__ = [
+    "CLIENT_HEADER",
     "FORWARDED_HEADERS",
     "SIGNATURE_HEADERS",
     "FleetAuthError",
     "ReplayGuard",
+    "SignedRequest",
     "honoured_headers",
     "receiver_identity",
+    "sign_forwarded",
     "sign_request",
     "verify_request",
 ]
@@ -36,6 +46,7 @@ TIME_HEADER = "brain-fleet-time"
 NONCE_HEADER = "brain-fleet-nonce"
 SIGNATURE_HEADER = "brain-fleet-signature"
 SIGNATURE_HEADERS = (INSTANCE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
+CLIENT_HEADER = "brain-fleet-client"  # the client's address as the forwarding instance saw it
 # What a forwarded request carries beyond its method, target and body, every one signed: the
 # client's credentials and stream position, the trace, and the client's address as the
 # receiving instance saw it (for per-address limits on the owner). Anything else is not
@@ -47,7 +58,7 @@ FORWARDED_HEADERS = (
     "last-event-id",
     "traceparent",
     "tracestate",
-    "brain-fleet-client",
+    CLIENT_HEADER,
 )
 # Clocks of a fleet's machines agree within NTP's milliseconds; the window allows for a
 # forwarded request that waited in a queue. Older or newer requests are refused.
@@ -60,13 +71,25 @@ SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
 MAX_TIME_DIGITS = 12
 
 
-class FleetAuthError(Exception):
+class FleetAuthError(Unauthorized):
     """A request that is not from a fleet instance, or not this instant's. `reason` is for the
-    log; clients get a generic 403."""
+    log; clients get the generic 401 of the message."""
 
     def __init__(self, reason: str) -> None:
-        super().__init__(reason)
+        super().__init__("fleet request signature refused")
         self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class SignedRequest:
+    """A request on its way to another instance, signed for its receiving process."""
+
+    receiver: str  # the receiving process, as receiver_identity names it
+    url: str  # the receiving instance's base URL (its cluster.url)
+    method: str
+    target: bytes  # the URL's path, then the raw path and query as received: exactly as signed
+    headers: dict[str, str]  # the forwarded headers, then the signature's
+    body: bytes
 
 
 def _message(
@@ -117,6 +140,54 @@ def honoured_headers(headers: Mapping[str, str], *, host: str, body: bytes) -> l
 
 def _lower(headers: Mapping[str, str]) -> dict[str, str]:
     return {name.lower(): value for name, value in headers.items()}
+
+
+def _clean(value: str) -> bool:
+    return "\r" not in value and "\n" not in value and "\0" not in value
+
+
+def _path_prefix(url: str) -> bytes:
+    """The path of an instance's URL, before the forwarded target (a URL that does not parse has
+    none here; the transport refuses it)."""
+    try:
+        return urlsplit(url).path.rstrip("/").encode("latin-1")
+    except (ValueError, UnicodeEncodeError):
+        return b""
+
+
+def sign_forwarded(
+    secret: bytes,
+    *,
+    sender: str,
+    receiver: str,
+    url: str,
+    method: str,
+    target: bytes,
+    headers: Mapping[str, str],
+    body: bytes,
+    client_address: str,
+    now: float,
+    nonce: str,
+) -> SignedRequest:
+    """The request a client sent this instance, as forwarded to `receiver` at `url`: only
+    FORWARDED_HEADERS (values that could split a header line dropped), the client's address in
+    CLIENT_HEADER, and the signature over all of it."""
+    lowered = _lower(headers)
+    forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name) and _clean(lowered[name])}
+    forwarded[CLIENT_HEADER] = client_address if _clean(client_address) else ""
+    path = _path_prefix(url) + target
+    signature = sign_request(
+        secret,
+        sender=sender,
+        target_instance=receiver,
+        method=method,
+        target=path,
+        body=body,
+        headers=forwarded,
+        now=now,
+        nonce=nonce,
+    )
+    return SignedRequest(receiver, url, method, path, {**forwarded, **signature}, body)
 
 
 def sign_request(

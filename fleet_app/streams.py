@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, cast
+from urllib.parse import unquote
 
 from foundation.errors import Overloaded
 
@@ -102,3 +103,14 @@ class StreamShares:
                 del self._open[tenant]
 
         return release
+
+    def admit_executor(self, executor_id: str, *, share: int) -> Callable[[str], Callable[[], None]]:
+        """What takes an executor's forwarded command stream once its holder answered: the
+        holder named the executor's tenant (it checked the credential), whose share it takes;
+        a holder that named none, the executor's own."""
+
+        def admit(tenant: str) -> Callable[[], None]:
+            key = ("tenant", unquote(tenant)) if tenant else ("executor", executor_id)
+            return self.take(key, share=share)
+
+        return admit

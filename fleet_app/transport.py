@@ -4,15 +4,19 @@ httpcore's general pool (anyio streams, cancel scopes, h11 events) cost about 0.
 forwarded request on a 2-core machine, most of what forwarding a request added; this speaks
 the little HTTP/1.1 the hop needs: a request written in one piece, an answer's head read with
 bounds, its body streamed as it arrives (Content-Length, chunked, or until the connection
-closes). Failures are httpx's TransportError family, as httpcore raises them. No Django.
+closes). It is the fleet's only HTTP client: no httpx client or transport is in the path.
+Failures are httpx's TransportError family (the exception classes only), as httpcore raises
+them. No Django.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -27,6 +31,8 @@ __all__ = [
     "WRITE_SECONDS",
     "Answer",
     "FleetTransport",
+    "Origin",
+    "origin_of",
 ]
 
 # Owners are in the same network: a connection that takes longer means the owner is gone.
@@ -138,7 +144,7 @@ async def _line(reader: asyncio.StreamReader) -> bytes:
     return line.rstrip(b"\r\n")
 
 
-class _Body(httpx.AsyncByteStream):
+class _Body:
     """The owner's body, framed by Content-Length, chunked coding, or the connection's end; each
     piece yielded as it arrives. Read to its end, the connection goes back to the pool."""
 
@@ -209,32 +215,67 @@ class Answer:
     body: _Body
 
 
-class FleetTransport(httpx.AsyncBaseTransport):
+@dataclass(frozen=True, slots=True)
+class Origin:
+    host: str
+    port: int
+    netloc: bytes  # the Host header
+
+
+@functools.lru_cache(maxsize=1024)
+def origin_of(url: str) -> Origin:
+    """Where an instance's URL is served (instances' URLs are few); UnsupportedProtocol for
+    anything but plain http://host:port."""
+    try:
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port or 80
+    except ValueError as exc:
+        raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {url!r}") from exc
+    if parts.scheme != "http" or not host:
+        raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {url!r}")
+    return Origin(host, port, parts.netloc.encode("latin-1"))
+
+
+# Methods whose requests carry a body (and so a Content-Length, 0 included), as HTTP clients send them.
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+class FleetTransport:
     """HTTP/1.1 to the fleet's instances over kept-alive connections, per owner origin: a
     request is written in one piece, the answer's head read and its body streamed (no HTTP/2,
     no TLS: instances talk over the fleet's own network, each request signed). At most
-    MAX_CONNECTIONS at once; a request waits POOL_SECONDS for one."""
+    `max_connections` at once; a request waits POOL_SECONDS for one."""
 
     def __init__(self, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self._idle: dict[str, deque[_Connection]] = {}
         self._slots = asyncio.Semaphore(max_connections)
         self._closed = False
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        if url.scheme != "http" or not url.host:
-            raise httpx.UnsupportedProtocol(f"fleet URLs are plain http://host:port, not {url.scheme}://")
-        body = b"".join([piece async for piece in request.stream])  # type: ignore[union-attr]
-        head = [b"%s %s HTTP/1.1\r\n" % (request.method.encode(), url.raw_path)]
-        head.extend(b"%s: %s\r\n" % (name, value) for name, value in request.headers.raw)
+    async def __aenter__(self) -> FleetTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def request(
+        self,
+        url: str,
+        method: str,
+        target: bytes,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        patience: Patience | None = None,
+    ) -> Answer:
+        """`method` `target` with `headers` and `body` to the instance at `url`, its Host header
+        the URL's; the answer once its head arrived (as `exchange`)."""
+        origin = origin_of(url)
+        head = [b"%s %s HTTP/1.1\r\nhost: %s\r\n" % (method.encode("latin-1"), target, origin.netloc)]
+        if body or method in BODY_METHODS:
+            head.append(b"content-length: %d\r\n" % len(body))
+        head.extend(f"{name}: {value}\r\n".encode("latin-1") for name, value in headers.items())
         head.append(b"\r\n")
-        answer = await self.exchange(url.host, url.port or 80, request.method, b"".join(head) + body)
-        return httpx.Response(
-            answer.status,
-            headers=answer.headers,
-            stream=answer.body,
-            extensions={"http_version": answer.version, "reason_phrase": answer.reason},
-        )
+        return await self.exchange(origin.host, origin.port, method, b"".join(head) + body, patience=patience)
 
     async def exchange(
         self, host: str, port: int, method: str, data: bytes, *, patience: Patience | None = None

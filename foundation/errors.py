@@ -4,6 +4,7 @@ BrainError (500 brain_error)
 ├── InvalidRequest (400 invalid_request)
 │   └── PayloadTooLarge (413 invalid_request)
 ├── Unauthorized (401 forbidden, WWW-Authenticate: Bearer)
+│   └── fleet_app.signing.FleetAuthError (a request from another instance whose signature fails)
 ├── Forbidden (403 forbidden)
 ├── NotFound (404 not_found)
 ├── Conflict (409 conflict)
@@ -11,6 +12,7 @@ BrainError (500 brain_error)
 ├── Unsupported (422 unsupported)
 ├── Overloaded (429 overloaded, Retry-After: 1)
 └── Unavailable (503 unavailable, Retry-After: 1)
+    └── fleet_app.forwarding.OwnerUnreachable (the instance a request was forwarded to did not answer)
 """
 
 from __future__ import annotations
@@ -96,8 +98,9 @@ class Overloaded(BrainError):
 
 
 class Unavailable(BrainError):
-    """A fleet instance that may not write a session now (its lease is lapsing, moving, or held
-    elsewhere): the same request succeeds shortly, here or on the owner."""
+    """A fleet instance that cannot serve a session now (its lease is lapsing, moving, or held
+    elsewhere; its owner is not answering, or cannot be found while the fleet's database or
+    Redis is out of reach): the same request succeeds shortly, through any instance."""
 
     code = "unavailable"
     status = 503

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
 from foundation.errors import BrainError
-from foundation.streaming import SSE_HEADERS, StreamingConsumer
+from foundation.streaming import SSE_HEADERS, StreamingConsumer, wait_for_room
 
 from . import operations
 from .app_object import brain_of
@@ -22,10 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["EventStreamConsumer"]
 
 KEEPALIVE_SECONDS = 15.0  # spec: a keepalive comment every 15 s while idle
-WRITE_DEADLINE_SECONDS = 15.0  # spec: 15-second write deadline per frame
 REPLAY_BATCH = 100  # spec: replay in batches of 100
-SOCKET_HIGH_WATER = 256 * 1024  # unsent bytes in the transport before we stop writing
-_CONGESTION_POLL_SECONDS = 0.01
 KEEPALIVE = b": keepalive\n\n"
 
 
@@ -82,12 +79,5 @@ class EventStreamConsumer(StreamingConsumer):
     async def _write(self, data: bytes, subscriber: Subscriber | None = None) -> None:
         """Send once the transport has room. A client stuck past the deadline is dropped, and so
         is one whose live buffer overflowed meanwhile (spec: slow clients are disconnected)."""
-        pending = self.scope.get("brain_pending_bytes")
-        if pending is not None and pending() > SOCKET_HIGH_WATER:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WRITE_DEADLINE_SECONDS
-            while pending() > SOCKET_HIGH_WATER:
-                if loop.time() > deadline or (subscriber is not None and subscriber.overflowed):
-                    raise TimeoutError
-                await asyncio.sleep(_CONGESTION_POLL_SECONDS)
+        await wait_for_room(self.scope, give_up=lambda: subscriber is not None and subscriber.overflowed)
         await self.send_body(data, more_body=True)

@@ -5,16 +5,19 @@ every byte, in order, each piece as soon as it is sent, and only signed headers 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import pytest
 
-from fleet_app.forwarding import OwnerUnreachable, fleet_client, forward_request
-from fleet_app.signing import FleetAuthError, ReplayGuard, verify_request
+from fleet_app.forwarding import RECHECK_SECONDS, Forwarded, OwnerUnreachable, exchange
+from fleet_app.signing import FleetAuthError, ReplayGuard, sign_forwarded, verify_request
+from fleet_app.transport import FleetTransport
 from tests.fixtures.server import free_port
 
 SECRET = b"f" * 32
@@ -29,6 +32,40 @@ PIECES = [
     b"id: eyJvIjo5OSwiaSI6ImIifQ\nev",
     b'ent: session.status\ndata: {"status":"idle"}\n\n',
 ]
+
+
+@asynccontextmanager
+async def forward_request(
+    transport: FleetTransport,
+    *,
+    secret: bytes,
+    sender: str,
+    owner: str,
+    owner_url: str,
+    method: str,
+    target: bytes,
+    headers: Mapping[str, str],
+    body: bytes,
+    client_address: str,
+    still_owner: Callable[[], Awaitable[bool]] | None = None,
+    recheck_seconds: float = RECHECK_SECONDS,
+) -> AsyncIterator[Forwarded]:
+    """A client's request as routing hands it on: signed for `owner`, then sent on `transport`."""
+    request = sign_forwarded(
+        secret,
+        sender=sender,
+        receiver=owner,
+        url=owner_url,
+        method=method,
+        target=target,
+        headers=headers,
+        body=body,
+        client_address=client_address,
+        now=time.time(),
+        nonce=secrets.token_hex(16),
+    )
+    async with exchange(transport, request, still_owner=still_owner, recheck_seconds=recheck_seconds) as answer:
+        yield answer
 
 
 @dataclass
@@ -128,7 +165,7 @@ async def test_sse_is_streamed_back_byte_for_byte_as_each_piece_arrives(owner: t
     received: list[bytes] = []
     # when
     async with (
-        fleet_client() as client,
+        FleetTransport() as client,
         forward_request(
             client,
             secret=SECRET,
@@ -191,7 +228,7 @@ async def test_a_send_is_forwarded_with_its_body_and_the_owners_answer_comes_bac
     body = b'{"type":"user.message","data":{"text":"caf\xc3\xa9"},"key":"k-1"}'
     # when
     async with (
-        fleet_client() as client,
+        FleetTransport() as client,
         forward_request(
             client,
             secret=SECRET,
@@ -223,7 +260,7 @@ async def test_a_request_signed_with_another_secret_is_refused_by_the_owner(owne
     origin, url = owner
     # when
     async with (
-        fleet_client() as client,
+        FleetTransport() as client,
         forward_request(
             client,
             secret=b"x" * 32,
@@ -248,7 +285,7 @@ async def test_leaving_the_block_closes_the_owners_stream(owner: tuple[Owner, st
     # given: an owner with more to send than the client will read
     origin, url = owner
     origin.pieces = list(PIECES)
-    async with fleet_client() as client:  # the client (its connection pool) stays open throughout
+    async with FleetTransport() as client:  # the client (its connection pool) stays open throughout
         # when: the client takes the first piece and goes away
         async with forward_request(
             client,
@@ -274,7 +311,7 @@ async def test_an_owner_that_is_not_listening_is_unreachable_before_any_byte_is_
     # given
     url = f"http://127.0.0.1:{free_port()}"
     # when
-    async with fleet_client() as client:
+    async with FleetTransport() as client:
         with pytest.raises(OwnerUnreachable) as unreachable:
             async with forward_request(
                 client,
@@ -337,7 +374,7 @@ class KeptAlive:
 
 
 async def _forward_whole(
-    client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}', **options: Any
+    client: FleetTransport, url: str, body: bytes = b'{"text":"hi"}', **options: Any
 ) -> tuple[int, dict[bytes, bytes], bytes]:
     """A send forwarded from brain-b to brain-a at `url`: the answer's status, headers and whole body."""
     async with forward_request(
@@ -356,7 +393,7 @@ async def _forward_whole(
         return forwarded.status, dict(forwarded.headers), b"".join([chunk async for chunk in forwarded.body])
 
 
-async def _send_through(client: httpx.AsyncClient, url: str, body: bytes = b'{"text":"hi"}') -> tuple[int, bytes]:
+async def _send_through(client: FleetTransport, url: str, body: bytes = b'{"text":"hi"}') -> tuple[int, bytes]:
     status, _, content = await _forward_whole(client, url, body)
     return status, content
 
@@ -366,7 +403,7 @@ async def test_requests_to_an_owner_share_one_kept_alive_connection() -> None:
     owner = KeptAlive()
     server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    async with server, fleet_client() as client:
+    async with server, FleetTransport() as client:
         # when: ten sends, one after the other
         answers = [await _send_through(client, url) for _ in range(10)]
     # then: every one answered, all on the first connection
@@ -379,7 +416,7 @@ async def test_a_connection_the_owner_closed_while_idle_is_not_reused() -> None:
     owner = KeptAlive(close_after=1)
     server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    async with server, fleet_client() as client:
+    async with server, FleetTransport() as client:
         first = await _send_through(client, url)
         await asyncio.wait_for(owner.closed.wait(), WAIT_SECONDS)
         await asyncio.sleep(0)  # the owner's FIN, already in the socket, is read while the connection is idle
@@ -406,7 +443,7 @@ async def test_a_malformed_answer_is_an_error_never_a_hang_or_a_crash(answer: by
     owner = KeptAlive(answer=answer)
     server = await asyncio.start_server(owner.handle, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    async with server, fleet_client() as client:
+    async with server, FleetTransport() as client:
         # when
         with pytest.raises((OwnerUnreachable, httpx.RemoteProtocolError)) as failed:
             async with asyncio.timeout(WAIT_SECONDS):
@@ -441,7 +478,7 @@ async def test_a_head_slower_than_the_recheck_is_read_whole_across_rounds_of_pat
 
     server = await asyncio.start_server(slow, "127.0.0.1", 0)
     url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    async with server, fleet_client() as client:
+    async with server, FleetTransport() as client:
         # when
         answer = await _forward_whole(client, url, still_owner=still_owner, recheck_seconds=0.1)
     # then: the bytes that arrived before each round ended were kept, and the owner re-checked
