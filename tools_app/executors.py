@@ -179,21 +179,6 @@ class ExecutorHub:
 
     # -- calls -----------------------------------------------------------------------------
 
-    async def call(
-        self,
-        executor: Executor | None,
-        *,
-        call_id: str,
-        tool: str,
-        arguments: object,
-        scope: dict[str, str],
-        progress: Callable[[object], None],
-    ) -> object:
-        """One call of an executor held here (see LocalExecutors.call)."""
-        return await self.local.call(
-            executor, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
-        )
-
     async def call_alias(
         self,
         session: str,

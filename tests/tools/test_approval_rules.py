@@ -14,11 +14,18 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 from brain import Brain, RuntimeTool
 
+from foundation.hostconfig import ApprovalRule
+from tests.admin.support import AdminClient, create_superuser
 from tests.fixtures.server import ROOT, BrainServer
+from tests.tools.conftest import Install, binding, context, text_of
 from tests.tools.servers import ToolZoo
+from tools_app.invocation import ApprovalGate, Invocation
+from tools_app.invocation.approvals import ApprovalPolicy
+from tools_app.transports.mcp import McpTransport
 
 MODEL = "openai/gpt-4.1-mini"
 WAIT_SECONDS = 20.0  # a turn of the instant harness ends well within it
@@ -287,3 +294,86 @@ def test_an_invalid_approval_rule_stops_the_server_before_it_listens(
     assert message in served.stderr
     assert message in checked.stderr
     assert "brain listening" not in served.stderr
+
+
+# -- the admin ------------------------------------------------------------------------------------
+
+RULES = "/admin/tools_app/approvalrule"
+
+
+def test_a_rule_added_in_the_admin_holds_the_next_runtime_tool_call_at_once(
+    brain_factory: Callable[..., BrainServer], clients: list[Brain]
+) -> None:
+    # given: a server with no rule in its host config
+    server = brain_factory()
+    create_superuser(server)
+    tool = Counted()
+
+    # when
+    with AdminClient(server) as admin:
+        admin.login()
+        refused = admin.post(f"{RULES}/add/", {"tools": '["runtime_[ab]"]', "approval_timeout_seconds": "60"})
+        added = admin.post(
+            f"{RULES}/add/", {"tools": '["runtime_look*"]', "kinds": "runtime", "approval_timeout_seconds": "60"}
+        )
+    client, session_id = _runtime_session(server, clients, tool)
+    pending = _pending(client, session_id)
+
+    # then
+    assert refused.status_code == 200 and "tool pattern &#x27;runtime_[ab]&#x27; must be" in refused.text
+    assert added.status_code == 302, added.text[:3000]
+    assert pending["tool"] == "runtime_lookup"
+    assert tool.runs == []
+    assert _decide(server, session_id, pending["approval_id"], decision="approve").status_code == 200
+    assert [result["outcome"] for result in _of_type(_settled(client, session_id), "tool.result")] == ["ok"]
+    assert tool.runs == [{"q": "orders"}]
+
+
+# -- MCP tools (config tools with transport mcp), on the call path in-process ---------------------
+
+
+class CountingTransport(httpx2.AsyncHTTPTransport):
+    """The MCP transport's HTTP client, counting the requests it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        self.sent.append(request.method)
+        return await super().handle_async_request(request)
+
+
+async def test_an_approval_rule_holds_an_mcp_tool_call_and_a_rejected_one_is_never_sent(
+    install: Install, mcp_url: str
+) -> None:
+    # given
+    counting = CountingTransport()
+    rules = ApprovalPolicy([ApprovalRule(tools=["docs_*"], kinds=["config"], approval_timeout_seconds=45)])
+    tools = install(
+        binding("docs_echo", mcp_url, mcp_tool="echo", token_env="MCP_KEY"),
+        approvals=rules,
+        transports={"mcp": McpTransport(counting)},
+    )
+    asked: list[tuple[str, dict[str, object], int]] = []
+
+    def gate(answer: Invocation | None) -> ApprovalGate:
+        async def decide(name: str, arguments: dict[str, object], *, timeout_seconds: int) -> Invocation | None:
+            asked.append((name, arguments, timeout_seconds))
+            return answer
+
+        return decide
+
+    # when
+    rejected = await tools.invoke(
+        context("docs_echo", approval=gate(Invocation.failed("rejected by bob: no"))), "docs_echo", {"text": "hi"}
+    )
+    sent_before_approval = list(counting.sent)
+    approved = await tools.invoke(context("docs_echo", approval=gate(None)), "docs_echo", {"text": "hi"})
+
+    # then
+    assert asked == [("docs_echo", {"text": "hi"}, 45), ("docs_echo", {"text": "hi"}, 45)]
+    assert rejected["is_error"] is True and text_of(rejected) == "rejected by bob: no"
+    assert sent_before_approval == []
+    assert approved["content"] == [{"type": "text", "text": "hi"}]
+    assert "POST" in counting.sent
