@@ -377,3 +377,45 @@ async def test_an_approval_rule_holds_an_mcp_tool_call_and_a_rejected_one_is_nev
     assert sent_before_approval == []
     assert approved["content"] == [{"type": "text", "text": "hi"}]
     assert "POST" in counting.sent
+
+
+async def test_a_call_is_not_sent_while_the_admin_rules_cannot_be_read_and_keeps_the_last_rules_read(
+    install: Install, mcp_url: str
+) -> None:
+    # given: the admin's rules are out of reach (the database), then read, then out of reach again
+    reads: list[str] = []
+    answers: list[list[ApprovalRule] | None] = [None, [ApprovalRule(tools=["docs_*"])], None]
+
+    async def loader() -> list[ApprovalRule]:
+        answer = answers[len(reads)]
+        reads.append("ok" if answer is not None else "failed")
+        if answer is None:
+            raise OSError("database out of reach")
+        return answer
+
+    counting = CountingTransport()
+    rules = ApprovalPolicy((), admin_loader=loader)
+    tools = install(
+        binding("docs_echo", mcp_url, mcp_tool="echo", token_env="MCP_KEY"),
+        approvals=rules,
+        transports={"mcp": McpTransport(counting)},
+    )
+    asked: list[str] = []
+
+    async def reject(name: str, arguments: dict[str, object], *, timeout_seconds: int) -> Invocation | None:
+        asked.append(name)
+        return Invocation.failed("rejected by bob: no")
+
+    # when
+    unread = await tools.invoke(context("docs_echo", approval=reject), "docs_echo", {"text": "hi"})
+    read = await tools.invoke(context("docs_echo", approval=reject), "docs_echo", {"text": "hi"})
+    rules.forget_rules()
+    stale = await tools.invoke(context("docs_echo", approval=reject), "docs_echo", {"text": "hi"})
+
+    # then
+    assert unread["is_error"] is True
+    assert text_of(unread) == "the approval rules could not be read (database out of reach); the call was not sent"
+    assert text_of(read) == text_of(stale) == "rejected by bob: no"
+    assert reads == ["failed", "ok", "failed"]
+    assert asked == ["docs_echo", "docs_echo"]
+    assert counting.sent == []

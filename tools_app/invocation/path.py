@@ -20,7 +20,7 @@ from foundation.errors import Overloaded
 from foundation.hostconfig import ToolKindName
 from foundation.schema_workers import SchemaWorkers
 
-from .approvals import ApprovalPolicy
+from .approvals import ApprovalPolicy, RulesUnavailable
 from .results import Invocation, detail
 
 __all__ = ["ApprovalGate", "CallContext", "Dispatch", "Target", "ToolKind", "invoke_tool"]
@@ -107,7 +107,12 @@ async def invoke_tool(
         )
     wait = target.approval_timeout_seconds if target.require_approval else None
     if wait is None and approvals is not None:
-        wait = await approvals.timeout_for(tenant=context.tenant, name=name, kind=target.kind, provider=target.provider)
+        try:
+            wait = await approvals.timeout_for(
+                tenant=context.tenant, name=name, kind=target.kind, provider=target.provider
+            )
+        except RulesUnavailable as exc:
+            return Invocation.failed(detail(f"the approval rules could not be read ({exc}); the call was not sent"))
     if wait is not None:
         if context.approval is None:
             return Invocation.failed(f"tool {name!r} requires approval, which this call cannot ask for")
