@@ -19,9 +19,6 @@ from foundation.schema_workers import SchemaWorkers
 from runners.protocol import ToolDescriptor
 
 from .executor_store import (
-    DEFAULT_TENANT_EXECUTORS,
-    MAX_CALLS_PER_EXECUTOR,
-    MAX_EXECUTORS,
     SWEEP_SECONDS,
     CallLost,
     Connection,
@@ -33,9 +30,6 @@ from .executor_store import (
 )
 
 __all__ = [
-    "DEFAULT_TENANT_EXECUTORS",
-    "MAX_CALLS_PER_EXECUTOR",
-    "MAX_EXECUTORS",
     "CallLost",
     "Connection",
     "Executor",
@@ -82,7 +76,7 @@ class ExecutorHub:
     (`expire_unbound`, run by the engine, sweeps them on time)."""
 
     def __init__(self, local: LocalExecutors | None = None, *, remote: RemoteExecutors | None = None) -> None:
-        self.local = local if local is not None else LocalExecutors(tenant_share=DEFAULT_TENANT_EXECUTORS)
+        self.local = local if local is not None else LocalExecutors()
         self.remote = remote
 
     @classmethod
