@@ -57,9 +57,10 @@ async def _bench(url: str, calls: int) -> dict[str, float]:
     from foundation.hostconfig import ToolBindingConfig
     from tools_app.invocation import CallContext
     from tools_app.registry import ToolRegistry
+    from tools_app.tool_path import assemble_tool_path
 
     echo = ToolBindingConfig.model_validate({**tool_bindings(url, tenant="bench")[0], "token_env": "BENCH_TOOLS_KEY"})
-    registry = ToolRegistry([echo], tool_tokens={"echo": TOOLS_KEY})
+    registry = assemble_tool_path(ToolRegistry([echo], tool_tokens={"echo": TOOLS_KEY}))
     context = CallContext(
         tenant="bench", session_id="5" * 32, call_id="c" * 32, tools=("echo",), progress=lambda data: None
     )

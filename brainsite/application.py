@@ -32,20 +32,23 @@ from persistence_app.archiving import ArchiveService
 from sessions_app import db as sessions_db
 from sessions_app.app_object import SessionsAppObject
 from sessions_app.auth import TokenCache
-from sessions_app.runtime.engine import Engine, executor_hub
+from sessions_app.runtime.engine import Engine
 from sessions_app.storage import SessionStorage
 from sessions_app.subagents import EngineChildSessions
 from tools_app import db as tools_db
 from tools_app.app_object import ToolsAppObject
 from tools_app.credentials import BindingCredentials
-from tools_app.executors import ExecutorHub
+from tools_app.executors import ExecutorHub, LocalExecutors
+from tools_app.invocation.approvals import ApprovalPolicy
+from tools_app.invocation.config_tools import InspectionGrants
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderEnvironment
 from tools_app.providers.knowledge.jobs import KNOWLEDGE_TASK, JobBudgets, KnowledgeJobs
 from tools_app.providers.registry import ProviderRegistry, load_providers
 from tools_app.providers.subagents import SubagentProvider
-from tools_app.registry import InspectionGrants, ToolRegistry
+from tools_app.registry import ToolRegistry
 from tools_app.relay import ExecutorRelay
+from tools_app.tool_path import assemble_tool_path
 from tools_app.vault import CredentialVault
 
 from .celery_wiring import celery_dispatch, celery_send, log_upload_mode, worker_watch
@@ -82,21 +85,25 @@ class BrainApp:
         self.providers = providers if providers is not None else install_tool_providers(config)
         fleet_secret = secrets.fleet_secret
         self.tokens = TokenCache(inspection_key=inspection_key(fleet_secret.key) if fleet_secret is not None else None)
+        # the tool path: the catalog of config tools, how their calls are sent, the approval rules
         self.registry = ToolRegistry(
-            config.tools,
-            tool_tokens=secrets.tool_tokens,
-            public_url=config.public_url,
-            admin_loader=tools_db.aload_admin_bindings,
-            inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
-            providers=self.providers,
+            config.tools, tool_tokens=secrets.tool_tokens, admin_loader=tools_db.aload_admin_bindings
         )
-        self.executors = executor_hub(config.limits)
+        self.tool_path = assemble_tool_path(
+            self.registry,
+            providers=self.providers,
+            inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
+            approvals=ApprovalPolicy(config.approvals, admin_loader=tools_db.aload_approval_rules),
+            public_url=config.public_url,
+        )
+        local_executors = LocalExecutors.of(config.limits)
         # a fleet (`cluster` block): leases, input journal, routing, relay; else the solo stand-in
         self.fleet: Fleet | SoloFleet = build_fleet(
             config.cluster, secrets.fleet_secret, telemetry=self.telemetry, drop=self._drop_lost
         )
-        self.relay = _executor_relay(self.executors, self.fleet)  # runtime tools across the fleet
-        self.executors.relay = self.relay
+        self.relay = _executor_relay(local_executors, self.fleet)  # runtime tools across the fleet
+        # runtime executors: those held here and, in a fleet, the relay to those held elsewhere
+        self.executors = ExecutorHub(local_executors, remote=self.relay)
         self.workers = worker_watch(self.telemetry)  # with a broker: whether a worker answers on it
         # built before the engine, which gets it as its archive hooks; in a fleet `latest` is
         # written fenced with the lease epoch held (carried with the job to a sync worker)
@@ -121,6 +128,7 @@ class BrainApp:
             config,
             secrets,
             registry=self.registry,
+            tool_path=self.tool_path,
             telemetry=self.telemetry,
             executors=self.executors,
             providers=self.providers,
@@ -202,19 +210,19 @@ class BrainApp:
             await self.archive.close()  # unsynced sessions are found again by the next start's scan
         if self.workers is not None:
             await self.workers.close()
-        await self.registry.aclose()
+        await self.tool_path.aclose()
         await self.providers.aclose()
         await self.telemetry.ashutdown()  # after the engine: the last turns' spans and metrics go out
 
 
-def _executor_relay(hub: ExecutorHub, fleet: Fleet | SoloFleet) -> ExecutorRelay | None:
+def _executor_relay(local: LocalExecutors, fleet: Fleet | SoloFleet) -> ExecutorRelay | None:
     """Runtime tools across a fleet, when it has a relay's Redis (BRAIN_CHANNEL_REDIS); the
     relay then starts and stops with the fleet."""
     membership = fleet.relay_membership()
     if membership is None:
         return None
     relay = ExecutorRelay(
-        hub,
+        local,
         redis_url=membership.redis_url,
         instance=membership.instance,
         incarnation=membership.incarnation,

@@ -20,6 +20,7 @@ from foundation.hostconfig import ToolBindingConfig
 from foundation.rest_templates import METHODS
 
 from .app_object import brain_of
+from .approval_rules import admin as approval_rules_admin  # registers the approval rules' admin
 from .db import declared_token_origins
 from .listing import MAX_LISTED_NAME, MAX_LISTED_TEXT, cut
 from .models import Memory, Task, ToolBinding
@@ -28,7 +29,7 @@ from .provider_tools import bind_provider_tool
 from .providers.base import ToolProvider
 from .providers.knowledge import admin as knowledge_admin  # registers the knowledge bases' admin
 
-__all__ = ["ToolBindingAdmin", "ToolBindingForm", "knowledge_admin"]
+__all__ = ["ToolBindingAdmin", "ToolBindingForm", "approval_rules_admin", "knowledge_admin"]
 
 # The config fields an admin edits; form errors name the same fields as startup errors.
 _FORM_FIELDS = (

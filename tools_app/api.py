@@ -100,9 +100,7 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
         session = canonical_session_id(body.session) or ""
         if not session or (principal.session and principal.session != session):
             raise NotFound("session not found")
-        if (
-            brain.executors.relay is not None
-        ):  # a fleet: the session may be owned by another instance, its row is shared
+        if brain.executors.remote is not None:  # a fleet: the session may be owned elsewhere, its row is shared
             config = await brain.saved_session_config(principal.tenant, session)
             if config is None:
                 raise NotFound("session not found")
@@ -116,7 +114,7 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
     # last, off the loop: a request refused by a cheap check above compiles nothing
     await compile_runtime_tools(tools, brain.executors.schemas)
     executor_id, token = brain.executors.register(principal.tenant, body.binding, tools, session=session)
-    relay = brain.executors.relay
+    relay = brain.executors.remote
     if isinstance(relay, ExecutorRelay):  # a fleet: its own routes reach it through any instance
         await relay.hold(executor_id)
         if session:

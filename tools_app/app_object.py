@@ -1,4 +1,4 @@
-"""What tools_app reads from the application object: the tool registry, the runtime executors and
+"""What tools_app reads from the application object: the tool registry and path, the runtime executors and
 a session's saved config. The ASGI entry attaches the object to each scope
 (foundation.app_object); brainsite's BrainApp satisfies this view, which mypy checks where
 BrainApp is defined. The session side is a Protocol too: tools_app never imports sessions_app."""
@@ -14,6 +14,7 @@ from foundation.app_object import app_object_of, request_app_object
 
 from .executors import ExecutorHub
 from .registry import ToolRegistry
+from .tool_path import ToolPath
 
 __all__ = ["ToolsAppObject", "brain_of", "request_brain"]
 
@@ -38,6 +39,9 @@ class ToolsAppObject(Protocol):
 
     @property
     def registry(self) -> ToolRegistry: ...
+
+    @property
+    def tool_path(self) -> ToolPath: ...
 
     @property
     def executors(self) -> ExecutorHub: ...

@@ -13,10 +13,11 @@ from django.db import transaction
 from django.utils import timezone
 from pydantic import ValidationError
 
+from foundation.hostconfig import ApprovalRule as ApprovalRuleConfig
 from foundation.hostconfig import ToolBindingConfig
 from foundation.logs import logger
 
-from .models import SessionCredential, ToolBinding
+from .models import ApprovalRule, SessionCredential, ToolBinding
 from .origins import url_origin
 from .vault import RecoveryRecord, SealedCredential, recovery_record
 
@@ -26,6 +27,8 @@ __all__ = [
     "aget_credential",
     "aimport_credentials",
     "aload_admin_bindings",
+    "aload_approval_rules",
+    "approval_rule",
     "astore_credentials",
     "binding_config",
     "binding_fields",
@@ -138,6 +141,31 @@ def load_admin_bindings() -> list[ToolBindingConfig]:
 
 
 aload_admin_bindings = database_sync_to_async(load_admin_bindings)
+
+
+def approval_rule(row: ApprovalRule) -> ApprovalRuleConfig:
+    """The validated config form of an admin rule (empty lists: the defaults)."""
+    fields = {
+        key: value
+        for key in ("tools", "kinds", "providers", "tenants")
+        if (value := getattr(row, key)) not in (None, [], "")
+    }
+    return ApprovalRuleConfig.model_validate({**fields, "approval_timeout_seconds": row.approval_timeout_seconds})
+
+
+def load_approval_rules() -> list[ApprovalRuleConfig]:
+    """The admin's approval rules in the order they were made; a row that no longer validates is
+    skipped and logged."""
+    rules = []
+    for row in ApprovalRule.objects.order_by("id"):
+        try:
+            rules.append(approval_rule(row))
+        except ValidationError as exc:
+            logger.warning("skipping invalid approval rule", extra={"rule": row.id, "error": str(exc)[:300]})
+    return rules
+
+
+aload_approval_rules = database_sync_to_async(load_approval_rules)
 
 
 # -- sealed session credentials ------------------------------------------------------------------

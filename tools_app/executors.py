@@ -1,34 +1,33 @@
-"""Runtime executors: tools that run in the client's own process, reached over a command
-stream (SSE, or a WebSocket) that the client keeps open.
+"""The runtime executor hub: the executors this process holds (tools_app.executor_store) and,
+in a fleet, how it reaches those other instances hold (`remote`, the relay of tools_app.relay),
+told at construction.
 
-An executor is registered with a manage token and gets its own credential; a session binds it
-under an alias. Each command connection gets a fresh id: commands name it, replies must carry
-it, and a new connection supersedes the old. Commands are never replayed: a call dispatched on
-a connection that drops, or to an executor that closes, ends with an unknown outcome; a call to
-an executor with no connection fails before dispatch. Everything lives in this process's
-memory: after a restart clients register again and rebind. In a fleet with a relay
-(tools_app.relay) each bind is announced, so a session owned by another instance reaches it, and
-a session created on one instance may bind an executor another instance holds.
+With a remote each bind is announced, so a session owned by another instance reaches its
+executor, and a session created on one instance may bind an executor another instance holds; a
+call of a session's alias goes wherever the alias is served now. Without one, an executor serves
+the sessions of this process alone.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-import hmac
-import secrets
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Protocol
 
-import orjson
-
-from foundation.errors import Conflict, NotFound, Overloaded, Unauthorized
-from foundation.logs import logger
+from foundation.hostconfig import Limits
 from foundation.schema_workers import SchemaWorkers
 from runners.protocol import ToolDescriptor
+
+from .executor_store import (
+    SWEEP_SECONDS,
+    CallLost,
+    Connection,
+    Executor,
+    ExecutorUnavailable,
+    LocalExecutors,
+    bound_to,
+    normalized_tools,
+)
 
 __all__ = [
     "CallLost",
@@ -36,71 +35,17 @@ __all__ = [
     "Executor",
     "ExecutorHub",
     "ExecutorUnavailable",
+    "LocalExecutors",
+    "RemoteExecutors",
     "bound_to",
+    "normalized_tools",
 ]
 
-MAX_EXECUTORS = 4096  # per process; registrations past it are 429
-# One tenant's share of MAX_EXECUTORS (limits.tenant_executors): a quarter, so a tenant that
-# registers without end leaves room for at least three others.
-DEFAULT_TENANT_EXECUTORS = MAX_EXECUTORS // 4
-MAX_UNBOUND_SECONDS = 600.0  # an executor no session bound is dropped after this long
-SWEEP_SECONDS = 1.0  # how often unbound executors are checked for expiry (an expiry is this late at most)
-MAX_CALLS_PER_EXECUTOR = 32  # the published clients refuse more concurrent calls
-MAX_QUEUED_COMMANDS = 256
-PING_SECONDS = 15.0
 
-
-class ExecutorUnavailable(Exception):
-    """No executor or no connection: the call was not dispatched."""
-
-
-class CallLost(Exception):
-    """The call was dispatched, then its connection dropped or its executor closed."""
-
-
-@dataclass(eq=False)
-class Connection:
-    """One command stream of an executor (SSE or WebSocket)."""
-
-    id: str
-    commands: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(MAX_QUEUED_COMMANDS))
-    closed: asyncio.Event = field(default_factory=asyncio.Event)
-
-    def push(self, command: dict[str, object]) -> bool:
-        if self.closed.is_set():
-            return False
-        try:
-            self.commands.put_nowait(orjson.dumps(command))
-        except asyncio.QueueFull:
-            return False
-        return True
-
-    def close(self) -> None:
-        self.closed.set()
-
-    async def next(self, timeout: float) -> bytes | None:
-        """The next command, None when `timeout` passes first; raises CallLost once closed."""
-        if not self.commands.empty():
-            return self.commands.get_nowait()
-        getter = asyncio.ensure_future(self.commands.get())
-        closed = asyncio.ensure_future(self.closed.wait())
-        try:
-            done, _ = await asyncio.wait({getter, closed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            closed.cancel()
-            if not getter.done():
-                getter.cancel()
-        if getter in done:
-            return getter.result()
-        if self.closed.is_set():
-            raise CallLost("connection closed")
-        return None
-
-
-class Relay(Protocol):
-    """A fleet's relay (tools_app.relay) as the hub and the call path see it: binds announced,
-    closes withdrawn, a closed session's executors on other instances closed, a session's call
-    sent to whichever instance serves its alias."""
+class RemoteExecutors(Protocol):
+    """How the hub reaches executors other instances hold (a fleet's relay): binds announced,
+    closes withdrawn, a closed session's executors elsewhere closed, a session's call sent to
+    whichever instance serves its alias (this one included)."""
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None: ...
 
@@ -125,141 +70,68 @@ class Relay(Protocol):
     ) -> object: ...
 
 
-@dataclass(eq=False)
-class _Call:
-    id: str
-    connection: str
-    future: asyncio.Future[object]
-    progress: Callable[[object], None]
+class ExecutorHub:
+    """The process's runtime executors (`local`) and, in a fleet, the `remote` way to those other
+    instances hold. One no session has bound closes `unbound_seconds` after its registration
+    (`expire_unbound`, run by the engine, sweeps them on time)."""
 
+    def __init__(self, local: LocalExecutors | None = None, *, remote: RemoteExecutors | None = None) -> None:
+        self.local = local if local is not None else LocalExecutors()
+        self.remote = remote
 
-@dataclass(eq=False)
-class Executor:
-    id: str
-    tenant: str
-    binding: str  # the alias it serves
-    tools: list[ToolDescriptor]
-    token_digest: bytes
-    created: float
-    session: str = ""  # the session that bound it
-    connection: Connection | None = None
-    calls: dict[str, _Call] = field(default_factory=dict)
-    closed: bool = False
-    # (instance, incarnation) of the fleet instance holding it, for one registered elsewhere
-    # (as its holder recorded it); None for one this process holds
-    holder: tuple[str, str] | None = None
+    @classmethod
+    def of(cls, limits: Limits, *, remote: RemoteExecutors | None = None) -> ExecutorHub:
+        """A hub with the tenant share and expiry of `limits`."""
+        return cls(LocalExecutors.of(limits), remote=remote)
 
     @property
-    def tool_names(self) -> frozenset[str]:
-        return frozenset(tool["name"] for tool in self.tools)
+    def schemas(self) -> SchemaWorkers:
+        return self.local.schemas
 
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
-
-
-def normalized_tools(tools: list[ToolDescriptor]) -> list[dict[str, object]]:
-    """Descriptors compared by content, in name order (a rebind must match what was saved)."""
-    return sorted((dict(tool) for tool in tools), key=lambda tool: str(tool.get("name")))
-
-
-class ExecutorHub:
-    """The process's executors: at most MAX_EXECUTORS, `tenant_share` of them per tenant; one no
-    session has bound closes `unbound_seconds` after its registration (`expire_unbound`, run by
-    the engine, sweeps them on time, whether or not anyone registers again). `schemas` is the
-    pool that compiles the tenants' runtime tool schemas and checks calls against them."""
-
-    def __init__(
-        self,
-        *,
-        tenant_share: int = DEFAULT_TENANT_EXECUTORS,
-        unbound_seconds: float = MAX_UNBOUND_SECONDS,
-        schemas: SchemaWorkers | None = None,
-    ) -> None:
-        self.schemas = schemas if schemas is not None else SchemaWorkers(name="brain-tenant-schemas")
-        self._executors: dict[str, Executor] = {}
-        self._routes: dict[tuple[str, str], str] = {}  # (session, alias) -> executor id
-        self._tenant_share = tenant_share
-        self._unbound_seconds = unbound_seconds
-        self._per_tenant: dict[str, int] = {}
-        self._unbound: dict[str, Executor] = {}  # in registration order, so the oldest come first
-        self.relay: Relay | None = None  # a fleet's relay to executors on other instances
-
-    # -- registration and credentials ------------------------------------------------------
+    # -- registration and binds ------------------------------------------------------------
 
     def register(self, tenant: str, binding: str, tools: list[ToolDescriptor], *, session: str = "") -> tuple[str, str]:
         """A new executor and its credential. With `session` (a rebind) it replaces the
         executor that served the session's alias."""
         self._expire_unbound()
-        previous_id = self._routes.get((session, binding)) if session else None
-        replacing = 1 if previous_id is not None and previous_id in self._executors else 0  # a rebind
-        if len(self._executors) - replacing >= MAX_EXECUTORS:
-            raise Overloaded("too many runtime executors")
-        if self._per_tenant.get(tenant, 0) - replacing >= self._tenant_share:
-            raise Overloaded(
-                f"the tenant's share of runtime executors ({self._tenant_share}, limits.tenant_executors) "
-                "is in use; close executors it no longer needs or try again later"
-            )
-        executor_id, token = secrets.token_hex(16), secrets.token_urlsafe(32)
-        executor = Executor(
-            id=executor_id,
-            tenant=tenant,
-            binding=binding,
-            tools=list(tools),
-            token_digest=_digest(token),
-            created=time.monotonic(),
-        )
-        self._executors[executor_id] = executor
-        self._per_tenant[tenant] = self._per_tenant.get(tenant, 0) + 1
-        self._unbound[executor_id] = executor
+        previous = self.local.executor_for(session, binding) if session else None
+        executor, token = self.local.admit(tenant, binding, tools, replacing=1 if previous is not None else 0)
         if session:
             self.bind(executor, session)
-            if previous_id is not None and previous_id in self._executors:
-                self.close(self._executors[previous_id], reason="replaced by a rebind")
-        return executor_id, token
+            if previous is not None:
+                self.close(previous, reason="replaced by a rebind")
+        return executor.id, token
 
-    def authenticate(self, executor_id: str, authorization: str | None) -> Executor:
-        """The executor whose credential `authorization` carries; 401 otherwise (also for an
-        API token: executor credentials and API tokens never stand in for each other)."""
-        scheme, _, token = (authorization or "").partition(" ")
-        executor = self._executors.get(executor_id)
-        if scheme.lower() != "bearer" or not token or executor is None or executor.closed:
-            raise Unauthorized("invalid executor credential")
-        if not hmac.compare_digest(executor.token_digest, _digest(token.strip())):
-            raise Unauthorized("invalid executor credential")
-        return executor
-
-    def check_token(self, executor_id: str, token: str) -> Executor:
-        return self.authenticate(executor_id, f"Bearer {token}")
-
-    def get(self, executor_id: str) -> Executor | None:
-        executor = self._executors.get(executor_id)
-        return executor if executor is not None and not executor.closed else None
-
-    def bind(self, executor: Executor, session: str, *, announce: bool = True) -> None:
-        """`announce`: record the alias's route in a fleet (not when another instance did)."""
-        executor.session = session
+    def bind(self, executor: Executor, session: str) -> None:
+        """The executor serves `session`'s alias from now on (announced in a fleet)."""
         if executor.holder is not None:  # held by another instance: its route names that one
-            if self.relay is not None:
-                self.relay.bind_elsewhere_soon(session, executor)
+            executor.session = session
+            if self.remote is not None:
+                self.remote.bind_elsewhere_soon(session, executor)
             return
-        self._unbound.pop(executor.id, None)
-        self._routes[(session, executor.binding)] = executor.id
-        if self.relay is not None and announce:
-            self.relay.announce_soon(session, executor.binding, executor.id)
+        self.local.route(executor, session)
+        if self.remote is not None:
+            self.remote.announce_soon(session, executor.binding, executor.id)
 
-    def executor_for(self, session: str, alias: str) -> Executor | None:
-        executor_id = self._routes.get((session, alias))
-        return self.get(executor_id) if executor_id is not None else None
+    async def held_elsewhere(self, executor_id: str) -> Executor | None:
+        """An executor another live instance of the fleet holds; None without a remote."""
+        return await self.remote.held_elsewhere(executor_id) if self.remote is not None else None
+
+    def close(self, executor: Executor, *, reason: str = "the executor closed") -> None:
+        """Unregister: pending calls end with unknown outcomes; the credential stops working."""
+        if self.local.remove(executor, reason=reason) and self.remote is not None:
+            self.remote.withdraw_soon(executor)
+
+    def revoke_session(self, session: str) -> None:
+        """The session closed: its executors and their credentials end, in a fleet those on
+        other instances too."""
+        for executor in self.local.serving(session):
+            self.close(executor, reason="the session closed")
+        if self.remote is not None:
+            self.remote.revoke_soon(session)
 
     def _expire_unbound(self) -> None:
-        """Close the executors registered more than `unbound_seconds` ago that no session bound:
-        only the expired ones are visited (the oldest first)."""
-        expiry = time.monotonic() - self._unbound_seconds
-        while self._unbound:
-            executor = next(iter(self._unbound.values()))
-            if executor.created > expiry:
-                return
+        for executor in self.local.expired():
             self.close(executor, reason="never bound to a session")
 
     async def expire_unbound(self) -> None:
@@ -268,69 +140,43 @@ class ExecutorHub:
             await asyncio.sleep(SWEEP_SECONDS)
             self._expire_unbound()
 
-    # -- connections -----------------------------------------------------------------------
+    # -- what the local executors answer ---------------------------------------------------
 
-    def connect(self, executor: Executor) -> Connection:
-        """A new command connection; the previous one (and the calls dispatched on it) end."""
-        previous = executor.connection
-        connection = Connection(secrets.token_hex(16))
-        executor.connection = connection
-        if previous is not None:
-            self._drop(executor, previous, "the executor reconnected")
-        connection.push({"type": "ready", "connection": connection.id})
-        return connection
+    def authenticate(self, executor_id: str, authorization: str | None) -> Executor:
+        return self.local.authenticate(executor_id, authorization)
 
-    def disconnect(self, executor: Executor, connection: Connection) -> None:
-        if executor.connection is connection:
-            executor.connection = None
-        self._drop(executor, connection, "the executor's connection dropped")
+    def check_token(self, executor_id: str, token: str) -> Executor:
+        return self.local.check_token(executor_id, token)
 
-    def _drop(self, executor: Executor, connection: Connection, reason: str) -> None:
-        connection.close()
-        for call in list(executor.calls.values()):
-            if call.connection == connection.id and not call.future.done():
-                call.future.set_exception(CallLost(reason))
+    def get(self, executor_id: str) -> Executor | None:
+        return self.local.get(executor_id)
 
-    def close(self, executor: Executor, *, reason: str = "the executor closed") -> None:
-        """Unregister: pending calls end with unknown outcomes; the credential stops working."""
-        if executor.closed:
-            return
-        executor.closed = True
-        self._executors.pop(executor.id, None)
-        self._unbound.pop(executor.id, None)
-        count = self._per_tenant.get(executor.tenant, 0) - 1
-        if count > 0:
-            self._per_tenant[executor.tenant] = count
-        else:
-            self._per_tenant.pop(executor.tenant, None)
-        if self._routes.get((executor.session, executor.binding)) == executor.id:
-            del self._routes[(executor.session, executor.binding)]
-        if self.relay is not None:
-            self.relay.withdraw_soon(executor)
-        if executor.connection is not None:
-            self._drop(executor, executor.connection, reason)
-            executor.connection = None
-        for call in executor.calls.values():
-            if not call.future.done():
-                call.future.set_exception(CallLost(reason))
-        logger.info("runtime executor closed", extra={"executor": executor.id, "reason": reason})
-
-    def revoke_session(self, session: str) -> None:
-        """The session closed: its executors and their credentials end, in a fleet those on
-        other instances too."""
-        for executor in [e for e in self._executors.values() if e.session == session]:
-            self.close(executor, reason="the session closed")
-        if self.relay is not None:
-            self.relay.revoke_soon(session)
+    def executor_for(self, session: str, alias: str) -> Executor | None:
+        return self.local.executor_for(session, alias)
 
     def executor_ids(self) -> list[str]:
-        return list(self._executors)
+        return self.local.executor_ids()
+
+    def require_owned(self, executor_id: str, tenant: str) -> Executor:
+        return self.local.require_owned(executor_id, tenant)
+
+    def connect(self, executor: Executor) -> Connection:
+        return self.local.connect(executor)
+
+    def disconnect(self, executor: Executor, connection: Connection) -> None:
+        self.local.disconnect(executor, connection)
+
+    def reply(
+        self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
+    ) -> None:
+        self.local.reply(executor, connection=connection, call_id=call_id, progress=progress, result=result)
 
     # -- calls -----------------------------------------------------------------------------
 
-    async def call(
+    async def call_alias(
         self,
-        executor: Executor | None,
+        session: str,
+        alias: str,
         *,
         call_id: str,
         tool: str,
@@ -338,68 +184,18 @@ class ExecutorHub:
         scope: dict[str, str],
         progress: Callable[[object], None],
     ) -> object:
-        """Dispatch one call and wait for its result object. Raises ExecutorUnavailable before
-        dispatch, CallLost after it; cancellation sends a `cancel` command and propagates."""
-        if executor is None or executor.closed:
-            raise ExecutorUnavailable("the runtime executor is not registered; the client must rebind")
-        connection = executor.connection
-        if connection is None or connection.closed.is_set():
-            raise ExecutorUnavailable("the runtime executor is not connected")
-        if len(executor.calls) >= MAX_CALLS_PER_EXECUTOR:
-            raise ExecutorUnavailable(f"the runtime executor already runs {MAX_CALLS_PER_EXECUTOR} calls")
-        future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        command = {
-            "type": "call",
-            "connection": connection.id,
-            "call_id": call_id,
-            "tool": tool,
-            "arguments": arguments,
-            "scope": scope,
-        }
-        if not connection.push(command):
-            raise ExecutorUnavailable("the runtime executor's command stream is not keeping up")
-        executor.calls[call_id] = _Call(call_id, connection.id, future, progress)
-        try:
-            return await future
-        except asyncio.CancelledError:
-            connection.push({"type": "cancel", "connection": connection.id, "call_id": call_id})
-            raise
-        finally:
-            executor.calls.pop(call_id, None)
-            if not future.done():
-                future.cancel()
-
-    def reply(
-        self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
-    ) -> None:
-        """Progress or the one result of a call, from the connection it was dispatched on."""
-        current = executor.connection
-        if current is None or current.id != connection:
-            raise Conflict("stale executor connection")
-        call = executor.calls.get(call_id)
-        if call is None or call.connection != connection or call.future.done():
-            raise Conflict("no such pending call on this connection (unsolicited or duplicate)")
-        if result is None and progress is None:
-            raise Conflict("a reply carries progress or a result")
-        if progress is not None:
-            with contextlib.suppress(Exception):  # a progress event that cannot be recorded is dropped
-                call.progress(progress)
-        if result is not None:
-            call.future.set_result(result)
-
-    def require_owned(self, executor_id: str, tenant: str) -> Executor:
-        executor = self.get(executor_id)
-        if executor is None or executor.tenant != tenant:
-            raise NotFound(f"runtime executor {executor_id} not found")
-        return executor
-
-
-def bound_to(executor: Executor | None, session: str, tenant: str) -> Executor:
-    """The executor, when it is bound to `session` and the tenant's own; ExecutorUnavailable
-    (not dispatched) otherwise."""
-    if executor is None or executor.closed:
-        raise ExecutorUnavailable("the runtime executor is not registered; the client must rebind")
-    if not session or executor.session != session or executor.tenant != tenant:
-        # a bind through another instance that lost a race with one of another session
-        raise ExecutorUnavailable("the runtime executor serves another session; the client must rebind")
-    return executor
+        """One call of whichever executor serves the session's alias now, here or (with a
+        remote) on another instance. Raises ExecutorUnavailable before dispatch, CallLost
+        after it; cancellation propagates."""
+        if self.remote is not None:
+            return await self.remote.call(
+                session, alias, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
+            )
+        return await self.local.call(
+            self.local.executor_for(session, alias),
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            scope=scope,
+            progress=progress,
+        )

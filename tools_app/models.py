@@ -1,4 +1,5 @@
-"""Tool bindings (the `tools` entries of the host config, mirrored for the admin), the sealed
+"""Tool bindings (the `tools` entries of the host config, mirrored for the admin), the admin's
+approval rules, the sealed
 private credentials of session bindings, and what the built-in providers keep: memories (with a
 full-text index the migration maintains per database vendor), tasks, and knowledge bases with
 their documents, chunks and ingestion jobs."""
@@ -38,6 +39,20 @@ class ToolBinding(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ApprovalRule(models.Model):
+    """An admin's approval rule (foundation.hostconfig.approvals.ApprovalRule): calls of any kind
+    of tool that match it wait for a person's decision. The host config's rules come first."""
+
+    tools = models.JSONField(default=list, help_text='patterns on the name the model sees, e.g. ["runtime_*"]')
+    kinds = models.JSONField(default=list, help_text="config, provider, runtime (empty: every kind)")
+    providers = models.JSONField(null=True, blank=True, help_text="installed providers (empty: any tool)")
+    tenants = models.JSONField(null=True, blank=True, help_text="tenant IDs (empty: every tenant)")
+    approval_timeout_seconds = models.PositiveIntegerField(default=600)
+
+    def __str__(self) -> str:
+        return ", ".join(str(pattern) for pattern in self.tools) if isinstance(self.tools, list) else "rule"
 
 
 class SessionCredential(models.Model):

@@ -71,12 +71,18 @@ async def bind_provider_tool(binding: ToolBindingConfig, providers: Mapping[str,
 
 async def resolve_provider_tools(config: HostConfig, providers: Mapping[str, ToolProvider]) -> HostConfig:
     """The config with every provider-backed tool bound; ProviderConfigError names the tool (its
-    index and name) and the field at fault."""
+    index and name), or the approval rule, and the field at fault."""
     for name, provider in providers.items():  # first, each provider's options against this config
         try:
             provider.check_host_config(config)
         except ValueError as exc:
             raise ProviderConfigError(f"{SETTING}.{name}.options.{exc}") from exc
+    for index, rule in enumerate(config.approvals):  # a rule naming no installed provider matches nothing
+        missing = [name for name in rule.providers or () if name not in providers]
+        if missing:
+            raise ProviderConfigError(
+                f"approvals[{index}].providers: tool provider {missing[0]!r} is not installed ({SETTING})"
+            )
     tools: list[ToolBindingConfig] = []
     for index, binding in enumerate(config.tools):
         try:

@@ -1,8 +1,8 @@
 """The tool catalog: which tools a tenant may use and their descriptors. It holds the host
 config's bindings (with their resolved tokens) and the admin's (cached), compiled once.
 
-Calls do not run here: `invoke_call` hands them to the one call path (tools_app.invocation),
-with the config tools as the last kind. Imports no runtime or API modules.
+Calls do not run here: the config tools' kind (tools_app.invocation.config_tools) looks their
+entries up with `entry`. Imports no runtime or API modules.
 """
 
 from __future__ import annotations
@@ -12,27 +12,14 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from foundation.hostconfig import ToolBindingConfig
-from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import compile_schema
 from runners.protocol import ToolDescriptor
 
-from .invocation.config_tools import CatalogEntry, ConfigTools, InspectionGrants
-from .invocation.path import CallContext, ToolKind, invoke_tool
-from .invocation.results import CallResult, Invocation
+from .invocation.config_tools import CatalogEntry
 from .origins import token_origins, url_origin
-from .providers.registry import ProviderRegistry
-from .transports.base import Transport, Transports
 
-__all__ = [
-    "HEADER_TIMEOUT_ENV",
-    "HEADER_TIMEOUT_SECONDS",
-    "AdminLoader",
-    "InspectionGrants",
-    "ToolRegistry",
-]
+__all__ = ["AdminLoader", "ToolRegistry"]
 
-HEADER_TIMEOUT_SECONDS = 30.0  # spec: response headers within 30 s, even for long SSE tools
-HEADER_TIMEOUT_ENV = "BRAIN_TOOL_HEADER_TIMEOUT"  # tests shorten the header deadline with it
 ADMIN_CACHE_SECONDS = 30.0  # admin saves clear the cache at once; this bounds drift across processes
 
 AdminLoader = Callable[[], Awaitable[Sequence[ToolBindingConfig]]]
@@ -55,28 +42,17 @@ def _descriptors(allowed: Mapping[str, CatalogEntry], names: Sequence[str]) -> l
 
 
 class ToolRegistry:
-    """The tools of this process: the catalog, and the config tools' kind that sends their calls.
-
-    `admin_loader` reads admin bindings (None serves only `bindings`). The header deadline
-    defaults to $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s. `transports` replaces the transport
-    instances by name (fault tests inject clients with httpx.MockTransport). Calls' values are
-    checked against the config tools' schemas on `schemas`, a pool of the registry's own.
-    """
+    """The catalog of config tools: the host config's `bindings` (their tokens from
+    `tool_tokens`) and the admin's, which `admin_loader` reads (None serves only `bindings`)."""
 
     def __init__(
         self,
         bindings: Sequence[ToolBindingConfig] = (),
         *,
         tool_tokens: Mapping[str, str] | None = None,
-        public_url: str = "",
-        header_timeout: float | None = None,
         admin_loader: AdminLoader | None = None,
-        inspections: InspectionGrants | None = None,
-        transports: Mapping[str, Transport] | None = None,
-        providers: ProviderRegistry | None = None,
     ) -> None:
         tokens = tool_tokens or {}
-        self.schemas = SchemaWorkers(name="brain-config-schemas")
         self._config_entries: dict[str, CatalogEntry] = {}
         for binding in bindings:
             token = tokens.get(binding.name) if binding.token_env else ""
@@ -85,23 +61,13 @@ class ToolRegistry:
         self._admin_entries: dict[str, CatalogEntry] = {}
         self._admin_expires = 0.0
         self._admin_loader = admin_loader
-        if header_timeout is None:
-            header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)
-        self.config_tools = ConfigTools(
-            self._lookup,
-            transports=Transports(transports),
-            providers=providers if providers is not None else ProviderRegistry(),
-            inspections=inspections,
-            header_timeout=header_timeout,
-            public_url=public_url.rstrip("/"),
-            schemas=self.schemas,
-        )
 
     def forget_bindings(self) -> None:
         """Reload admin bindings on next use (one was created, changed or deleted in the admin)."""
         self._admin_expires = 0.0
 
-    async def _lookup(self, name: str) -> CatalogEntry | None:
+    async def entry(self, name: str) -> CatalogEntry | None:
+        """The catalog entry of a config or admin tool, None for no such tool."""
         return (await self._entries()).get(name)
 
     async def _entries(self) -> Mapping[str, CatalogEntry]:
@@ -154,19 +120,3 @@ class ToolRegistry:
     async def adescriptors_for(self, tenant: str, names: Sequence[str]) -> list[ToolDescriptor] | None:
         """As descriptors_for, including admin-created bindings."""
         return _descriptors(_allowed(await self._entries(), tenant), names)
-
-    async def invoke(self, context: CallContext, name: str, arguments: object) -> CallResult:
-        """invoke_call() without the outcome."""
-        return (await self.invoke_call(context, name, arguments)).result
-
-    async def invoke_call(
-        self, context: CallContext, name: str, arguments: object, *, bindings: ToolKind | None = None
-    ) -> Invocation:
-        """One call through the call path: the session's `bindings` first, then the config tools."""
-        kinds = (bindings, self.config_tools) if bindings is not None else (self.config_tools,)
-        return await invoke_tool(context, name, arguments, kinds=kinds)
-
-    async def aclose(self) -> None:
-        """Close pooled connections and the schema threads (shutdown)."""
-        await self.config_tools.aclose()
-        self.schemas.close()

@@ -32,7 +32,7 @@ from foundation.errors import Unavailable
 from foundation.logs import logger
 
 from . import relay_records as records
-from .executors import CallLost, Executor, ExecutorHub, ExecutorUnavailable, bound_to
+from .executor_store import CallLost, Executor, ExecutorUnavailable, LocalExecutors, bound_to
 from .relay_channel import REDIS_SECONDS, RelayChannel
 from .relay_records import Holder, Located, Records, Route
 from .relay_seal import RelaySeal
@@ -49,7 +49,7 @@ HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the c
 
 # (instance, incarnation) -> that process's address in the fleet's instances table while it is a
 # live member of the fleet, else None
-MemberLookup = Callable[[str, str], Awaitable[str | None]]
+Members = Callable[[str, str], Awaitable[str | None]]
 
 
 @dataclass(eq=False)
@@ -60,12 +60,13 @@ class _Pending:
 
 class ExecutorRelay:
     """This instance's end of the relay: announces its binds, sends calls to other instances and
-    serves the calls they send to executors connected here."""
+    serves the calls they send to the executors held here (`local`). The hub is built with it
+    as its remote (tools_app.executors.RemoteExecutors)."""
 
     def __init__(
-        self, hub: ExecutorHub, *, redis_url: str, instance: str, incarnation: str, secret: bytes, member: MemberLookup
+        self, local: LocalExecutors, *, redis_url: str, instance: str, incarnation: str, secret: bytes, member: Members
     ) -> None:
-        self.hub = hub
+        self.local = local
         self.instance = instance
         self.incarnation = incarnation
         self.holder = Holder(instance, incarnation)
@@ -125,7 +126,7 @@ class ExecutorRelay:
     async def announce(self, session: str, alias: str, executor_id: str) -> None:
         """This instance now serves the session's alias (the last bind wins)."""
         route = Route(self.instance, self.incarnation, executor_id)
-        executor = self.hub.get(executor_id)
+        executor = self.local.get(executor_id)
         async with self._redis.pipeline(transaction=False) as pipe:
             pipe.hset(records.routes_key(session), alias, self._records.route(session, alias, route))
             if executor is not None:  # bound now: another instance's bind check sees it
@@ -181,7 +182,7 @@ class ExecutorRelay:
         """Record that this instance holds the executor (registered here), and what a bind
         through another instance checks it by. Without Redis the executor still works through
         this instance; its routes through others answer 401, binds through them 400."""
-        executor = self.hub.get(executor_id)
+        executor = self.local.get(executor_id)
         if executor is None:
             return
         await self._quietly(self._hold([executor]), "hold")
@@ -238,7 +239,7 @@ class ExecutorRelay:
         await self._send(instance, "bind", {"executor": executor.id, "session": session})
 
     def holds(self, executor_id: str) -> bool:
-        return self.hub.get(executor_id) is not None
+        return self.local.get(executor_id) is not None
 
     async def holder_of(self, executor_id: str) -> Located | None:
         """The other instance recorded as holding the executor, at the address the instances
@@ -259,7 +260,7 @@ class ExecutorRelay:
     async def _refresh_holders(self) -> None:
         while True:
             await asyncio.sleep(HOLDER_REFRESH_SECONDS)
-            executors = [e for e in map(self.hub.get, self.hub.executor_ids()) if e is not None]
+            executors = [e for e in map(self.local.get, self.local.executor_ids()) if e is not None]
             if not executors:
                 continue
             try:
@@ -288,7 +289,7 @@ class ExecutorRelay:
         binding = self._binding.get((session, alias))
         if binding is not None:  # bound here to an executor held elsewhere: its route first
             await asyncio.shield(binding)
-        local = self.hub.executor_for(session, alias)
+        local = self.local.executor_for(session, alias)
         try:
             route = await self.route(session, alias)
         except self.errors as exc:
@@ -296,9 +297,9 @@ class ExecutorRelay:
                 raise ExecutorUnavailable(f"the executor routes are out of reach ({exc})") from exc
             route = None
         if route is None or (route.instance == self.instance and route.incarnation == self.incarnation):
-            executor = (self.hub.get(route.executor) if route is not None else local) or local
+            executor = (self.local.get(route.executor) if route is not None else local) or local
             bound_to(executor, session, tenant)
-            return await self.hub.call(
+            return await self.local.call(
                 executor, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
             )
         if not await self._alive(route.instance, route.incarnation):
@@ -392,20 +393,21 @@ class ExecutorRelay:
             else:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
         elif kind == "bind":  # a session created on another instance bound it
-            executor = self.hub.get(str(body.get("executor", "")))
+            executor = self.local.get(str(body.get("executor", "")))
             bound = str(body.get("session", ""))
             if executor is not None and bound and executor.session in ("", bound):
                 # its route was written by the binding instance (a later rebind's is not undone)
-                self.hub.bind(executor, bound, announce=False)
+                self.local.route(executor, bound)
                 record = self._redis.set(
                     records.executor_key(executor.id), self._records.executor(executor), ex=HOLDER_SECONDS
                 )
                 self._spawn(self._quietly(record, "bind"))
         elif kind == "close":
-            executor = self.hub.get(str(body.get("executor", "")))
+            executor = self.local.get(str(body.get("executor", "")))
             session = body.get("session")  # a session's close: only an executor that serves it
             if executor is not None and (session is None or executor.session == session):
-                self.hub.close(executor, reason=str(body.get("reason", "closed by another instance")))
+                if self.local.remove(executor, reason=str(body.get("reason", "closed by another instance"))):
+                    self.withdraw_soon(executor)
 
     async def _serve(self, relay_id: str, body: dict[str, object]) -> None:
         """A call another instance sent for an executor connected here."""
@@ -419,13 +421,13 @@ class ExecutorRelay:
         answer: dict[str, object] = {"relay": relay_id}
         raw_scope = body.get("scope")
         scope = {str(k): str(v) for k, v in raw_scope.items()} if isinstance(raw_scope, dict) else {}
-        executor = self.hub.get(str(body.get("executor", "")))
+        executor = self.local.get(str(body.get("executor", "")))
         try:
             served = bound_to(executor, str(body.get("session", "")), scope.get("tenant_id", ""))
             if scope.get("session_id") != served.session:
                 raise ExecutorUnavailable("a runtime call names no session and tenant")
             async with asyncio.timeout(HOLDER_CALL_SECONDS):
-                answer["result"] = await self.hub.call(
+                answer["result"] = await self.local.call(
                     served,
                     call_id=str(body.get("call_id", "")),
                     tool=str(body.get("tool", "")),

@@ -14,7 +14,7 @@ import orjson
 
 from runners.protocol import ToolDescriptor
 
-from .executors import Executor
+from .executor_store import Executor
 from .relay_seal import RelaySeal
 
 __all__ = [

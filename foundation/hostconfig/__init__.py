@@ -7,6 +7,7 @@ the credentials it names (read from the environment) in environment.py. Imports 
 
 from __future__ import annotations
 
+from .approvals import APPROVAL_KINDS, ApprovalRule, ToolKindName
 from .base import MAX_CONFIG_BYTES, ConfigError
 from .cluster import ClusterConfig, FleetSecret, check_cluster
 from .cors import CorsConfig
@@ -19,6 +20,9 @@ from .tokens import MAX_KEY_ID_CHARS, CredentialKeys, TokenGrant
 from .tools import TOOL_NAME, TOOL_TRANSPORTS, ToolBindingConfig
 
 __all__ = [
+    "APPROVAL_KINDS",
+    "ApprovalRule",
+    "ToolKindName",
     "MAX_CONFIG_BYTES",
     "MAX_KEY_ID_CHARS",
     "TOOL_NAME",

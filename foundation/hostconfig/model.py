@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from .approvals import MAX_APPROVAL_RULES, ApprovalRule
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
 from .cluster import ClusterConfig
 from .cors import CorsConfig
@@ -30,6 +31,8 @@ class HostConfig(StrictModel):
     harnesses: dict[str, Harness] = Field(min_length=1)
     providers: dict[str, Provider] = Field(default_factory=dict)
     tools: list[ToolBindingConfig] = Field(default_factory=list)
+    # approval rules over every kind of tool (foundation.hostconfig.approvals), first match wins
+    approvals: list[ApprovalRule] = Field(default_factory=list, max_length=MAX_APPROVAL_RULES)
     limits: Limits = Field(default_factory=Limits)
     persistence: Persistence | None = None
     credential_keys: CredentialKeys | None = None

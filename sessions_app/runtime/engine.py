@@ -26,10 +26,12 @@ from sessions_app.eventlog import CorruptLog, RecordTooLarge
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError, SessionStorage
-from tools_app.bindings import CredentialSource, SessionBindings, no_credentials
+from tools_app.bindings import CredentialSource, ProviderBindings, RuntimeTools, no_credentials
 from tools_app.executors import ExecutorHub
+from tools_app.invocation import ToolKind
 from tools_app.providers.registry import ProviderRegistry
 from tools_app.registry import ToolRegistry
+from tools_app.tool_path import ToolPath
 
 from .actor import SessionActor
 from .approvals import Approvals
@@ -48,7 +50,6 @@ __all__ = [
     "Engine",
     "SessionDamaged",
     "Stats",
-    "executor_hub",
 ]
 
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
@@ -77,6 +78,7 @@ class Engine:
         secrets: Secrets,
         *,
         registry: ToolRegistry,
+        tool_path: ToolPath,
         telemetry: Telemetry,
         executors: ExecutorHub | None = None,
         providers: ProviderRegistry | None = None,
@@ -87,11 +89,12 @@ class Engine:
         """`ownership`: the instance's leases and input journal (fleet_app.ownership); without
         one, this instance alone owns every session."""
         self.config = config
-        self.executors = executors if executors is not None else executor_hub(config.limits)
+        self.executors = executors if executors is not None else ExecutorHub.of(config.limits)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.binding_credentials = binding_credentials  # provider bindings' private credentials
         self.secrets = secrets
         self.registry = registry
+        self.tool_path = tool_path
         self.telemetry = telemetry
         self.data_dir = Path(config.data_dir).resolve()
         self.storage = SessionStorage(self.data_dir)
@@ -279,11 +282,11 @@ class Engine:
             raise SessionDamaged(f"session {session_id} cannot be loaded: its checkpoint journal is damaged") from exc
         bindings = record.config.get("bindings")
         tool_calls = ToolCalls(
-            self.registry,
+            self.tool_path,
             tenant=record.tenant,
             session_id=record.id,
             tools=tuple(record.config.get("tools", ())),
-            bindings=self._session_bindings(record, bindings) if bindings else None,
+            bindings=self._session_bindings(record, bindings) if bindings else (),
             sequential=self._tool_execution(record.harness) == "sequential",
             approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
@@ -301,17 +304,17 @@ class Engine:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor
 
-    def _session_bindings(self, record: SessionRecord, bindings: list[dict[str, Any]]) -> SessionBindings:
-        """The session's binding tools; its provider bindings read only this session."""
+    def _session_bindings(self, record: SessionRecord, bindings: list[dict[str, Any]]) -> tuple[ToolKind, ...]:
+        """The session's runtime executor tools and provider bindings (which read it alone)."""
         session_id = record.id
 
         def loaded() -> SessionActor | None:
             return self.actors.get(session_id)
 
-        return SessionBindings(
+        providers = ProviderBindings(
             bindings,
-            self.executors,
-            providers=self.providers,
+            self.providers,
+            schemas=self.executors.schemas,
             descriptors=record.descriptors,
             credentials=self.binding_credentials,
             session=OwnSession(
@@ -319,6 +322,7 @@ class Engine:
                 lambda: actor.log if (actor := loaded()) is not None else None,
             ),
         )
+        return (RuntimeTools(bindings, self.executors), providers)
 
     def _tool_execution(self, harness: str) -> str:
         settings = self.config.harnesses.get(harness)
@@ -442,8 +446,3 @@ class Engine:
 
     async def wait_streams_closed(self) -> None:
         await self._streams_closed.wait()
-
-
-def executor_hub(limits: Limits) -> ExecutorHub:
-    """The process's runtime executors, with the tenant share and expiry of `limits`."""
-    return ExecutorHub(tenant_share=limits.tenant_executors, unbound_seconds=limits.unbound_executor_seconds)

@@ -1,7 +1,7 @@
 """A running turn's tool calls: each `tool.call` frame becomes exactly one result for the runner.
 
 Records `tool.call` before anything is dispatched, runs the call once through tools_app's call
-path (the session's bindings, then the config tools), records `tool.result` with the call's
+path (the session's runtime tools and provider bindings, then the config tools), records `tool.result` with the call's
 outcome. A call of a tool that requires approval waits for a decision in between (approvals.py).
 Every path, a failed append or an unexpected error included, ends in one CallResult.
 """
@@ -16,7 +16,6 @@ from foundation.logs import logger
 from foundation.telemetry import TurnTrace
 from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
-from tools_app.bindings import SessionBindings
 from tools_app.invocation import (
     ApprovalGate,
     CallCancelled,
@@ -24,9 +23,10 @@ from tools_app.invocation import (
     CallResult,
     Invocation,
     Outcome,
+    ToolKind,
     error_result,
 )
-from tools_app.registry import ToolRegistry
+from tools_app.tool_path import ToolPath
 
 from .approvals import Approvals
 
@@ -50,16 +50,16 @@ class ToolCalls:
 
     def __init__(
         self,
-        registry: ToolRegistry,
+        path: ToolPath,
         *,
         tenant: str,
         session_id: str,
         tools: tuple[str, ...],
-        bindings: SessionBindings | None = None,
+        bindings: tuple[ToolKind, ...] = (),
         sequential: bool = False,
         approvals: Approvals | None = None,
     ) -> None:
-        self._registry = registry
+        self._path = path
         # calls of tools that require approval wait here; without it they are refused
         self.approvals = approvals
         # sequential execution: one call at a time, in the order the runner sent them (the
@@ -108,7 +108,7 @@ class ToolCalls:
         invocation = await self._dispatch(context, name, arguments)
         result = invocation.result
         if call_trace is not None:  # an unknown name is the model's text: keep it out of metric labels
-            known = name in self._tools or (self._bindings is not None and name in self._bindings)
+            known = name in self._tools or any(name in kind for kind in self._bindings)
             call_trace.end(name if known else "unknown", is_error=result.get("is_error") is True)
         data = {"call_id": call_id, "result": result, "outcome": invocation.outcome.value}
         try:
@@ -146,7 +146,7 @@ class ToolCalls:
             call.close()  # a no-op once it ran
 
     async def _dispatch(self, context: CallContext, name: str, arguments: Any) -> Invocation:
-        call = self._registry.invoke_call(context, name, arguments, bindings=self._bindings)
+        call = self._path.invoke_call(context, name, arguments, kinds=self._bindings)
         if self._one_at_a_time is not None:
             call = self._after_the_previous_call(call, self._one_at_a_time)
         task = asyncio.get_running_loop().create_task(call)

@@ -12,6 +12,7 @@ from tests.tools.mcp_server import MCP_TOKEN, build_app
 from tests.tools.servers import LoopbackServer
 from tools_app.invocation import CallContext
 from tools_app.registry import ToolRegistry
+from tools_app.tool_path import ToolPath, assemble_tool_path
 
 TENANT = "acme"
 OPEN_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -31,19 +32,21 @@ def binding(name: str, url: str, **fields: Any) -> ToolBindingConfig:
     )
 
 
-Install = Callable[..., ToolRegistry]
+Install = Callable[..., ToolPath]
 
 
 @pytest.fixture
 async def install() -> AsyncIterator[Install]:
-    """A registry serving these bindings (config-style, no admin store); tokens default to
-    MCP_TOKEN for token_env. Every registry made is closed after the test."""
-    made: list[ToolRegistry] = []
+    """A tool path over a catalog of these bindings (config-style, no admin store unless
+    `admin_loader` is given); tokens default to MCP_TOKEN for token_env; the other options are
+    assemble_tool_path's. Every path made is closed after the test."""
+    made: list[ToolPath] = []
 
-    def installer(*bindings: ToolBindingConfig, tokens: dict[str, str] | None = None, **options: Any) -> ToolRegistry:
+    def installer(*bindings: ToolBindingConfig, tokens: dict[str, str] | None = None, **options: Any) -> ToolPath:
         if tokens is None:
             tokens = {item.name: MCP_TOKEN for item in bindings if item.token_env}
-        made.append(ToolRegistry(bindings, tool_tokens=tokens, **options))
+        registry = ToolRegistry(bindings, tool_tokens=tokens, admin_loader=options.pop("admin_loader", None))
+        made.append(assemble_tool_path(registry, **options))
         return made[-1]
 
     yield installer

@@ -19,6 +19,7 @@ from tools_app.db import aload_admin_bindings, mirror_config_bindings
 from tools_app.invocation import CallContext
 from tools_app.models import ToolBinding
 from tools_app.registry import ToolRegistry
+from tools_app.tool_path import assemble_tool_path
 from tools_app.transports.http_sse import HttpSseTransport, make_client
 
 VALID: dict[str, Any] = {
@@ -226,8 +227,9 @@ async def test_an_admin_binding_with_an_undeclared_token_env_is_refused_at_call_
         sent.append(request)
         return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
 
-    tools = ToolRegistry(
-        [], admin_loader=loader, transports={"http": HttpSseTransport(make_client(httpx.MockTransport(reply)))}
+    tools = assemble_tool_path(
+        ToolRegistry([], admin_loader=loader),
+        transports={"http": HttpSseTransport(make_client(httpx.MockTransport(reply)))},
     )
     context = CallContext(tenant="acme", session_id="5" * 32, call_id="c" * 32, tools=("lookup",), progress=print)
 
@@ -283,10 +285,8 @@ async def test_an_admin_binding_sending_a_declared_token_to_another_origin_is_re
         sent.append(request)
         return httpx.Response(200, json={"content": [{"type": "text", "text": "ok"}]})
 
-    tools = ToolRegistry(
-        [config_tool],
-        tool_tokens={"config_tool": "tool-token-0123456789"},
-        admin_loader=loader,
+    tools = assemble_tool_path(
+        ToolRegistry([config_tool], tool_tokens={"config_tool": "tool-token-0123456789"}, admin_loader=loader),
         transports={"http": HttpSseTransport(make_client(httpx.MockTransport(reply)))},
     )
     context = CallContext(tenant="acme", session_id="5" * 32, call_id="c" * 32, tools=("lookup",), progress=print)

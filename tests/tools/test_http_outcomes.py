@@ -15,7 +15,7 @@ import pytest
 from tests.tools.conftest import Install, Progress, binding, context, text_of
 from tests.tools.servers import ToolZoo, free_port
 from tools_app.invocation import CallCancelled
-from tools_app.registry import HEADER_TIMEOUT_SECONDS
+from tools_app.transports.base import HEADER_TIMEOUT_SECONDS
 
 ECHO_SCHEMA = {
     "type": "object",

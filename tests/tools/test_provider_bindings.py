@@ -13,13 +13,14 @@ import pytest
 from foundation.errors import BrainError, Forbidden, InvalidRequest, Unsupported
 from tests.support.providers import ProbeProvider
 from tests.tools.conftest import Progress, context
-from tools_app.bindings import SessionBindings, check_bindings
+from tools_app.bindings import ProviderBindings, check_bindings
 from tools_app.executors import ExecutorHub
-from tools_app.invocation import CallCancelled, Outcome
+from tools_app.invocation import CallCancelled, CallContext, Invocation, Outcome, invoke_tool
 from tools_app.providers.base import CredentialUnavailable, ProviderConfigError, ProviderEnvironment
 from tools_app.providers.registry import ProviderRegistry, load_providers
 
 PROBE = "tests.support.providers.ProbeProvider"
+HUB = ExecutorHub()  # its schema pool compiles the bindings' schemas
 
 
 def _install(tmp_path: Path, **entries: dict[str, Any]) -> ProviderRegistry:
@@ -30,7 +31,7 @@ def _install(tmp_path: Path, **entries: dict[str, Any]) -> ProviderRegistry:
 async def _create(
     providers: ProviderRegistry, bindings: list[Any], *, tenant: str = "acme", tools: tuple[str, ...] = ()
 ):
-    return await check_bindings(bindings, tenant=tenant, tools=list(tools), hub=ExecutorHub(), providers=providers)
+    return await check_bindings(bindings, tenant=tenant, tools=list(tools), hub=HUB, providers=providers)
 
 
 async def test_a_provider_bound_twice_gets_two_aliases_with_their_own_parameters(tmp_path: Path) -> None:
@@ -126,9 +127,19 @@ async def test_the_same_alias_twice_is_refused(tmp_path: Path) -> None:
         await _create(providers, [binding, dict(binding)])
 
 
-def _session(providers: ProviderRegistry, checked: Any, **options: Any) -> SessionBindings:
-    return SessionBindings(
-        checked.bindings, ExecutorHub(), providers=providers, descriptors=checked.descriptors, **options
+class _Session:
+    """A session's provider bindings alone on the call path."""
+
+    def __init__(self, bindings: ProviderBindings) -> None:
+        self.bindings = bindings
+
+    async def invoke(self, context: CallContext, name: str, arguments: object) -> Invocation:
+        return await invoke_tool(context, name, arguments, kinds=(self.bindings,))
+
+
+def _session(providers: ProviderRegistry, checked: Any, **options: Any) -> _Session:
+    return _Session(
+        ProviderBindings(checked.bindings, providers, schemas=HUB.schemas, descriptors=checked.descriptors, **options)
     )
 
 

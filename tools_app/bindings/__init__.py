@@ -1,5 +1,6 @@
 """Session tool bindings (`config.bindings`): checks.py validates a create request's bindings;
-session.py serves a loaded session's binding tools as a kind of the call path."""
+a loaded session's bindings are two kinds of the call path: runtime.py (runtime executor tools)
+and providers.py (installed providers' operations)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from .checks import (
     compile_runtime_tools,
     runtime_descriptors,
 )
-from .session import RUNTIME_CALL_SECONDS, CredentialSource, SessionBindings, no_credentials
+from .providers import CredentialSource, ProviderBindings, no_credentials
+from .runtime import RUNTIME_CALL_SECONDS, RuntimeTools
 
 __all__ = [
     "ALIAS",
@@ -20,7 +22,8 @@ __all__ = [
     "CheckedBindings",
     "CredentialSource",
     "SavedBinding",
-    "SessionBindings",
+    "ProviderBindings",
+    "RuntimeTools",
     "check_bindings",
     "check_runtime_tools",
     "compile_runtime_tools",

@@ -135,8 +135,8 @@ async def _check_runtime_binding(
         raise InvalidRequest(f"binding {alias!r} needs an executor and its runtime tools, or a provider")
     declared = runtime_descriptors(runtime)
     executor = hub.get(executor_id)
-    if executor is None and hub.relay is not None:  # a fleet: another instance may hold it
-        executor = await hub.relay.held_elsewhere(executor_id)
+    if executor is None:  # a fleet: another instance may hold it
+        executor = await hub.held_elsewhere(executor_id)
     if executor is None or executor.tenant != tenant:
         raise InvalidRequest(f"binding {alias!r}: runtime executor {executor_id!r} is not registered")
     if executor.session:

@@ -9,6 +9,7 @@ binding's deadlines and checks the result. Imports no runtime or API modules.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -21,7 +22,7 @@ from foundation.schema_workers import SchemaWorkers
 
 from ..providers.base import ProviderCall
 from ..providers.registry import ProviderRegistry
-from ..transports.base import OutboundCall, TransportError, Transports
+from ..transports.base import HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_SECONDS, OutboundCall, TransportError, Transports
 from .path import CallContext, Target
 from .provider_calls import run_provider
 from .results import CallCancelled, Invocation, Outcome, checked_invocation, detail
@@ -57,7 +58,8 @@ EntryLookup = Callable[[str], Awaitable["CatalogEntry | None"]]
 class ConfigTools:
     """The config tools' kind. It answers for every name no other kind serves: a name that is
     not an enabled tool of the tenant is refused as not enabled. Values are checked against the
-    bindings' schemas on `schemas`."""
+    bindings' schemas on `schemas`, which it owns. The header deadline defaults to
+    $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s."""
 
     def __init__(
         self,
@@ -66,7 +68,7 @@ class ConfigTools:
         transports: Transports,
         providers: ProviderRegistry,
         inspections: InspectionGrants | None,
-        header_timeout: float,
+        header_timeout: float | None,
         public_url: str,
         schemas: SchemaWorkers,
     ) -> None:
@@ -75,6 +77,8 @@ class ConfigTools:
         self._transports = transports
         self._providers = providers
         self._inspections = inspections
+        if header_timeout is None:
+            header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)
         self.header_timeout = header_timeout
         self._public_url = public_url
 
@@ -91,6 +95,8 @@ class ConfigTools:
             arguments=entry.arguments,
             dispatch=partial(dispatch, entry),
             schemas=self._schemas,
+            kind="config",
+            provider=binding.provider if binding.provider_backed else "",
             require_approval=binding.require_approval,
             approval_timeout_seconds=binding.approval_timeout_seconds,
         )
@@ -171,8 +177,9 @@ class ConfigTools:
         return await checked_invocation(raw, entry.output, name, schemas=self._schemas)
 
     async def aclose(self) -> None:
-        """Close pooled connections (shutdown)."""
+        """Close pooled connections and the schema threads (shutdown)."""
         await self._transports.aclose()
+        self._schemas.close()
 
 
 def _current_traceparent() -> str:

@@ -2,8 +2,10 @@
 it, then the arguments are checked (once), approval is asked (once), the kind dispatches, and
 the kind's result check ends it in one Invocation.
 
-Kinds plug in behind `ToolKind`: config tools (invocation.config_tools), session bindings
-(bindings.session: runtime executors and installed providers). Imports no runtime or API module.
+Kinds plug in behind `ToolKind`: config tools (invocation.config_tools), a session's provider
+bindings (bindings.providers) and its runtime executor tools (bindings.runtime). Approval is
+asked for a call of any kind: when its target requires it (a config tool's own setting) or the
+operator's rules (invocation.approvals) match it. Imports no runtime or API module.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from typing import Protocol
 from jsonschema.protocols import Validator
 
 from foundation.errors import Overloaded
+from foundation.hostconfig import ToolKindName
 from foundation.schema_workers import SchemaWorkers
 
+from .approvals import ApprovalPolicy, RulesUnavailable
 from .results import Invocation, detail
 
 __all__ = ["ApprovalGate", "CallContext", "Dispatch", "Target", "ToolKind", "invoke_tool"]
@@ -50,12 +54,15 @@ Dispatch = Callable[[CallContext, dict[str, object]], Awaitable[Invocation]]
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """A name resolved by its kind: what the path checks before the kind dispatches it, and the
-    pool its kind checks values on (`schemas`)."""
+    """A name resolved by its kind: what the path checks before the kind dispatches it, the
+    pool its kind checks values on (`schemas`), and what approval rules match it by (`kind`, the
+    installed `provider` serving it or "")."""
 
     arguments: Validator
     dispatch: Dispatch
     schemas: SchemaWorkers
+    kind: ToolKindName
+    provider: str = ""
     require_approval: bool = False
     approval_timeout_seconds: int = 0
 
@@ -69,9 +76,17 @@ class ToolKind(Protocol):
         """The target of `name`, or the result that refuses the call before anything is sent."""
 
 
-async def invoke_tool(context: CallContext, name: str, arguments: object, *, kinds: Sequence[ToolKind]) -> Invocation:
+async def invoke_tool(
+    context: CallContext,
+    name: str,
+    arguments: object,
+    *,
+    kinds: Sequence[ToolKind],
+    approvals: ApprovalPolicy | None = None,
+) -> Invocation:
     """Run one call through the first kind that serves `name` (the last kind answers for any
-    other name, with its refusal). Never raises for tool failures.
+    other name, with its refusal), asking for approval when the target or `approvals` requires
+    it. Never raises for tool failures.
 
     Cancellation (interrupt, close) propagates: as CancelledError before the request is sent,
     as CallCancelled once it may have reached the tool, so the caller can set the outcome."""
@@ -90,10 +105,18 @@ async def invoke_tool(context: CallContext, name: str, arguments: object, *, kin
         return Invocation.failed(
             detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
         )
-    if target.require_approval:
+    wait = target.approval_timeout_seconds if target.require_approval else None
+    if wait is None and approvals is not None:
+        try:
+            wait = await approvals.timeout_for(
+                tenant=context.tenant, name=name, kind=target.kind, provider=target.provider
+            )
+        except RulesUnavailable as exc:
+            return Invocation.failed(detail(f"the approval rules could not be read ({exc}); the call was not sent"))
+    if wait is not None:
         if context.approval is None:
             return Invocation.failed(f"tool {name!r} requires approval, which this call cannot ask for")
-        refused = await context.approval(name, arguments, timeout_seconds=target.approval_timeout_seconds)
+        refused = await context.approval(name, arguments, timeout_seconds=wait)
         if refused is not None:
             return refused
     return await target.dispatch(context, arguments)

@@ -12,8 +12,14 @@ from pydantic import Field, field_validator, model_validator
 
 from runners.protocol import ToolDescriptor
 
-from ..registry import HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_SECONDS
-from ..transports.base import BindingScope, OutboundCall, Transport, TransportError
+from ..transports.base import (
+    HEADER_TIMEOUT_ENV,
+    HEADER_TIMEOUT_SECONDS,
+    BindingScope,
+    OutboundCall,
+    Transport,
+    TransportError,
+)
 from ..transports.http_sse import HttpSseTransport
 from .base import ProviderCall, ProviderEnvironment, ProviderError, ToolProvider
 from .options import (

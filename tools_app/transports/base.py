@@ -12,7 +12,19 @@ from dataclasses import dataclass
 
 from foundation.rest_templates import RestTemplate
 
-__all__ = ["TRANSPORTS", "BindingScope", "OutboundCall", "Transport", "TransportError", "Transports"]
+__all__ = [
+    "HEADER_TIMEOUT_ENV",
+    "HEADER_TIMEOUT_SECONDS",
+    "TRANSPORTS",
+    "BindingScope",
+    "OutboundCall",
+    "Transport",
+    "TransportError",
+    "Transports",
+]
+
+HEADER_TIMEOUT_SECONDS = 30.0  # spec: response headers within 30 s, even for long SSE tools
+HEADER_TIMEOUT_ENV = "BRAIN_TOOL_HEADER_TIMEOUT"  # tests shorten the header deadline with it
 
 # Dotted paths, so a transport's dependencies load only when a binding uses it.
 TRANSPORTS: dict[str, str] = {

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from runners.protocol import ToolDescriptor
 
-from ...invocation.results import CallResult
 from ..base import ProviderCall, ProviderEnvironment, ToolProvider
 from ..options import CommonOptions, parse_options, select_operations
 from .db import MAX_KNOWLEDGE_RESULTS, KnowledgeHit, asearch_knowledge
@@ -78,7 +78,7 @@ class KnowledgeProvider(ToolProvider):
         _bases(parameters)
         return select_operations(OPERATIONS, operations)
 
-    async def handle(self, call: ProviderCall) -> CallResult:
+    async def handle(self, call: ProviderCall) -> dict[str, Any]:
         bases = _bases(call.parameters)
         query = str(call.arguments["query"])  # a string: the descriptor requires it
         limit = call.arguments.get("limit", DEFAULT_RESULTS)
