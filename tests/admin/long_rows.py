@@ -9,7 +9,7 @@ from django.contrib.auth.models import Group, User
 from django.utils import timezone
 
 from sessions_app.models import ApiToken, Approval, Session, Tenant
-from tools_app.models import Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
+from tools_app.models import ApprovalRule, Document, KnowledgeBase, KnowledgeJob, Memory, Task, ToolBinding
 
 now = timezone.now()
 LONG_TENANT = "tenant-" + "t" * 57  # 64 characters, a long but ordinary tenant id
@@ -79,4 +79,11 @@ ToolBinding.objects.create(
     tenants=[LONG_TENANT],
     transport="http",
     timeout_seconds=86400,
+)
+ApprovalRule.objects.create(
+    tools=["a" + "_long_tool_name" * 4 + "_*"] * 8,
+    kinds=["config", "provider", "runtime"],
+    providers=["p" * 64] * 4,
+    tenants=[LONG_TENANT] * 4,
+    approval_timeout_seconds=86400,
 )
