@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -132,10 +133,17 @@ class _Tokens:
 
 
 class _Brain:
-    def __init__(self, leases: Any) -> None:
-        self.leases = leases
-        self.fleet_secret = SECRET
+    """The app object as routing reads it (fleet_app.app_object.RoutedAppObject)."""
+
+    def __init__(self) -> None:
+        from foundation.hostconfig import FleetSecret, Secrets
+        from foundation.telemetry import Telemetry
+
+        self.secrets = Secrets(tokens=(), provider_keys={}, fleet_secret=FleetSecret(SECRET))
         self.tokens = _Tokens()
+        self.relay = None
+        self.config = SimpleNamespace(limits=SimpleNamespace(tenant_forwarded_streams=256))
+        self.telemetry = Telemetry()
 
 
 def _line(name: str, samples: list[float]) -> str:
@@ -191,7 +199,7 @@ async def _run(rounds: int) -> None:
         async def send(message: dict[str, Any]) -> None:
             sent.append(message)
 
-        await router.route(_Brain(leases), leases, scope(), receive, send, limit=1 << 20)
+        await router.route(_Brain(), leases, scope(), receive, send, limit=1 << 20)
         return sent
 
     # direct: the same request, unsigned, on the same kind of kept-alive connection (the fleet's

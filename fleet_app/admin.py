@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from . import db
-from .app_object import fleet_of_scope
+from .app_object import in_fleet_scope
 
 __all__ = ["INSTANCES_PERMISSION", "fleet_section", "in_fleet", "instances_urls"]
 
@@ -30,7 +30,7 @@ class Site(Protocol):
 
 def in_fleet(request: HttpRequest) -> bool:
     """Whether the server answering the request runs with a `cluster` block."""
-    return fleet_of_scope(getattr(request, "scope", None)).is_fleet
+    return in_fleet_scope(getattr(request, "scope", None))
 
 
 def instances_urls(site: Site) -> list[URLPattern]:

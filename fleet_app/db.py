@@ -18,6 +18,7 @@ from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
 
 from .models import Instance, JournalEntry, JournalState, SessionLease
+from .receipts import JournalReceipt
 
 __all__ = [
     "DEFAULT_DB_ALIAS",
@@ -27,7 +28,6 @@ __all__ = [
     "InstanceRow",
     "JournalRow",
     "LeaseOwner",
-    "Recorded",
     "aacquire_lease",
     "atake_lease",
     "ajoin_instance",
@@ -304,13 +304,6 @@ def owner_of(session_id: str, *, using: str = DEFAULT_DB_ALIAS) -> LeaseOwner | 
 
 
 @dataclass(frozen=True, slots=True)
-class Recorded:
-    seq: int
-    input_id: str  # on a resend of a key: the first send's input id, to replay its event
-    created: bool  # False when the key was already journaled for this session
-
-
-@dataclass(frozen=True, slots=True)
 class JournalRow:
     seq: int
     input_id: str
@@ -345,7 +338,7 @@ def record_input(
     payload: Mapping[str, Any],
     epoch: int,
     using: str = DEFAULT_DB_ALIAS,
-) -> Recorded:
+) -> JournalReceipt:
     """Journal an acknowledged input, before its 202: one INSERT. A key already journaled for
     the session records nothing and returns the first send's entry (`created` False).
 
@@ -358,7 +351,7 @@ def record_input(
     if not rows and key_bytes is not None:
         rows = _execute(using, _BY_KEY, [session_id, key_bytes])
     seq, recorded_id, created = rows[0]
-    return Recorded(int(seq), str(recorded_id), bool(created))
+    return JournalReceipt(int(seq), str(recorded_id), bool(created))
 
 
 def mark_started(session_id: str, seq: int, *, using: str = DEFAULT_DB_ALIAS) -> bool:

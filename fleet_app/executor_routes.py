@@ -9,7 +9,7 @@ import logging
 import re
 from typing import Protocol
 
-__all__ = ["EXECUTOR_PATH", "ExecutorLocator", "HolderView", "executors_of", "holder_alive", "still_held"]
+__all__ = ["EXECUTOR_PATH", "ExecutorLocator", "HolderView", "holder_alive", "still_held"]
 
 logger = logging.getLogger("brain.fleet")
 
@@ -32,12 +32,6 @@ class ExecutorLocator(Protocol):
     def holds(self, executor_id: str) -> bool: ...
     async def holder_of(self, executor_id: str) -> HolderView | None: ...
     async def holder_alive(self, instance: str, incarnation: str) -> bool: ...
-
-
-def executors_of(brain: object) -> ExecutorLocator | None:
-    """The app object's executor relay; None without one (executors are served where they land)."""
-    locator: ExecutorLocator | None = getattr(brain, "relay", None)
-    return locator
 
 
 async def holder_alive(locator: ExecutorLocator, holder: HolderView) -> bool | None:

@@ -28,6 +28,7 @@ from foundation.logs import logger
 from foundation.telemetry import Telemetry
 
 from . import db
+from .app_object import RoutedAppObject
 from .journal import InputJournal
 from .lease_token import Leases
 from .leases import LeaseManager
@@ -208,7 +209,9 @@ class Fleet:
         await self.leases.leave_quietly()
         await self.router.aclose()
 
-    async def route(self, brain: object, scope: Scope, receive: Receive, send: Send, *, limit: int) -> Receive | None:
+    async def route(
+        self, brain: RoutedAppObject, scope: Scope, receive: Receive, send: Send, *, limit: int
+    ) -> Receive | None:
         """Session and executor requests go to their owner (fleet_app.routing): the receive to
         serve the request here with, or None when it was answered (forwarded or refused)."""
         return await self.router.route(brain, self.leases, scope, receive, send, limit=limit)
@@ -267,7 +270,7 @@ class SoloFleet:
     async def stop(self) -> None:
         pass
 
-    async def route(self, brain: object, scope: Scope, receive: Receive, send: Send, *, limit: int) -> Receive:
+    async def route(self, brain: RoutedAppObject, scope: Scope, receive: Receive, send: Send, *, limit: int) -> Receive:
         return receive
 
 

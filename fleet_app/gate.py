@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from foundation.errors import Unauthorized
 from foundation.inspection import inspection_key, is_sealed_for
 
-__all__ = ["MAX_OWNER_LOOKUPS", "BearerCheck", "LookupBound", "authenticate_caller", "bearer_check_of"]
+__all__ = ["MAX_OWNER_LOOKUPS", "BearerCheck", "LookupBound", "authenticate_caller"]
 
 # Owner lookups this instance runs at once: a few times the threads its database work shares
 # (the loop's default executor), so a burst of requests for sessions owned elsewhere is
@@ -35,14 +35,6 @@ class BearerCheck(Protocol):
     """What the gate needs of sessions_app.auth.TokenCache."""
 
     async def authenticate(self, header: str | None, /) -> PrincipalView: ...
-
-
-def bearer_check_of(brain: object) -> BearerCheck:
-    """The app object's token cache; an app object with leases always has one."""
-    tokens: BearerCheck | None = getattr(brain, "tokens", None)
-    if tokens is None:
-        raise RuntimeError("the app object has leases but no token cache")
-    return tokens
 
 
 def _authorization(scope: Mapping[str, Any]) -> str | None:

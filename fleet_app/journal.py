@@ -24,6 +24,7 @@ from typing import Any
 from . import db
 from .db import DEFAULT_DB_ALIAS, JournalState
 from .lease_token import LeaseToken
+from .receipts import JournalReceipt
 
 __all__ = ["Backlog", "InputJournal"]
 
@@ -45,7 +46,7 @@ class InputJournal:
 
     async def record(
         self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], token: LeaseToken
-    ) -> db.Recorded:
+    ) -> JournalReceipt:
         """Journal an input before its 202. A resend of a journaled key returns the first
         send's entry (`created` False): answer with that input's event, record nothing. Fenced
         with `token`, the lease held on the session."""

@@ -35,9 +35,10 @@ the error's envelope, or signed (fleet_app.signing) and handed to the forwarder
 (fleet_app.forwarding), which sends it on the fleet's transport (fleet_app.transport); each
 module is passed once, in that order.
 
-Nothing here runs without a `cluster` block: the app object then has no `leases` and the
-caller skips this layer after one attribute check. No Django; the lease manager and the secret
-come from the app object through the narrow protocols below.
+Nothing here runs without a `cluster` block: the solo stand-in of fleet_app.fleet serves every
+request where it lands. No Django; the lease manager comes from the fleet, the token cache, the
+executor relay, the limits, the telemetry and the secret from the app object through its typed
+view (fleet_app.app_object).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from dataclasses import dataclass
 from foundation.asgi import Receive, Scope, Send
 from foundation.errors import BrainError, Unavailable
 
+from .app_object import RoutedAppObject, fleet_key
 from .decision import (
     NOTHING_FOUND,
     SESSION_PATH,
@@ -66,9 +68,9 @@ from .decision import (
     needs_successor,
     read_request,
 )
-from .executor_routes import EXECUTOR_PATH, ExecutorLocator, executors_of, holder_alive, still_held
+from .executor_routes import EXECUTOR_PATH, ExecutorLocator, holder_alive, still_held
 from .forwarding import RECHECK_SECONDS, Forwarder
-from .gate import authenticate_caller, bearer_check_of
+from .gate import authenticate_caller
 from .handoff import Successors
 from .messages import read_body, replaying, respond
 from .owners import LeaseView, OwnerCache
@@ -81,27 +83,12 @@ from .signing import (
     sign_forwarded,
     verify_request,
 )
-from .streams import ShareKey, StreamShares, stream_share_of
+from .streams import ShareKey, StreamShares
 from .transport import FleetTransport
 
-__all__ = ["FleetRouter", "fleet_secret_of", "leases_of"]
+__all__ = ["FleetRouter"]
 
 logger = logging.getLogger("brain.fleet")
-
-
-def leases_of(brain: object) -> LeaseView | None:
-    """The app object's lease manager; None without a `cluster` block (no routing at all)."""
-    leases: LeaseView | None = getattr(brain, "leases", None)
-    return leases
-
-
-def fleet_secret_of(brain: object) -> bytes:
-    """The fleet secret's key from the app object (a FleetSecret or bytes), else from its secrets."""
-    secret = getattr(brain, "fleet_secret", None) or getattr(getattr(brain, "secrets", None), "fleet_secret", None)
-    key = getattr(secret, "key", secret)
-    if not isinstance(key, bytes) or not key:
-        raise RuntimeError("the app object has leases but no fleet_secret")
-    return key
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,23 +132,21 @@ class FleetRouter:
         await self.forwarder.aclose()
 
     async def route(
-        self, brain: object, leases: LeaseView, scope: Scope, receive: Receive, send: Send, *, limit: int
+        self, brain: RoutedAppObject, leases: LeaseView, scope: Scope, receive: Receive, send: Send, *, limit: int
     ) -> Receive | None:
         """The receive to serve the request here with (its body replayed when routing read it),
         or None when routing answered it: forwarded, or refused."""
-        locator = executors_of(brain)
+        locator = brain.relay
         request = read_request(scope, executors=locator is not None)
         if not request.signed and not needs_lookup(request, self._here(leases, locator, request)):
             return receive  # ours, or not the fleet's: the common case reads nothing, asks nothing
         caller: ShareKey = ("", "")
         try:
             if request.route == "session" and not request.signed:  # the owner's own 401 here, before any lookup
-                caller = await authenticate_caller(
-                    bearer_check_of(brain), scope, request.key, key=fleet_secret_of(brain)
-                )
+                caller = await authenticate_caller(brain.tokens, scope, request.key, key=fleet_key(brain))
             body = await read_body(receive, limit)
             if body is not None and request.signed:
-                self._verify(leases, scope, body, key=fleet_secret_of(brain))
+                self._verify(leases, scope, body, key=fleet_key(brain))
         except BrainError as error:
             await respond(send, scope, error)
             return None
@@ -231,11 +216,20 @@ class FleetRouter:
         return Found(owner)
 
     def _how(
-        self, brain: object, leases: LeaseView, locator: ExecutorLocator | None, request: Request, to: ForwardTo
+        self,
+        brain: RoutedAppObject,
+        leases: LeaseView,
+        locator: ExecutorLocator | None,
+        request: Request,
+        to: ForwardTo,
     ) -> Forward:
         peer, key = to.peer, request.key
         if to.role == "holder" and locator is not None:
-            admit = self.streams.admit_executor(key, share=stream_share_of(brain)) if request.stream else None
+            admit = (
+                self.streams.admit_executor(key, share=brain.config.limits.tenant_forwarded_streams)
+                if request.stream
+                else None
+            )
             return Forward(functools.partial(still_held, locator, peer), _nothing, admit)
         if to.role == "successor":
             return Forward(functools.partial(self.successors.still_free_or_taken_by, leases, key, peer), _nothing, None)
@@ -247,7 +241,7 @@ class FleetRouter:
 
     async def _forward(
         self,
-        brain: object,
+        brain: RoutedAppObject,
         leases: LeaseView,
         locator: ExecutorLocator | None,
         request: Request,
@@ -263,14 +257,14 @@ class FleetRouter:
         release = _nothing
         if to.role == "owner" and request.stream:
             try:  # a stream's share is taken before it takes a connection
-                release = self.streams.take(caller, share=stream_share_of(brain))
+                release = self.streams.take(caller, share=brain.config.limits.tenant_forwarded_streams)
             except BrainError as error:
                 await respond(send, scope, error)
                 return None
         how = self._how(brain, leases, locator, request, to)
         client = scope.get("client") or ("", 0)
         signed = sign_forwarded(
-            fleet_secret_of(brain),
+            fleet_key(brain),
             sender=leases.instance,
             receiver=receiver_identity(to.peer.instance, to.peer.incarnation),
             url=to.peer.url,
@@ -283,9 +277,7 @@ class FleetRouter:
             nonce=secrets.token_hex(16),
         )
         self.forwarded += 1
-        telemetry = getattr(brain, "telemetry", None)
-        if telemetry is not None:
-            telemetry.record_fleet_forward()
+        brain.telemetry.record_fleet_forward()
         try:
             reached = await self.forwarder.forward(
                 signed,

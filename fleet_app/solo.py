@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .lease_token import SOLO_EPOCH, LeaseFence, LeaseToken
+from .receipts import JournalReceipt
 
 __all__ = ["NOT_JOURNALED", "SoloJournal", "SoloLeases"]
 
@@ -54,13 +55,6 @@ class SoloLeases:
 
 
 @dataclass(frozen=True, slots=True)
-class SoloRecorded:
-    seq: int
-    input_id: str
-    created: bool = True
-
-
-@dataclass(frozen=True, slots=True)
 class SoloBacklog:
     requeue: tuple[Any, ...] = ()
     lost: tuple[Any, ...] = ()
@@ -72,8 +66,8 @@ class SoloJournal:
 
     async def record(
         self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], token: LeaseToken
-    ) -> SoloRecorded:
-        return SoloRecorded(NOT_JOURNALED, input_id)
+    ) -> JournalReceipt:
+        return JournalReceipt(NOT_JOURNALED, input_id, created=True)
 
     async def mark_started(self, session_id: str, seq: int) -> bool:
         return False

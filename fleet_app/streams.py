@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any
 from urllib.parse import unquote
 
 from foundation.errors import Overloaded
@@ -22,7 +22,6 @@ __all__ = [
     "ShareKey",
     "StreamShares",
     "opens_stream",
-    "stream_share_of",
 ]
 
 # The default of limits.tenant_forwarded_streams (foundation.hostconfig.limits says the same).
@@ -47,22 +46,6 @@ def opens_stream(scope: Mapping[str, Any]) -> bool:
     if not _EVENTS.match(path):
         return False
     return any(name == b"accept" and b"text/event-stream" in value for name, value in scope.get("headers", ()))
-
-
-class _LimitsView(Protocol):
-    @property
-    def tenant_forwarded_streams(self) -> int: ...
-
-
-class _ConfigView(Protocol):
-    @property
-    def limits(self) -> _LimitsView: ...
-
-
-def stream_share_of(brain: object) -> int:
-    """limits.tenant_forwarded_streams of the app object's host config."""
-    config = cast(_ConfigView | None, getattr(brain, "config", None))
-    return DEFAULT_TENANT_STREAMS if config is None else config.limits.tenant_forwarded_streams
 
 
 # Whose share a stream is counted in: ("tenant", name); ("inspection", session id) for an

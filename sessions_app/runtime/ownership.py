@@ -3,7 +3,7 @@ the lease taken when a session is created or loaded, the check before every writ
 that fence its rows and the input journal. One instance alone has a stand-in that owns every
 session; the runtime never asks which it has.
 
-Sees fleet_app only through the protocols below and fleet_app.lease_token; no Django, no
+Sees fleet_app only through the protocols below, fleet_app.lease_token and fleet_app.receipts; no Django, no
 request objects.
 """
 
@@ -13,20 +13,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from fleet_app.lease_token import Leases, LeaseToken
+from fleet_app.receipts import JournalReceipt
 
-__all__ = ["Journal", "JournalBacklog", "JournalEntry", "Ownership", "Recorded"]
-
-
-class Recorded(Protocol):
-    @property
-    def seq(self) -> int: ...
-    @property
-    def input_id(self) -> str: ...
-    @property
-    def created(self) -> bool: ...
+__all__ = ["Journal", "JournalBacklog", "JournaledInput", "Ownership"]
 
 
-class JournalEntry(Protocol):
+class JournaledInput(Protocol):
+    """An input read back from the journal (fleet_app.db.JournalRow): its place, id and body."""
+
     @property
     def seq(self) -> int: ...
     @property
@@ -37,11 +31,11 @@ class JournalEntry(Protocol):
 
 class JournalBacklog(Protocol):
     @property
-    def requeue(self) -> Sequence[JournalEntry]: ...
+    def requeue(self) -> Sequence[JournaledInput]: ...
     @property
-    def lost(self) -> Sequence[JournalEntry]: ...
+    def lost(self) -> Sequence[JournaledInput]: ...
     @property
-    def cancelled(self) -> Sequence[JournalEntry]: ...
+    def cancelled(self) -> Sequence[JournaledInput]: ...
 
 
 class Journal(Protocol):
@@ -49,7 +43,7 @@ class Journal(Protocol):
 
     async def record(
         self, session_id: str, *, input_id: str, key: str | None, payload: Mapping[str, Any], token: LeaseToken
-    ) -> Recorded: ...
+    ) -> JournalReceipt: ...
 
     async def mark_started(self, session_id: str, seq: int) -> bool: ...
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from sessions_app.storage import Recovered
 
-from .ownership import JournalBacklog, JournalEntry
+from .ownership import JournalBacklog, JournaledInput
 from .session_host import PendingInput
 
 __all__ = ["LOST_MESSAGE", "QUEUED_INPUT_CANCELLED", "RESTART_MESSAGE", "Adoption", "plan_adoption", "unsettled"]
@@ -28,7 +28,7 @@ class Adoption:
     no outcome in the log (their turn is reported lost), `cancelled` were cancelled while queued
     and have no outcome in the log (their cancellation is reported again)."""
 
-    append: list[JournalEntry] = field(default_factory=list)
+    append: list[JournaledInput] = field(default_factory=list)
     requeue: list[PendingInput] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)

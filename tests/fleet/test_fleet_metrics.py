@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from dataclasses import dataclass, field
 
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, NumberDataPoint
 
 from fleet_app.leases import LeaseManager
 from fleet_app.routing import FleetRouter
 from foundation.telemetry import Telemetry
-from tests.fleet.test_forwarding import SECRET, WAIT_SECONDS
-from tests.fleet.test_routing import LIMIT, Client, KeptAlive, Tokens, scope, served
+from tests.fleet.test_forwarding import WAIT_SECONDS
+from tests.fleet.test_routing import LIMIT, Brain, Client, KeptAlive, scope, served
 
 POLL_SECONDS = 0.2
 
@@ -32,14 +31,6 @@ def values(reader: InMemoryMetricReader) -> dict[str, float]:
                         point.value for point in metric.data.data_points if isinstance(point, NumberDataPoint)
                     )
     return found
-
-
-@dataclass
-class Brain:
-    leases: LeaseManager
-    telemetry: Telemetry
-    fleet_secret: bytes = SECRET
-    tokens: Tokens = field(default_factory=Tokens)
 
 
 async def test_acquisitions_failovers_and_leases_held_are_counted_per_instance(fleet_db: str) -> None:
@@ -88,7 +79,7 @@ async def test_a_forwarded_request_is_counted_on_the_forwarding_instance(fleet_d
     assert await a.join() and await b.join()
     session_id = secrets.token_hex(16)
     assert await a.acquire(session_id) == 1
-    brain, router = Brain(b, telemetry), FleetRouter()
+    brain, router = Brain(telemetry), FleetRouter()
     # when: two sends through brain-b, and one request for a session nobody owns (served there)
     for path in (f"/sessions/{session_id}/events", f"/sessions/{session_id}/events", f"/sessions/{'f' * 32}"):
         client = Client(body=b"{}")

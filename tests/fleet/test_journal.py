@@ -13,6 +13,7 @@ from fleet_app import db
 from fleet_app.journal import InputJournal
 from fleet_app.lease_token import LeaseToken
 from fleet_app.models import JournalEntry, JournalState
+from fleet_app.receipts import JournalReceipt
 
 
 def sid() -> str:
@@ -76,7 +77,7 @@ def test_concurrent_sends_of_one_key_record_one_entry_and_all_answer_its_input(f
     # given: six sends of one key race on six connections
     session = sid()
     barrier = threading.Barrier(6)
-    results: list[db.Recorded] = []
+    results: list[JournalReceipt] = []
 
     def send(index: int) -> None:
         try:

@@ -16,10 +16,14 @@ from typing import Any
 import orjson
 import pytest
 
+from fleet_app.executor_routes import ExecutorLocator
 from fleet_app.leases import LeaseManager
 from fleet_app.routing import FleetRouter
 from fleet_app.signing import receiver_identity, sign_request
+from fleet_app.streams import DEFAULT_TENANT_STREAMS
 from foundation.errors import Unauthorized
+from foundation.hostconfig import FleetSecret, Secrets
+from foundation.telemetry import Telemetry
 from tests.fixtures.server import free_port
 from tests.fleet.test_forwarding import PIECES, SECRET, WAIT_SECONDS, Owner
 
@@ -41,13 +45,30 @@ class Tokens:
         return Grant("acme")
 
 
+@dataclass(frozen=True)
+class Limits:
+    tenant_forwarded_streams: int = DEFAULT_TENANT_STREAMS
+
+
+@dataclass(frozen=True)
+class Config:
+    limits: Limits = field(default_factory=Limits)
+
+
+def fleet_secrets() -> Secrets:
+    return Secrets(tokens=(), provider_keys={}, fleet_secret=FleetSecret(SECRET))
+
+
 @dataclass
 class Brain:
-    """The app object's fleet attributes, as routing reads them."""
+    """The app object as routing reads it (fleet_app.app_object.RoutedAppObject): no executor
+    relay, the default limits, telemetry switched off unless a test brings its own."""
 
-    leases: LeaseManager
-    fleet_secret: bytes = SECRET
+    telemetry: Telemetry = field(default_factory=Telemetry)
+    secrets: Secrets = field(default_factory=fleet_secrets)
     tokens: Tokens = field(default_factory=Tokens)
+    relay: ExecutorLocator | None = None
+    config: Config = field(default_factory=Config)
 
 
 @dataclass
@@ -148,7 +169,7 @@ async def test_an_sse_stream_through_a_non_owner_comes_back_byte_for_byte_signed
     )
     # when
     async with asyncio.timeout(WAIT_SECONDS):
-        served_locally = await router.route(Brain(b), b, request, client.receive, client.send, limit=LIMIT)
+        served_locally = await router.route(Brain(), b, request, client.receive, client.send, limit=LIMIT)
     await router.aclose()
     # then
     assert served_locally is None
@@ -182,7 +203,7 @@ async def test_a_send_through_a_non_owner_reaches_the_owner_with_its_exact_body(
     request = scope(f"/sessions/{session_id}/events", method="POST", headers=[(b"content-type", b"application/json")])
     # when
     async with asyncio.timeout(WAIT_SECONDS):
-        assert await router.route(Brain(b), b, request, client.receive, client.send, limit=LIMIT) is None
+        assert await router.route(Brain(), b, request, client.receive, client.send, limit=LIMIT) is None
     await router.aclose()
     # then
     assert (client.status, client.content) == (202, b'{"id":"abc"}')
@@ -219,14 +240,14 @@ async def test_a_signed_request_to_the_owner_is_served_there_with_the_forwarded_
     router, client = FleetRouter(), Client(body=body)
     captured = dict(request, headers=list(request["headers"]))  # as sent, for a replay
     # when
-    serve = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
+    serve = await router.route(Brain(), a, request, client.receive, client.send, limit=LIMIT)
     # then: served locally, the body replayed once, the client's address believed
     assert serve is not None
     assert await serve() == {"type": "http.request", "body": body, "more_body": False}
     assert (request["client"], request["brain_fleet_sender"], client.sent) == (("198.51.100.4", 0), "brain-b", [])
     # and a replay of the same request is refused
     replayed, again = captured, Client(body=body)
-    assert await router.route(Brain(a), a, replayed, again.receive, again.send, limit=LIMIT) is None
+    assert await router.route(Brain(), a, replayed, again.receive, again.send, limit=LIMIT) is None
     assert again.status == 401
     assert orjson.loads(again.content)["error"]["code"] == "forbidden"
 
@@ -243,7 +264,7 @@ async def test_a_request_with_a_bad_signature_is_401_and_reaches_nothing(
     )
     router, client = FleetRouter(), Client(body=b'{"text":"two"}')
     # when
-    served = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
+    served = await router.route(Brain(), a, request, client.receive, client.send, limit=LIMIT)
     # then
     assert served is None
     assert (client.status, client.headers[b"www-authenticate"]) == (401, b"Bearer")
@@ -270,7 +291,7 @@ async def test_a_signed_request_at_a_non_owner_is_never_forwarded_again(
     )
     router, client = FleetRouter(), Client(body=b"{}")
     # when
-    served = await router.route(Brain(c), c, request, client.receive, client.send, limit=LIMIT)
+    served = await router.route(Brain(), c, request, client.receive, client.send, limit=LIMIT)
     await router.aclose()
     # then
     assert served is None
@@ -286,7 +307,7 @@ async def test_an_unreachable_owner_with_a_live_lease_is_a_retryable_503(fleet_d
     # when
     async with asyncio.timeout(WAIT_SECONDS):
         served = await router.route(
-            Brain(b), b, scope(f"/sessions/{session_id}"), client.receive, client.send, limit=LIMIT
+            Brain(), b, scope(f"/sessions/{session_id}"), client.receive, client.send, limit=LIMIT
         )
     await router.aclose()
     # then
@@ -306,7 +327,7 @@ async def test_a_session_without_a_live_owner_and_creation_are_served_where_they
     free, create = Client(body=b"{}"), Client(body=b"{}")
     # when
     serve_free = await router.route(
-        Brain(b),
+        Brain(),
         b,
         scope(f"/sessions/{secrets.token_hex(16)}/events", method="POST"),
         free.receive,
@@ -314,7 +335,7 @@ async def test_a_session_without_a_live_owner_and_creation_are_served_where_they
         limit=LIMIT,
     )
     serve_create = await router.route(
-        Brain(b), b, scope("/sessions", method="POST"), create.receive, create.send, limit=LIMIT
+        Brain(), b, scope("/sessions", method="POST"), create.receive, create.send, limit=LIMIT
     )
     # then: both served here; creation's body untouched by this layer
     assert serve_free is not None
@@ -340,7 +361,7 @@ async def test_the_owners_own_session_requests_pass_without_a_lookup(fleet_db: s
     client = Client()
     # when
     serve = await FleetRouter().route(
-        Brain(counted), counted, scope(f"/sessions/{session_id}"), client.receive, client.send, limit=LIMIT
+        Brain(), counted, scope(f"/sessions/{session_id}"), client.receive, client.send, limit=LIMIT
     )
     # then
     assert serve == client.receive
@@ -389,7 +410,7 @@ async def send_through(router: FleetRouter, leases: LeaseManager, session_id: st
     client = Client(body=b"{}")
     request = scope(f"/sessions/{session_id}/events", method="POST")
     async with asyncio.timeout(WAIT_SECONDS):
-        assert await router.route(Brain(leases), leases, request, client.receive, client.send, limit=LIMIT) is None
+        assert await router.route(Brain(), leases, request, client.receive, client.send, limit=LIMIT) is None
     return client
 
 
@@ -437,7 +458,7 @@ async def test_a_signed_request_for_a_session_the_owner_holds_needs_no_lookup(
     )
     router, client = FleetRouter(), Client(body=b"{}")
     # when
-    serve = await router.route(Brain(a), a, request, client.receive, client.send, limit=LIMIT)
+    serve = await router.route(Brain(), a, request, client.receive, client.send, limit=LIMIT)
     # then
     assert serve is not None
     assert await serve() == {"type": "http.request", "body": b"{}", "more_body": False}
@@ -506,7 +527,7 @@ async def test_a_client_that_leaves_while_the_owner_is_silent_ends_the_forward(f
     router = FleetRouter()
     client = Client(body=b"{}")
     request = scope(f"/sessions/{session_id}/events", method="POST")
-    forward = asyncio.ensure_future(router.route(Brain(b), b, request, client.receive, client.send, limit=LIMIT))
+    forward = asyncio.ensure_future(router.route(Brain(), b, request, client.receive, client.send, limit=LIMIT))
     await asyncio.sleep(0.3)  # the answer is late: the watcher for the client's leaving runs by now
     # when
     client.gone.set()
