@@ -51,7 +51,7 @@ cluster: dev-bootstrap system-packages
 
 # -rs prints every skipped test with its reason at the end of the run.
 test: dev-bootstrap system-packages lint typecheck
-	$(BIN)/python -m pytest -q -rs --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
+	$(BIN)/python -m pytest -q -rfEs --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
