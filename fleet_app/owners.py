@@ -10,6 +10,7 @@ from typing import Protocol
 
 from foundation.errors import Unavailable
 
+from .executor_routes import HolderView
 from .gate import LookupBound
 
 __all__ = ["LeaseOwnerView", "LeaseView", "OwnerCache"]
@@ -21,13 +22,9 @@ OWNER_CACHE_SECONDS = 1.0
 OWNER_CACHE_ENTRIES = 10_000
 
 
-class LeaseOwnerView(Protocol):
-    @property
-    def instance(self) -> str: ...
-    @property
-    def incarnation(self) -> str: ...
-    @property
-    def url(self) -> str: ...
+# A session's owner is seen as an executor's holder is: a process of the fleet (its name,
+# incarnation and URL), so routing forwards to either the same way.
+LeaseOwnerView = HolderView
 
 
 class LeaseView(Protocol):
