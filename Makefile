@@ -10,6 +10,9 @@ PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --no-compi
 DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx
 # The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
 STATIC_MANIFEST := staticfiles/staticfiles.json
+# The older published client (requirements-client-2.0.txt), beside the venv: see `test`.
+CLIENT_2_0 := .clients/aex-brain-2.0.0
+CLIENT_2_0_STAMP := $(CLIENT_2_0)/.installed
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
 .PHONY: run cluster test bootstrap dev-bootstrap system-packages lint typecheck bench drill fleet-drill drain-drill clean
@@ -22,6 +25,11 @@ $(STAMP): requirements.txt
 $(DEV_STAMP): requirements-dev.txt $(STAMP)
 	$(PIP_INSTALL) -r requirements-dev.txt
 	touch $(DEV_STAMP)
+
+$(CLIENT_2_0_STAMP): requirements-client-2.0.txt $(STAMP)
+	rm -rf $(CLIENT_2_0)
+	$(PIP_INSTALL) --no-deps --target $(CLIENT_2_0) -r requirements-client-2.0.txt
+	touch $(CLIENT_2_0_STAMP)
 
 $(STATIC_MANIFEST): $(STAMP) $(STATIC_SOURCES)
 	BRAIN_STATIC_ROOT= $(BIN)/python manage.py collectstatic --noinput --clear --verbosity 0
@@ -49,9 +57,16 @@ run: bootstrap
 cluster: dev-bootstrap system-packages
 	$(BIN)/python scripts/run_cluster.py
 
-# -rs prints every skipped test with its reason at the end of the run.
-test: dev-bootstrap system-packages lint typecheck
-	$(BIN)/python -m pytest -q -rfEs --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
+# Tests run on TEST_WORKERS parallel workers, a module per worker (each worker starts its own
+# PostgreSQL, Redis and object stores, and every server listens on a port of its own); most of a
+# test's time is spent waiting on real processes, so there are more workers than cores.
+# -rfEs lists every failure and every skipped test with its reason at the end of each run.
+# The client suite (`-m client`) then runs again under the 2.0.0 client.
+TEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -q -rfEs -n $(TEST_WORKERS) --dist loadfile
+test: dev-bootstrap system-packages lint typecheck $(CLIENT_2_0_STAMP)
+	$(PYTEST) --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
+	PYTHONPATH=$(CLIENT_2_0) BRAIN_TEST_CLIENT=2.0.0 $(PYTEST) -m client --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
@@ -87,4 +102,4 @@ drain-drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/drain_drill.py --rounds 20
 
 clean:
-	rm -rf $(VENV) .brain .brain-archive staticfiles
+	rm -rf $(VENV) .clients .brain .brain-archive staticfiles

@@ -15,11 +15,10 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 from pydantic import ValidationError
 
-from foundation.app_object import SCOPE_KEY
 from foundation.hostconfig import ToolBindingConfig
 from foundation.rest_templates import METHODS
 
-from .app_object import brain_of
+from .app_object import ToolsAppObject
 from .approval_rules import admin as approval_rules_admin  # registers the approval rules' admin
 from .db import declared_token_origins
 from .listing import MAX_LISTED_NAME, MAX_LISTED_TEXT, cut
@@ -28,6 +27,7 @@ from .origins import url_origin
 from .provider_tools import bind_provider_tool
 from .providers.base import ToolProvider
 from .providers.knowledge import admin as knowledge_admin  # registers the knowledge bases' admin
+from .reloading.admin import ReloadOnChange
 
 __all__ = ["ToolBindingAdmin", "ToolBindingForm", "approval_rules_admin", "knowledge_admin"]
 
@@ -238,7 +238,7 @@ COMMON_FIELDS = (
 
 
 @admin.register(ToolBinding)
-class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
+class ToolBindingAdmin(ReloadOnChange):
     """Bindings of the host config are shown read-only with a note saying so; the add and change
     form shows the fields of the chosen transport only (its template toggles them)."""
 
@@ -295,19 +295,10 @@ class ToolBindingAdmin(admin.ModelAdmin[ToolBinding]):
         form.brain = scope.get("brain") if isinstance(scope, dict) else None  # type: ignore[attr-defined]
         return form
 
-    def save_model(
-        self, request: HttpRequest, obj: ToolBinding, form: forms.ModelForm[ToolBinding], change: bool
-    ) -> None:
-        super().save_model(request, obj, form, change)
-        _forget_bindings(request)
-
-    def delete_model(self, request: HttpRequest, obj: ToolBinding) -> None:
-        super().delete_model(request, obj)
-        _forget_bindings(request)
-
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:  # a QuerySet: django.db is db.py's
-        super().delete_queryset(request, queryset)
-        _forget_bindings(request)
+    def forget(self, brain: ToolsAppObject) -> None:
+        """A binding changed: this process's registry reloads admin bindings on next use (other
+        processes' caches expire within 30 s)."""
+        brain.registry.forget_bindings()
 
 
 def _transport_of(binding: ToolBinding) -> str:
@@ -331,11 +322,3 @@ def _delete_admin_bindings(modeladmin: ToolBindingAdmin, request: HttpRequest, q
     if not remaining.exists():
         return None
     return delete_selected(modeladmin, request, remaining)
-
-
-def _forget_bindings(request: HttpRequest) -> None:
-    """A binding changed: this process's registry reloads admin bindings on next use (other
-    processes' caches expire within 30 s)."""
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and SCOPE_KEY in scope:
-        brain_of(scope).registry.forget_bindings()

@@ -28,6 +28,8 @@ from tests.fixtures.server import BrainServer, send_ok, wait_for_turn_end
 from tests.fixtures.services import PostgresServer, RedisServer
 from tests.fleet.support import fleet_factory
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 LEASE_SECONDS = 3
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False}

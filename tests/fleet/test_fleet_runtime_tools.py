@@ -25,6 +25,8 @@ from tests.fixtures.services import PostgresServer, RedisServer
 from tests.fleet.support import fleet_factory, fleet_records
 from tools_app.relay import ExecutorRelay, Route
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 LEASE_SECONDS = 3  # B's death is seen when its instance row expires
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"], "additionalProperties": False}

@@ -11,6 +11,8 @@ from brain import BrainError
 
 from tests.fixtures.server import BrainServer, create_session, history, open_stream, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 CREATE_BODY = {"harness": "instant", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
 

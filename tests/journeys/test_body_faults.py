@@ -24,6 +24,8 @@ from tests.fixtures.server import (
     wait_for_turn_end,
 )
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 DEADLINE_SECONDS = 2  # BRAIN_BODY_DEADLINE_SECONDS for this module's server
 INPUT_BYTES = 65536  # the default limits.input_bytes
 BODY_LIMIT = INPUT_BYTES + 16 * 1024

@@ -12,6 +12,8 @@ import resource
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
+
 from tests.fixtures.server import (
     BrainServer,
     create_session,
@@ -21,6 +23,8 @@ from tests.fixtures.server import (
     send_ok,
     wait_for_status,
 )
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 QUEUED = "queued input interrupted before execution"
 WRITE_FAILED = "event log write failed: File too large"

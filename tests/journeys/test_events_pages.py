@@ -11,6 +11,8 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, history, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 
 def _decode(cursor: str) -> dict[str, Any]:
     return json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))  # type: ignore[no-any-return]

@@ -18,6 +18,8 @@ from tests.fixtures.server import (
     wait_for_turn_end,
 )
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 QUEUED = "queued input interrupted before execution"
 
 

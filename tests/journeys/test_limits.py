@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.fixtures.server import (
     BrainServer,
     create_session,
@@ -14,6 +16,8 @@ from tests.fixtures.server import (
     wait_for_status,
     wait_for_turn_end,
 )
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 
 def test_a_full_queue_answers_429_with_retry_after_and_appends_nothing(

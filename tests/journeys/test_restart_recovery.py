@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.fixtures.server import (
     BrainServer,
     create_session,
@@ -13,6 +15,8 @@ from tests.fixtures.server import (
     wait_for_status,
     wait_for_turn_end,
 )
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 QUEUED = "queued input interrupted before execution"
 RESTARTED = "turn interrupted: server restarted"

@@ -12,6 +12,8 @@ from brain import BrainError
 
 from tests.fixtures.server import BrainServer, create_session, make_server
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z$")
 INPUT_BYTES = 2048

@@ -21,6 +21,8 @@ from tests.fixtures.server import (
     wait_for_turn_end,
 )
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 EXIT_SECONDS = 25  # spec: exits within about 20 seconds; a little slack for a loaded machine
 NOT_READY_SECONDS = 2.0  # the signal reaching the server and the next readiness probe
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import pytest
+
 from tests.fixtures.server import BrainServer, create_session, history, wait_for_status
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 
 def test_a_message_runs_a_turn_seen_live_and_in_history(brain: BrainServer) -> None:

@@ -21,6 +21,8 @@ from tests.fixtures.server import (
 )
 from tests.support.sse import EventStream
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 RETAINED_FRAME = re.compile(rb"^id: ([A-Za-z0-9_-]+)\nevent: ([a-z.]+)\ndata: (\{.*\})$", re.DOTALL)
 LIVE_FRAME = re.compile(rb"^event: (assistant\.delta)\ndata: (\{.*\})$", re.DOTALL)
 

@@ -25,6 +25,8 @@ from tests.support.credentials import (
 )
 from tools_app.vault import SealedCredential
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 
 @pytest.fixture
 def archive(tmp_path: Path) -> Path:

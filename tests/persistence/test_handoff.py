@@ -12,6 +12,8 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, history, send_ok, wait_for_status, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 
 def _archive_config(archive: Path, **extra: Any) -> dict[str, Any]:
     return {"persistence": {"provider": "filesystem", "directory": str(archive), "interval_seconds": 1, **extra}}

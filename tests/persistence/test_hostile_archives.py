@@ -15,6 +15,8 @@ import pytest
 
 from tests.fixtures.server import BrainServer, create_session, history, send_ok, wait_for_status, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 SESSION_BYTES = 16 << 20  # the smallest limits.session_bytes: what a manifest may describe is bounded by it
 OBJECT_BYTES = 2 << 20  # the archive's largest object
 

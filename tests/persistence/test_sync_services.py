@@ -31,6 +31,8 @@ from tests.fixtures.server import ROOT, BrainServer, create_session, history, se
 from tests.fixtures.services import MotoS3, PostgresServer, RedisServer
 from tests.support.tcp_gate import TcpGate
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 SYNC_TIMEOUT_SECONDS = 60.0  # generous: a publish takes well under a second here
 WORKER_START_SECONDS = 30.0
 WORKER_STOP_SECONDS = 15.0

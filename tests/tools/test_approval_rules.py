@@ -27,6 +27,8 @@ from tools_app.invocation import ApprovalGate, Invocation
 from tools_app.invocation.approvals import ApprovalPolicy
 from tools_app.transports.mcp import McpTransport
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 WAIT_SECONDS = 20.0  # a turn of the instant harness ends well within it
 LOOKUP_SCHEMA = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}

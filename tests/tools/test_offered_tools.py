@@ -17,6 +17,8 @@ from brain import Brain, RuntimeTool
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 PROBE = "tests.support.providers.ProbeProvider"
 ECHO_SCHEMA = {
     "type": "object",

@@ -14,6 +14,8 @@ from brain import Brain, RuntimeTool
 
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 
 

@@ -21,6 +21,8 @@ from brain import BrainError, RuntimeTool
 from tests.fixtures.server import BrainServer, create_session, make_server, send_ok, wait_for_turn_end
 from tests.tools.test_schema_containment import _run
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 CLIENT_TIMEOUT = 15.0  # seconds a client waits for an answer
 EXPANSION_BUDGET = "more than 20000 subschemas through its references (the schema expansion budget)"

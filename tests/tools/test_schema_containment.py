@@ -19,6 +19,8 @@ from brain import Brain, BrainError, RuntimeTool
 
 from tests.fixtures.server import ROOT, BrainServer, history, make_server, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 CATASTROPHIC = "^(a+)+$"  # exponential for a backtracking engine on "aaa…a!"
 LONG = "a" * 10_000

@@ -13,6 +13,8 @@ from brain import RuntimeTool
 
 from tests.fixtures.server import INSTANT_RUNNER, BrainServer, send_ok, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 MODEL = "openai/gpt-4.1-mini"
 
 

@@ -5,19 +5,18 @@ processes within 30 s)."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from django import forms
 from django.contrib import admin
-from django.http import HttpRequest
 from pydantic import ValidationError
 
-from foundation.app_object import SCOPE_KEY
 from foundation.hostconfig import APPROVAL_KINDS
 from foundation.hostconfig import ApprovalRule as ApprovalRuleConfig
 
-from ..app_object import brain_of
+from ..app_object import ToolsAppObject
 from ..models import ApprovalRule
+from ..reloading.admin import ReloadOnChange
 
 __all__ = ["ApprovalRuleAdmin", "ApprovalRuleForm"]
 
@@ -58,7 +57,7 @@ class ApprovalRuleForm(forms.ModelForm[ApprovalRule]):
 
 
 @admin.register(ApprovalRule)
-class ApprovalRuleAdmin(admin.ModelAdmin[ApprovalRule]):
+class ApprovalRuleAdmin(ReloadOnChange):
     """The admin's rules, matched after the host config's `approvals` (which are not listed)."""
 
     form = ApprovalRuleForm
@@ -81,23 +80,6 @@ class ApprovalRuleAdmin(admin.ModelAdmin[ApprovalRule]):
     def shown_tenants(self, obj: ApprovalRule) -> str:
         return ", ".join(map(str, obj.tenants or ["every tenant"]))
 
-    def save_model(
-        self, request: HttpRequest, obj: ApprovalRule, form: forms.ModelForm[ApprovalRule], change: bool
-    ) -> None:
-        super().save_model(request, obj, form, change)
-        _forget_rules(request)
-
-    def delete_model(self, request: HttpRequest, obj: ApprovalRule) -> None:
-        super().delete_model(request, obj)
-        _forget_rules(request)
-
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:  # a QuerySet: django.db is db.py's
-        super().delete_queryset(request, queryset)
-        _forget_rules(request)
-
-
-def _forget_rules(request: HttpRequest) -> None:
-    """A rule changed: this process reloads the admin's rules on its next call."""
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and SCOPE_KEY in scope:
-        brain_of(scope).tool_path.approvals.forget_rules()
+    def forget(self, brain: ToolsAppObject) -> None:
+        """A rule changed: this process reloads the admin's rules on its next call."""
+        brain.tool_path.approvals.forget_rules()

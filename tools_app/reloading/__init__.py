@@ -1,0 +1,1 @@
+"""The admin pages of rows a running process caches."""
