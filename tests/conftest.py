@@ -33,7 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
     wanted = os.environ.get(CLIENT_VERSION_ENV)
     version, package = published_client()
     if wanted and version != wanted:
-        raise pytest.UsageError(f"{CLIENT_VERSION_ENV}={wanted} but the published client imported is {version} ({package})")
+        message = f"{CLIENT_VERSION_ENV}={wanted} but the published client imported is {version} ({package})"
+        raise pytest.UsageError(message)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
