@@ -11,7 +11,7 @@ DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx
 # The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
 STATIC_MANIFEST := staticfiles/staticfiles.json
 # The older published client (requirements-client-2.0.txt), beside the venv: see `test`.
-CLIENT_2_0 := .clients/aex-brain-2.0.0
+CLIENT_2_0 := $(VENV)/clients/aex-brain-2.0.0
 CLIENT_2_0_STAMP := $(CLIENT_2_0)/.installed
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
@@ -102,4 +102,4 @@ drain-drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/drain_drill.py --rounds 20
 
 clean:
-	rm -rf $(VENV) .clients .brain .brain-archive staticfiles
+	rm -rf $(VENV) .brain .brain-archive staticfiles

