@@ -27,7 +27,7 @@ from sessions_app import db as sessions_db
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.storage import SessionStorage
 from tools_app import db as tools_db
-from tools_app.vault import parse_recovery_records
+from tools_app.vault import MODEL_CREDENTIAL_ALIAS, parse_recovery_records
 
 __all__ = ["ArchiveService", "LiveSessions"]
 
@@ -326,10 +326,9 @@ class ArchiveService:
         except ValueError as exc:
             problem = f"checkpoint {manifest['checkpoint']} holds invalid credential records: {exc}"
             raise InvalidRequest(problem) from None
-        # every credential binding has a record, live or revoked
-        record = SessionRecord.from_manifest(
-            session, manifest["native_checkpoint"], credential_bindings=sorted(credentials)
-        )
+        # every credential binding has a record, live or revoked; the session's own model key has one too
+        bindings = sorted(alias for alias in credentials if alias != MODEL_CREDENTIAL_ALIAS)
+        record = SessionRecord.from_manifest(session, manifest["native_checkpoint"], credential_bindings=bindings)
         publication = db.Publication(
             checkpoint=manifest["checkpoint"],
             history_bytes=manifest["history_bytes"],

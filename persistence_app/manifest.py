@@ -11,6 +11,7 @@ from typing import Any
 from foundation.rfc3339 import TIME_FORMAT
 from persistence_app.stores.base import MAX_OBJECT_BYTES
 from runners.protocol import FrameError, validate_native_files
+from sessions_app.records import model_credential_source
 from sessions_app.storage import EVENT_LOG
 
 __all__ = [
@@ -124,6 +125,10 @@ def _check_session(session: object, session_id: str) -> None:
     depth = session.get("depth", 0)
     if not _is_count(depth):
         raise ManifestProblem("session.depth is not a count")
+    try:
+        model_credential_source(session.get("model_credential"))
+    except ValueError:
+        raise ManifestProblem("session.model_credential is not a key source a server writes") from None
 
 
 def _check_name(name: str) -> None:

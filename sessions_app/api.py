@@ -118,6 +118,7 @@ async def create_session(request: HttpRequest, body: CreateSession) -> tuple[int
         harness=body.harness,
         config=body.config.model_dump(exclude_none=True),
         credentials=body.credentials,
+        model_credential=body.model_credential.model_dump() if body.model_credential is not None else None,
     )
     return 201, record.as_wire()
 

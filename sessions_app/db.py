@@ -18,7 +18,7 @@ from foundation.rfc3339 import format_time as _format_time
 from foundation.rfc3339 import parse_time
 
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
-from .records import ApprovalRecord, ApprovalStatus, Principal, SessionRecord, SessionStatus
+from .records import ApprovalRecord, ApprovalStatus, Principal, SessionRecord, SessionStatus, model_credential_source
 
 __all__ = [
     "acancel_pending_approvals",
@@ -66,6 +66,7 @@ def _record(row: Session) -> SessionRecord:
         parent_session=row.parent_session,
         parent_call=row.parent_call,
         depth=row.depth,
+        model_credential=model_credential_source(row.model_credential),
     )
 
 

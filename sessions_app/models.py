@@ -61,6 +61,10 @@ class Session(models.Model):
     parent_session = models.CharField(max_length=32, blank=True, default="", db_index=True)
     parent_call = models.CharField(max_length=64, blank=True, default="")
     depth = models.PositiveSmallIntegerField(default=0)
+    # where the session's model key comes from (records.model_credential_source): {}, a sealed
+    # api_key (the value in tools_app's SessionCredential under vault.MODEL_CREDENTIAL_ALIAS) or
+    # a reference to the host config's model_credentials; never a key
+    model_credential = models.JSONField(default=dict)
 
     class Meta:
         indexes = [models.Index(fields=["tenant", "id"]), models.Index(fields=["status"])]

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from foundation.errors import Forbidden, InvalidRequest, NotFound, Unsupported
+from foundation.hostconfig import MAX_REFERENCE_CHARS
 from foundation.session_ids import canonical_session_id
 from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
-from tools_app.vault import CredentialVault, SealedCredential
+from tools_app.vault import MODEL_CREDENTIAL_ALIAS, CredentialVault, SealedCredential, describe
 
 from . import db
 from .eventlog import Event, EventLog, new_id
-from .records import ApprovalRecord, Principal, SessionConfig, SessionRecord
+from .records import SEALED, ApprovalRecord, Principal, SessionConfig, SessionRecord
 from .runtime.actor import SessionActor
 from .runtime.approvals import MAX_REASON_CHARS
 from .runtime.engine import Engine
@@ -42,6 +43,9 @@ MAX_MODEL_CHARS = 256  # spec: config.model up to 256 characters
 MAX_TOOLS = 128  # spec: up to 128 tools per session
 MAX_KEY_BYTES = 128  # spec: idempotency keys up to 128 bytes
 REASONING_EFFORTS = frozenset({"off", "minimal", "low", "medium", "high", "xhigh", "max"})
+# A provider key is a line (Bedrock's id:secret:session-token the longest, about 2 KiB); the
+# bound keeps a hostile body from sealing megabytes into the vault and every checkpoint.
+MAX_MODEL_KEY_BYTES = 8 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +71,12 @@ async def create_session(
     harness: str,
     config: dict[str, Any],
     credentials: list[Any] | None,
+    model_credential: dict[str, Any] | None = None,
     parent: SessionRecord | None = None,
     parent_call: str = "",
 ) -> SessionRecord:
-    """`parent`, `parent_call`: the session and tool call a sub-agent's session is created by."""
+    """`parent`, `parent_call`: the session and tool call a sub-agent's session is created by;
+    `model_credential`: {"api_key": KEY} or {"reference": NAME}, the key its model calls use."""
     if not principal.manage or principal.session:
         raise Forbidden("creating sessions needs a manage token without a session limit")
     if harness not in engine.config.harnesses:
@@ -92,6 +98,7 @@ async def create_session(
     instructions = config.get("instructions")
     if instructions is not None and len(instructions.encode()) > engine.limits.input_bytes:
         raise InvalidRequest("config.instructions exceeds input_bytes")
+    source, model_key = _model_credential(engine, model_credential, provider=provider)
     if credentials and engine.config.credential_keys is None:
         raise Unsupported("private binding credentials need credential_keys in the host config")
     bindings = await check_bindings(
@@ -117,6 +124,9 @@ async def create_session(
     )
     if parent is not None:
         record.parent_session, record.parent_call, record.depth = parent.id, parent_call, parent.depth + 1
+    record.model_credential = source
+    if model_key is not None:
+        values[MODEL_CREDENTIAL_ALIAS] = model_key
     if values:
         await _store_credentials(engine, record, values)
     else:
@@ -124,6 +134,40 @@ async def create_session(
     for executor in bindings.executors:
         engine.executors.bind(executor, record.id)
     return record
+
+
+def _model_credential(
+    engine: Engine, value: dict[str, Any] | None, *, provider: str
+) -> tuple[dict[str, str], str | None]:
+    """The session's model key source (records.model_credential_source) and the key to seal,
+    if any. 400 for a body that is not exactly one of api_key or reference, a reference the host
+    config does not declare or one declared for another provider; 422 for an api_key on a server
+    without credential_keys (nothing to seal it with)."""
+    if value is None:
+        return {}, None
+    given = {name: item for name, item in value.items() if item is not None}
+    if len(given) != 1:
+        raise InvalidRequest("model_credential must have exactly one of api_key or reference")
+    api_key, reference = given.get("api_key"), given.get("reference")
+    if api_key is not None:
+        if not 0 < len(api_key) <= MAX_MODEL_KEY_BYTES or not all("!" <= char <= "~" for char in api_key):
+            raise InvalidRequest(
+                f"model_credential.api_key must be 1-{MAX_MODEL_KEY_BYTES} printable ASCII characters without spaces"
+            )
+        if engine.config.credential_keys is None:
+            raise Unsupported("a model_credential api_key needs credential_keys in the host config")
+        return {"api_key": SEALED}, api_key
+    assert isinstance(reference, str)  # the schema's type
+    shown = reference[:MAX_REFERENCE_CHARS]
+    declared = engine.config.model_credentials.get(reference)
+    if declared is None:
+        raise InvalidRequest(f"model_credential.reference {shown!r} is not declared in the host config")
+    if declared.provider != provider:
+        raise InvalidRequest(
+            f"model_credential.reference {shown!r} is a key of provider {declared.provider!r},"
+            f" not of the session's model provider {provider!r}"
+        )
+    return {"reference": reference}, None
 
 
 def _credential_values(credentials: list[Any], *, aliases: set[str]) -> dict[str, Any]:
@@ -148,14 +192,14 @@ async def _store_credentials(engine: Engine, record: SessionRecord, values: dict
     """Seal the credentials and store them before the session exists, so its first checkpoint
     carries them; a session that then fails to be created leaves none behind."""
     vault = CredentialVault.configured(engine.config.credential_keys, engine.secrets)
-    assert vault is not None  # create_session refused credentials without credential_keys
+    assert vault is not None  # create_session refused credentials (and api_keys) without credential_keys
     sealed: dict[str, SealedCredential] = {}
     for alias, value in values.items():
         try:
             sealed[alias] = vault.seal(record.tenant, record.id, alias, value)
         except ValueError as exc:
-            raise InvalidRequest(f"credential of binding {alias!r}: {exc}") from None
-    record.credential_bindings = sorted(sealed)
+            raise InvalidRequest(f"{describe(alias)}: {exc}") from None
+    record.credential_bindings = sorted(alias for alias in sealed if alias != MODEL_CREDENTIAL_ALIAS)
     engine.check_writes()
     await tools_db.astore_credentials(record.tenant, record.id, sealed)
     try:

@@ -19,9 +19,27 @@ __all__ = [
     "SessionConfig",
     "SessionRecord",
     "SessionStatus",
+    "model_credential_source",
 ]
 
 MAX_SUBAGENT_DEPTH = 32767  # the column's range; an archived depth outside it is not trusted
+SEALED = "sealed"  # a model_credential's api_key as a record keeps it: the value is in the vault
+MAX_REFERENCE_CHARS = 64  # foundation.hostconfig.MAX_REFERENCE_CHARS: a declared name
+
+
+def model_credential_source(value: object) -> dict[str, str]:
+    """Where a session's model key comes from, as its row and the archive keep it: {} (its
+    provider's configured key), {"api_key": "sealed"} (its own key, sealed in the vault) or
+    {"reference": NAME} (a key the host config declares). ValueError for anything else."""
+    if value is None or value == {}:
+        return {}
+    if value == {"api_key": SEALED}:
+        return {"api_key": SEALED}
+    if isinstance(value, dict) and value.keys() == {"reference"}:
+        name = value["reference"]
+        if isinstance(name, str) and 0 < len(name) <= MAX_REFERENCE_CHARS:
+            return {"reference": name}
+    raise ValueError("model_credential is not {}, a sealed api_key or a reference")
 
 
 class SessionStatus(StrEnum):
@@ -100,6 +118,9 @@ class SessionRecord:
     parent_session: str = ""
     parent_call: str = ""
     depth: int = 0
+    # where the session's model key comes from (model_credential_source): never the key itself;
+    # kept in the row and the archive, not on the wire (the Session schema is closed)
+    model_credential: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def new(
@@ -176,6 +197,7 @@ class SessionRecord:
             "parent_session": self.parent_session,
             "parent_call": self.parent_call,
             "depth": self.depth,
+            "model_credential": self.model_credential,
         }
 
     @classmethod
@@ -183,7 +205,8 @@ class SessionRecord:
         cls, session: Mapping[str, Any], native: Mapping[str, Any], *, credential_bindings: list[str]
     ) -> SessionRecord:
         """A checked manifest's session restored: interrupted (closed when it was closed), its
-        checkpoint the manifest's native one; times that do not parse become now."""
+        checkpoint the manifest's native one; times that do not parse become now. ValueError when
+        its model_credential is not one a server writes (check_manifest refuses it first)."""
         now = now_rfc3339()
         closed = session.get("status") == SessionStatus.CLOSED
         return cls(
@@ -204,6 +227,7 @@ class SessionRecord:
             parent_session=str(session.get("parent_session") or ""),  # archives from before sub-agents lack them
             parent_call=str(session.get("parent_call") or ""),
             depth=_depth(session.get("depth")),
+            model_credential=model_credential_source(session.get("model_credential")),  # older archives lack it
         )
 
     # -- the database row (sessions_app.models.Session; db.py reads rows back) ---------------
@@ -226,6 +250,7 @@ class SessionRecord:
             "parent_session": self.parent_session,
             "parent_call": self.parent_call,
             "depth": self.depth,
+            "model_credential": self.model_credential,
         }
 
 

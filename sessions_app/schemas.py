@@ -19,6 +19,7 @@ __all__ = [
     "Event",
     "EventList",
     "Input",
+    "ModelCredential",
     "SendAccepted",
     "Session",
     "SessionConfig",
@@ -51,10 +52,19 @@ class CredentialInput(StrictSchema):
     value: Any
 
 
+class ModelCredential(StrictSchema):
+    """A model key for this session alone (2.3.0's `ApiKey`) or the name of one the host config
+    declares (`CredentialReference`): exactly one of the two, checked by operations."""
+
+    api_key: str | None = None
+    reference: str | None = None
+
+
 class CreateSession(StrictSchema):
     harness: str
     config: SessionConfig
     credentials: list[CredentialInput] | None = None
+    model_credential: ModelCredential | None = None  # additive: the 2.3.0 client's field
 
 
 class Input(StrictSchema):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Collection
 
 from . import db
-from .vault import CredentialUnavailable, CredentialVault, SealedCredential
+from .vault import CredentialUnavailable, CredentialVault, SealedCredential, describe
 
 __all__ = ["BindingCredentials"]
 
@@ -43,5 +43,5 @@ class BindingCredentials:
         if sealed is None and alias not in self._required(session_id):
             return None
         if self._vault is None:
-            raise CredentialUnavailable(f"the credential of binding {alias!r} needs credential_keys on this server")
+            raise CredentialUnavailable(f"{describe(alias)} needs credential_keys on this server")
         return self._vault.open(sealed, tenant, session_id, alias)

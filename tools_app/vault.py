@@ -29,11 +29,13 @@ from .providers.base import CredentialUnavailable
 
 __all__ = [
     "MAX_CREDENTIAL_BYTES",
+    "MODEL_CREDENTIAL_ALIAS",
     "RECORD_VERSION",
     "CredentialUnavailable",
     "CredentialVault",
     "RecoveryRecord",
     "SealedCredential",
+    "describe",
     "parse_recovery_records",
     "recovery_digest",
     "recovery_record",
@@ -47,6 +49,11 @@ TAG_BYTES = 16  # appended to the ciphertext by AESGCM
 # parking megabytes in the database and in every checkpoint manifest.
 MAX_CREDENTIAL_BYTES = 64 << 10
 AAD_LABEL = "brain-session-credential"
+# The alias of a session's own model key (`model_credential.api_key`): sealed, stored, archived,
+# rotated and revoked as a binding's credential is. A binding alias starts with a letter
+# (bindings.ALIAS), so no binding can take this one, and the associated data names it, so its
+# record cannot be moved onto a binding.
+MODEL_CREDENTIAL_ALIAS = "@model"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +84,13 @@ class RecoveryRecord(TypedDict):
     nonce: str
     ciphertext: str
     revoked: bool
+
+
+def describe(alias: str) -> str:
+    """What an error calls the credential of `alias`."""
+    if alias == MODEL_CREDENTIAL_ALIAS:
+        return "the session's model credential"
+    return f"the credential of binding {alias!r}"
 
 
 def _associated_data(version: int, key_id: str, tenant: str, session_id: str, alias: str) -> bytes:
@@ -134,7 +148,7 @@ class CredentialVault:
 
     def open(self, sealed: SealedCredential | None, tenant: str, session_id: str, alias: str) -> object:
         """The decrypted value; CredentialUnavailable when there is none to use."""
-        where = f"the credential of binding {alias!r}"
+        where = describe(alias)
         if sealed is None:
             raise CredentialUnavailable(f"{where} is missing")
         if sealed.revoked:

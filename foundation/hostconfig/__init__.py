@@ -15,6 +15,7 @@ from .environment import Secrets, resolve_secrets
 from .harnesses import Harness, Provider
 from .limits import Limits
 from .model import HostConfig, load_host_config, parse_host_config
+from .model_credentials import MAX_REFERENCE_CHARS, REFERENCE_NAME, ModelCredentialConfig
 from .persistence import Persistence
 from .tokens import MAX_KEY_ID_CHARS, CredentialKeys, TokenGrant
 from .tools import TOOL_NAME, TOOL_TRANSPORTS, ToolBindingConfig
@@ -25,6 +26,8 @@ __all__ = [
     "ToolKindName",
     "MAX_CONFIG_BYTES",
     "MAX_KEY_ID_CHARS",
+    "MAX_REFERENCE_CHARS",
+    "REFERENCE_NAME",
     "TOOL_NAME",
     "TOOL_TRANSPORTS",
     "ConfigError",
@@ -35,6 +38,7 @@ __all__ = [
     "Harness",
     "HostConfig",
     "Limits",
+    "ModelCredentialConfig",
     "Persistence",
     "Provider",
     "Secrets",

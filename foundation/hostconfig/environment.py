@@ -25,6 +25,8 @@ class Secrets:
 
     tokens: tuple[str, ...]
     provider_keys: Mapping[str, str]  # a ProviderKeys when read by resolve_secrets
+    # the keys of `model_credentials` by reference name (a ProviderKeys when read by resolve_secrets)
+    model_credential_keys: Mapping[str, str] = field(default_factory=dict)
     tool_tokens: Mapping[str, str] = field(default_factory=dict)
     credential_keys: Mapping[str, bytes] = field(default_factory=dict)  # key id -> decoded 32-byte AES key
     fleet_secret: FleetSecret | None = None  # with a `cluster` block: signs instance-to-instance requests
@@ -57,6 +59,7 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
             raise ConfigError(f"{where}: {grant.token_env} duplicates another token value")
         tokens.append(value)
     provider_keys = ProviderKeys(config.providers, environ)  # NAME, or NAME_FILE followed while running
+    model_credential_keys = ProviderKeys(config.model_credentials, environ, section="model_credentials")
     tool_tokens: dict[str, str] = {}
     for index, binding in enumerate(config.tools):
         if binding.token_env:
@@ -85,6 +88,7 @@ def resolve_secrets(config: HostConfig, environ: Mapping[str, str] | None = None
     return Secrets(
         tokens=tuple(tokens),
         provider_keys=provider_keys,
+        model_credential_keys=model_credential_keys,
         tool_tokens=tool_tokens,
         credential_keys=credential_keys,
         fleet_secret=fleet_secret,

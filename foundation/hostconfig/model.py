@@ -16,6 +16,7 @@ from .cluster import ClusterConfig
 from .cors import CorsConfig
 from .harnesses import Harness, Provider
 from .limits import Limits
+from .model_credentials import REFERENCE_NAME, ModelCredentialConfig
 from .persistence import Persistence
 from .tokens import CredentialKeys, TokenGrant
 from .tools import ToolBindingConfig
@@ -30,6 +31,8 @@ class HostConfig(StrictModel):
     tokens: list[TokenGrant] = Field(min_length=1)
     harnesses: dict[str, Harness] = Field(min_length=1)
     providers: dict[str, Provider] = Field(default_factory=dict)
+    # model keys declared by name for sessions' `model_credential.reference` (model_credentials.py)
+    model_credentials: dict[str, ModelCredentialConfig] = Field(default_factory=dict)
     tools: list[ToolBindingConfig] = Field(default_factory=list)
     # approval rules over every kind of tool (foundation.hostconfig.approvals), first match wins
     approvals: list[ApprovalRule] = Field(default_factory=list, max_length=MAX_APPROVAL_RULES)
@@ -69,6 +72,19 @@ class HostConfig(StrictModel):
             if binding.name in seen:
                 raise FieldProblem(f"tools[{index}].name", f"duplicate tool name {binding.name!r}")
             seen.add(binding.name)
+        return self
+
+    @model_validator(mode="after")
+    def _model_credentials(self) -> HostConfig:
+        for name, declared in self.model_credentials.items():
+            if not REFERENCE_NAME.fullmatch(name):
+                raise FieldProblem(
+                    f"model_credentials.{name[:80]}",
+                    "name must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+                )
+            if declared.provider not in self.providers:
+                where = f"model_credentials.{name}.provider"
+                raise FieldProblem(where, f"provider {declared.provider!r} is not configured in providers")
         return self
 
     @property

@@ -1,5 +1,6 @@
-"""Provider keys as the runtime reads them: from NAME, or from the file NAME_FILE names (a mounted
-secret), re-read when that file changes so a rotated key reaches the next turn. No Django."""
+"""Model keys as the runtime reads them (each provider's, and each declared `model_credentials`
+entry's): from NAME, or from the file NAME_FILE names (a mounted secret), re-read when that file
+changes so a rotated key reaches the next turn. No Django."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import hashlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from foundation.logs import logger
 
 from .base import ConfigError
-from .harnesses import Provider
 
 __all__ = ["KEY_POLL_SECONDS", "ProviderKeys", "credential_fingerprint"]
 
@@ -59,18 +60,29 @@ def credential_fingerprint(options: Mapping[str, object]) -> str:
     return digest.hexdigest()[:16]
 
 
-class ProviderKeys(Mapping[str, str]):
-    """The current key of each configured provider, by provider name. A provider whose variable
-    is set directly keeps that value (a process's environment cannot change from outside); one
-    given as `NAME_FILE` follows the file: `poll()` re-reads it when its stat() changes."""
+class KeyDeclaration(Protocol):
+    """A config entry naming the variable of a key (a provider, a declared model credential)."""
 
-    def __init__(self, providers: Mapping[str, Provider], environ: Mapping[str, str]) -> None:
+    @property
+    def api_key_env(self) -> str: ...
+
+
+class ProviderKeys(Mapping[str, str]):
+    """The current key of each configured entry of a section (`providers` by provider name,
+    `model_credentials` by reference name). An entry whose variable is set directly keeps that
+    value (a process's environment cannot change from outside); one given as `NAME_FILE` follows
+    the file: `poll()` re-reads it when its stat() changes."""
+
+    def __init__(
+        self, providers: Mapping[str, KeyDeclaration], environ: Mapping[str, str], *, section: str = "providers"
+    ) -> None:
+        self.section = section
         self._keys: dict[str, str] = {}
-        self._files: dict[str, str] = {}  # provider name -> key file path
+        self._files: dict[str, str] = {}  # entry name -> key file path
         self._states: dict[str, _FileState | None] = {}
         for name, provider in providers.items():
             variable = provider.api_key_env
-            where = f"providers.{name}.api_key_env"
+            where = f"{section}.{name}.api_key_env"
             value = environ.get(variable, "")
             path = environ.get(f"{variable}_FILE", "")
             if not value and path:
@@ -99,7 +111,12 @@ class ProviderKeys(Mapping[str, str]):
         return len(self._keys)
 
     def __repr__(self) -> str:
-        return f"ProviderKeys({sorted(self._keys)}, <redacted>)"
+        return f"ProviderKeys({self.section}: {sorted(self._keys)}, <redacted>)"
+
+    @property
+    def _label(self) -> str:
+        """What a log line calls one entry: `provider`, or `model_credential` for a reference."""
+        return "provider" if self.section == "providers" else "model_credential"
 
     @property
     def watched(self) -> bool:
@@ -123,11 +140,12 @@ class ProviderKeys(Mapping[str, str]):
                 value = _read_key_file(path) if state is not None else ""
             except (OSError, UnicodeDecodeError, ValueError) as exc:
                 logger.warning(
-                    "provider key file unreadable; keeping the current key", extra={"provider": name, "error": str(exc)}
+                    "provider key file unreadable; keeping the current key",
+                    extra={self._label: name, "error": str(exc)},
                 )
                 continue
             if not value:
-                logger.warning("provider key file missing or empty; keeping the current key", extra={"provider": name})
+                logger.warning("provider key file missing or empty; keeping the current key", extra={self._label: name})
                 continue
             if value != self._keys[name]:
                 self._keys[name] = value
@@ -146,7 +164,7 @@ class ProviderKeys(Mapping[str, str]):
             await asyncio.sleep(interval)
             changed = await asyncio.to_thread(self.poll)
             if changed:
-                logger.info("provider key changed", extra={"providers": sorted(changed)})
+                logger.info("provider key changed", extra={self.section: sorted(changed)})
             try:
                 await on_tick(changed)
             except Exception:  # supervision boundary: keep following the keys

@@ -20,7 +20,6 @@ from foundation.hostconfig import HostConfig, Limits, Secrets
 from foundation.hostconfig.provider_keys import ProviderKeys
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
-from runners.protocol import OpenParams, ProviderOptions
 from sessions_app import db
 from sessions_app.eventlog import CorruptLog, RecordTooLarge
 from sessions_app.harness.pool import Attachment
@@ -36,6 +35,7 @@ from tools_app.tool_path import ToolPath
 from .actor import SessionActor
 from .approvals import Approvals
 from .hooks import ArchiveHooks
+from .model_keys import ModelKeys
 from .ownership import Ownership
 from .pubsub import SubscriberSlots
 from .residency import Residency
@@ -92,6 +92,9 @@ class Engine:
         self.executors = executors if executors is not None else ExecutorHub.of(config.limits)
         self.providers = providers if providers is not None else ProviderRegistry()
         self.binding_credentials = binding_credentials  # provider bindings' private credentials
+        self.model_keys = ModelKeys(
+            config, secrets, sealed=binding_credentials
+        )  # the key of each session's model calls
         self.secrets = secrets
         self.registry = registry
         self.tool_path = tool_path
@@ -116,7 +119,7 @@ class Engine:
         self._rows = WriteBehind(self.ownership.leases)
         self._flusher: asyncio.Task[None] | None = None
         self._executor_expiry: asyncio.Task[None] | None = None
-        self._key_watch: asyncio.Task[None] | None = None  # follows provider keys given as NAME_FILE
+        self._key_watches: list[asyncio.Task[None]] = []  # follow model keys given as NAME_FILE
         self._streams_closed = asyncio.Event()
         self._archive = archive
         self._offline: set[str] = set()  # sessions being replaced by a restore
@@ -143,9 +146,10 @@ class Engine:
         self._executor_expiry = asyncio.get_running_loop().create_task(
             self.executors.expire_unbound(), name="brain-executor-expiry"
         )
-        if isinstance(keys := self.secrets.provider_keys, ProviderKeys) and keys.watched:
-            watch = self.residency.follow_provider_keys(keys)
-            self._key_watch = asyncio.get_running_loop().create_task(watch, name="brain-provider-keys")
+        for keys in (self.secrets.provider_keys, self.secrets.model_credential_keys):
+            if isinstance(keys, ProviderKeys) and keys.watched:
+                watch = self.residency.follow_provider_keys(keys)
+                self._key_watches.append(asyncio.get_running_loop().create_task(watch, name=f"brain-{keys.section}"))
 
     def track(self, task: asyncio.Task[None]) -> None:
         self._tasks.add(task)
@@ -163,7 +167,7 @@ class Engine:
             actor.subscribers.close_all()
         self._streams_closed.set()
         await self.residency.close()
-        for task in (self._key_watch, self._executor_expiry, self._flusher):
+        for task in (*self._key_watches, self._executor_expiry, self._flusher):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -402,25 +406,13 @@ class Engine:
         """limits.active: turns beyond it wait for a slot (lent back while waiting on sub-agents)."""
         return self._turn_slots.hold()
 
-    def _open_params(self, actor: SessionActor) -> OpenParams:
-        config = actor.record.config
-        provider_name = config["model"].split("/", 1)[0]
-        provider: ProviderOptions = {"api_key": self.secrets.provider_keys.get(provider_name, "")}
-        settings = self.config.providers.get(provider_name)
-        if settings is not None and settings.base_url:
-            provider["base_url"] = settings.base_url
-        if settings is not None and settings.api:
-            provider["api"] = settings.api
-        return {
-            "session_id": actor.id,
-            "dir": actor.checkpoints.native,
-            "config": dict(config),
-            "tools": actor.record.descriptors,
-            "provider": provider,
-        }
-
     async def attach(self, actor: SessionActor) -> Attachment:
-        return await self.residency.attach(actor, lambda: self._open_params(actor))
+        """The session's attachment for a turn, its runner opened with the session's model key
+        (recycled first when that key changed); a TurnFailure when the key cannot be had."""
+        key = await self.model_keys.key_of(actor.record)
+        return await self.residency.attach(
+            actor, lambda: self.model_keys.open_params(actor.record, actor.checkpoints.native, key)
+        )
 
     async def detach(self, actor: SessionActor) -> None:
         await self.residency.detach(actor)

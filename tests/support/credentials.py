@@ -73,3 +73,23 @@ def create_with_credential(client: Brain, value: Any = None) -> Any:
 def manage(server: BrainServer, *arguments: str, config: Path | None = None) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "manage.py", *arguments, "--config", str(config or server.config_path)]
     return subprocess.run(command, cwd=ROOT, env=server.env, capture_output=True, text=True, timeout=60)
+
+
+def create_with_model_credential(client: Brain, credential: dict[str, str] | None, *, harness: str = "loop") -> Any:
+    """A session whose model calls use `credential` ({"api_key": K} or {"reference": R}), created
+    as the 2.3.0 client's own style does (`Model(name, ApiKey(k))`, `CredentialReference(r)`);
+    the 2.0.0 client lacks those and sends the same body as a wire dict."""
+    import brain
+
+    if hasattr(brain, "Model"):
+        wrapped = None
+        if credential is not None:
+            api_key = credential.get("api_key")
+            wrapped = (
+                brain.ApiKey(api_key) if api_key is not None else brain.CredentialReference(credential["reference"])
+            )
+        return client.create(harness=harness, model=brain.Model(MODEL, wrapped), tools=[])
+    body: dict[str, Any] = {"harness": harness, "config": {"model": MODEL, "tools": []}}
+    if credential is not None:
+        body["model_credential"] = credential
+    return client.create(body)  # type: ignore[arg-type]  # the 2.0.0 client passes the extra key on

@@ -27,6 +27,13 @@ REFINEMENTS = {
     ("Input", "delivery"): ["queue", "steer"],
 }
 
+# Fields the 2.3.0 client sends, recorded in the contract under LATER_SDK (`"Schema.field": schema`):
+# each served one must match that record (we may be stricter: no unknown keys), then it is removed
+# before the comparison with the contract proper. Their components are additive.
+LATER_SDK = "x-later-sdk-2.3.0"
+LATER_SDK_FIELDS = frozenset({("CreateSession", "model_credential")})
+LATER_SDK_COMPONENTS = frozenset({"ModelCredential"})
+
 # Additive operations (documented in the README): served beside the contract's, never changing
 # one of them. Each is checked for its operationId, the contract's bearer security and error
 # envelope; the components only they use are listed too.
@@ -34,7 +41,7 @@ ADDITIVE_OPERATIONS = {
     ("get", "/tasks"): "listTasks",
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
 }
-ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage"})
+ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS})
 
 Document = dict[str, Any]
 
@@ -83,8 +90,47 @@ def _canonical(node: Any, components: Document, trail: tuple[str, ...] = ()) -> 
     return result
 
 
-def _apply_refinements(document: Document) -> list[str]:
+def _later_sdk_refs(node: Any) -> Any:
+    """A schema of the LATER_SDK record with its `$ref`s spelt as components' refs."""
+    if isinstance(node, list):
+        return [_later_sdk_refs(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    if "$ref" in node:
+        return {"$ref": node["$ref"].replace(f"#/{LATER_SDK}/schemas/", "#/components/schemas/")}
+    return {key: _later_sdk_refs(value) for key, value in node.items()}
+
+
+def _strict_as_recorded(node: Any) -> Any:
+    """A served schema without `additionalProperties: false`, which the record leaves out."""
+    if isinstance(node, list):
+        return [_strict_as_recorded(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    return {k: _strict_as_recorded(v) for k, v in node.items() if not (k == "additionalProperties" and v is False)}
+
+
+def _apply_later_sdk_fields(document: Document) -> list[str]:
+    """Check each LATER_SDK_FIELDS field against the contract's record of it, then remove it."""
     problems = []
+    record = _contract()[LATER_SDK]
+    recorded_components = _later_sdk_refs(record["schemas"])
+    schemas = document["components"]["schemas"]
+    for schema, field in sorted(LATER_SDK_FIELDS):
+        served = schemas[schema]["properties"].pop(field, None)
+        if served is None:
+            problems.append(f"{schema}.{field}: not served")
+            continue
+        expected = _canonical(_later_sdk_refs(record[f"{schema}.{field}"]), recorded_components)
+        if _strict_as_recorded(_canonical(served, schemas)) != expected:
+            problems.append(f"{schema}.{field}: differs from the {LATER_SDK} record")
+        if field in schemas[schema].get("required", []):
+            problems.append(f"{schema}.{field}: required, but the 2.0.0 client never sends it")
+    return problems
+
+
+def _apply_refinements(document: Document) -> list[str]:
+    problems = _apply_later_sdk_fields(document)
     schemas = document["components"]["schemas"]
     for (schema, field), values in REFINEMENTS.items():
         published = schemas[schema]["properties"][field]
