@@ -33,8 +33,9 @@ REFINEMENTS = {
 ADDITIVE_OPERATIONS = {
     ("get", "/tasks"): "listTasks",
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
+    ("delete", "/sessions/{id}"): "delete",  # what aex-brain 2.3.0's Brain.delete sends
 }
-ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage"})
+ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "Deleted", "TaskItem", "TaskPage"})
 
 Document = dict[str, Any]
 
