@@ -27,7 +27,9 @@ def test_a_delete_cancels_a_pending_approval_and_the_call_never_runs(
     server = brain_factory(tools=[tool])
     session = create_session(server, tools=["guarded_echo"])
     send_ok(server, session["id"], 'tool:guarded_echo {"text": "launch"}')
-    events = wait_for_history(server, session["id"], lambda found: any(e["type"] == "approval.requested" for e in found))
+    events = wait_for_history(
+        server, session["id"], lambda found: any(e["type"] == "approval.requested" for e in found)
+    )
     pending = next(event["data"] for event in events if event["type"] == "approval.requested")
     stream = open_stream(server, session["id"])
 
@@ -40,6 +42,8 @@ def test_a_delete_cancels_a_pending_approval_and_the_call_never_runs(
     assert [(d["approval_id"], d["decision"]) for d in decided] == [(pending["approval_id"], "cancelled")]
     # and: the tool was never called, and the approval cannot be decided any more
     with server.client("bob") as client:
-        late = client.post(f"/sessions/{session['id']}/approvals/{pending['approval_id']}", json={"decision": "approve"})
+        late = client.post(
+            f"/sessions/{session['id']}/approvals/{pending['approval_id']}", json={"decision": "approve"}
+        )
     assert (late.status_code, late.json()["error"]["code"]) == (404, "not_found")
     assert zoo.calls("/echo") == []
