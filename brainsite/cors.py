@@ -25,7 +25,7 @@ App = Callable[[Any, Any, Any], Awaitable[None]]  # an ASGI app, whatever its ow
 
 # Every method and request header of the API (openapi.json): the bearer token, JSON bodies, the
 # SSE stream's Accept and resume position, and the W3C trace context the API joins.
-ALLOWED_METHODS = b"GET, POST"
+ALLOWED_METHODS = b"GET, POST, DELETE"
 ALLOWED_HEADERS = b"Authorization, Content-Type, Accept, Last-Event-ID, traceparent, tracestate"
 # Response headers a page may read beyond the CORS-safelisted ones (Content-Type among them): the
 # request id every response carries, the retry delay of 429/503, the scheme of a 401.

@@ -17,7 +17,7 @@ from foundation.errors import BrainError, Conflict, Forbidden, InvalidRequest, N
 from foundation.hostconfig import Persistence
 from foundation.logs import logger
 from foundation.telemetry import Telemetry
-from persistence_app import archive, db, localstate
+from persistence_app import archive, db, localstate, removal
 from persistence_app.discovery import DiscoveryIndex
 from persistence_app.scheduler import Dispatch, SyncScheduler
 from persistence_app.stores import open_store
@@ -360,7 +360,14 @@ class ArchiveService:
         await tools_db.aimport_credentials(record.tenant, session_id, credentials)
         await asyncio.to_thread(db.record_publication, session_id, session["tenant"], time.time_ns(), publication)
         if aside is not None:
-            await asyncio.to_thread(self._prune_replaced, session_id)
+            prune = localstate.prune_replaced
+            await asyncio.to_thread(
+                prune,
+                self.storage,
+                f"{session_id}{REPLACED_INFIX}",
+                keep=self.settings.keep_replaced,
+                budget=self.max_total_bytes,
+            )
 
     def _swap_in(self, session_id: str, tenant: str, staging: Path, *, replace: bool) -> Path | None:
         """Under the commit lock: fence in-flight publishes, keep the old directory aside as
@@ -391,31 +398,17 @@ class ArchiveService:
         localstate.remove_tree(failed)
         logger.warning("restore rolled back", extra={"session_id": session_id})
 
-    def _prune_replaced(self, session_id: str) -> None:
-        """Keep the newest `keep_replaced` directories a restore set aside for this session, and
-        fewer when together they hold more than a session's budget (the newest always stays):
-        they count in the session's size on this server."""
-        budget = self.max_total_bytes
-        prefix = f"{session_id}{REPLACED_INFIX}"
-        kept: list[tuple[float, Path]] = []
-        for entry in self.storage.entries():
-            if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
-                kept.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
-        kept.sort(reverse=True)
-        total = 0
-        for index, (_, path) in enumerate(kept):
-            total += localstate.tree_bytes(path)
-            if index == 0 or (index < self.settings.keep_replaced and total <= budget):
-                continue
-            localstate.remove_tree(path)
-            logger.info("replaced session directory removed", extra={"session_id": session_id, "removed": path.name})
-
     def remove_stale_staging(self) -> None:
         """Directories a restore was writing when the server stopped: never a session's."""
         for entry in self.storage.entries():
             name = entry.name
             if name.startswith(STAGING_PREFIX) and (".restoring-" in name or ".failed-" in name):
                 localstate.remove_tree(Path(entry.path))
+
+    async def remove(self, session_id: str, local: Callable[[], None]) -> None:
+        """A deleted session (persistence_app.removal), its rows and files removed by `local`."""
+        self.scheduler.forget(session_id)
+        await asyncio.to_thread(removal.remove_archived, self.store, self.index, self.data_dir, session_id, local)
 
     # -- discovery -----------------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ __all__ = [
     "astates",
     "bump_epoch",
     "current_epoch",
+    "delete_state",
     "get_state",
     "permanently_failed",
     "record_failure",
@@ -116,6 +117,11 @@ def record_publication(session_id: str, tenant: str, seq: int, publication: Publ
         if state.failed_seq <= seq:
             state.error, state.failed_seq, state.error_permanent = "", 0, False
         state.save()
+
+
+def delete_state(session_id: str) -> None:
+    """A deleted session's sync-state row."""
+    SyncState.objects.filter(session_id=session_id).delete()
 
 
 def record_failure(session_id: str, tenant: str, seq: int, error: str, *, permanent: bool) -> None:

@@ -136,5 +136,13 @@ class DiscoveryIndex:
             raise StoreError(f"discovery index read failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
         return [dict(row[0]) for row in rows]
 
+    def delete(self, session_id: str) -> None:
+        """Remove the session's entry (a deleted session): listed by no server any more."""
+        try:
+            with self._connection() as connection:
+                connection.execute("DELETE FROM brain_sessions WHERE id = %s", (session_id,))
+        except (psycopg.Error, TimeoutError) as exc:
+            raise StoreError(f"discovery index write failed: {exc}", retryable=True, reason=REASON_INDEX) from exc
+
     def close(self) -> None:
         self._pool.close()

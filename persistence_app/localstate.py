@@ -21,17 +21,27 @@ from typing import NotRequired, TypedDict
 
 import orjson
 
+from foundation.logs import logger
 from persistence_app.archive import ArchiveError, LocalFile, Manifest, UploadedFile, read_file
 from persistence_app.stores.base import ObjectStore
 from sessions_app.eventlog import Event, EventLog, new_id
 from sessions_app.records import SessionRecord, SessionStatus
-from sessions_app.storage import EVENT_LOG, NATIVE, CheckpointEntry, CheckpointError, SessionFiles, history_size
+from sessions_app.storage import (
+    EVENT_LOG,
+    NATIVE,
+    CheckpointEntry,
+    CheckpointError,
+    SessionFiles,
+    SessionStorage,
+    history_size,
+)
 from tools_app.vault import recovery_digest
 
 __all__ = [
     "LocalSnapshot",
     "Uploaded",
     "history_size",
+    "prune_replaced",
     "materialize",
     "materialize_created",
     "read_uploaded",
@@ -197,3 +207,21 @@ def remove_tree(path: Path) -> None:
 
 def _remove_tree(path: Path) -> None:
     shutil.rmtree(path)
+
+
+def prune_replaced(storage: SessionStorage, prefix: str, *, keep: int, budget: int) -> None:
+    """Keep the newest `keep` directories a restore set aside for a session (named `prefix` +
+    an id), and fewer when together they hold more than `budget` bytes (the newest always
+    stays): they count in the session's size on this server."""
+    kept: list[tuple[float, Path]] = []
+    for entry in storage.entries():
+        if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
+            kept.append((entry.stat(follow_symlinks=False).st_mtime, Path(entry.path)))
+    kept.sort(reverse=True)
+    total = 0
+    for index, (_, path) in enumerate(kept):
+        total += tree_bytes(path)
+        if index == 0 or (index < keep and total <= budget):
+            continue
+        remove_tree(path)
+        logger.info("replaced session directory removed", extra={"removed": path.name})

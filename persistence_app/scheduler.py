@@ -264,7 +264,12 @@ class SyncScheduler:
         entry = self._dirty.get(session_id)
         if entry is None:
             return
-        if result.outcome in (PublishOutcome.PUBLISHED, PublishOutcome.UNCHANGED, PublishOutcome.FENCED):
+        if result.outcome in (
+            PublishOutcome.PUBLISHED,
+            PublishOutcome.UNCHANGED,
+            PublishOutcome.FENCED,
+            PublishOutcome.GONE,
+        ):
             if entry.seq <= seq:
                 self._drop(session_id)
         elif result.outcome == PublishOutcome.FAILED and result.permanent:

@@ -10,6 +10,10 @@ Two file locks per session, under data_dir/sync-locks/:
   restore holds it while it bumps the epoch and swaps the directory, so a publish that started
   before a restore never writes `latest` after it.
 
+A session deleted (DELETE /sessions/{id}) has no row: a publish that finds none, before it
+starts or under the commit lock, writes nothing (GONE), so a job queued before the delete never
+brings `latest` or the discovery index back; the delete removes both under the same lock.
+
 In a fleet (`epoch_of` given, or a lease epoch passed with the job) `latest` is written fenced,
 carrying the epoch of the lease this instance holds (the store refuses an older one than it
 records), and not at all while no lease is held: a paused former owner never replaces its
@@ -61,6 +65,7 @@ class PublishOutcome(StrEnum):
     BUSY = "busy"  # another publisher holds the session
     FENCED = "fenced"  # a restore replaced the session, or its lease is lost (`lease_lost`)
     FAILED = "failed"  # recorded in the sync-state row
+    GONE = "gone"  # the session was deleted: nothing is written, nothing recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,7 +229,7 @@ class Publisher:
     ) -> PublishReport:
         record = get_session_by_id(session_id)
         if record is None:
-            raise StoreError(f"session {session_id} is not in the local database", retryable=False)
+            return PublishReport(PublishOutcome.GONE)
         with _flock(lock_dir(self.data_dir) / f"{session_id}.publish", wait=wait) as locked:
             if not locked:
                 return PublishReport(PublishOutcome.BUSY)
@@ -252,7 +257,10 @@ class Publisher:
                 )
                 if self.index is not None:  # an index write that failed before is retried here
                     index_epoch = (self._lease_epoch(session_id, lease_epoch) or 0) if self.fleet else 0
-                    self.index.put(_index_entry(record), publication.checkpoint, epoch=index_epoch)
+                    with commit_lock(self.data_dir, session_id):
+                        if get_session_by_id(session_id) is None:
+                            return PublishReport(PublishOutcome.GONE)
+                        self.index.put(_index_entry(record), publication.checkpoint, epoch=index_epoch)
                 record_publication(session_id, record.tenant, seq, publication)
                 return PublishReport(
                     PublishOutcome.UNCHANGED, publication, covered_seq=self._published(session_id, entry)
@@ -286,6 +294,8 @@ class Publisher:
             with commit_lock(self.data_dir, session_id):
                 if current_epoch(session_id) != epoch:
                     return PublishReport(PublishOutcome.FENCED)
+                if get_session_by_id(session_id) is None:  # deleted while this publish ran
+                    return PublishReport(PublishOutcome.GONE)
                 held: int | None = 0  # a single instance indexes at epoch 0
                 if not self.fleet:
                     pointer = orjson.dumps({"checkpoint": checkpoint, "time": published_at})
@@ -313,8 +323,8 @@ class Publisher:
                         "credentials_sha256": credentials_sha256,
                     },
                 )
-            if self.index is not None:
-                self.index.put(_index_entry(record), checkpoint, epoch=held or 0)
+                if self.index is not None:  # under the lock: a delete removes latest and the entry together
+                    self.index.put(_index_entry(record), checkpoint, epoch=held or 0)
             record_publication(session_id, record.tenant, seq, publication)
             covered = self._published(session_id, entry)
             return PublishReport(PublishOutcome.PUBLISHED, publication, published.bytes_sent, covered_seq=covered)

@@ -16,7 +16,7 @@ from foundation.errors import InvalidRequest
 from foundation.principal import principal_of, require_manage, require_write
 from foundation.wire import SESSION_ID_PATTERN, SessionId
 
-from . import operations
+from . import deletion, operations
 from .app_object import request_brain
 from .eventlog import Event as LoggedEvent
 from .records import ApprovalBody, SessionBody
@@ -24,6 +24,7 @@ from .schemas import (
     Approval,
     ApprovalDecision,
     CreateSession,
+    Deleted,
     EventList,
     Input,
     SendAccepted,
@@ -199,6 +200,24 @@ async def close_session(request: HttpRequest, id: SessionId) -> tuple[int, dict[
     require_manage(principal)
     await operations.close_session(request_brain(request).engine, principal, id)
     return 202, {"status": "close_requested"}
+
+
+@router.delete(
+    "/sessions/{id}",
+    response={200: Deleted},
+    operation_id="delete",
+    summary="Delete a session",
+    description=(
+        "Stops a running turn (its queued inputs and pending approvals are cancelled), closes the "
+        "session's runtime executors and removes the session everywhere this server keeps it: its "
+        "files, rows, discovery-index entry and archived state. Needs a manage token. 404 for an "
+        "unknown or already deleted session, 409 while it has sub-agent sessions."
+    ),
+)
+async def delete_session(request: HttpRequest, id: SessionId) -> deletion.Deleted:
+    principal = principal_of(request)
+    require_manage(principal)
+    return await deletion.delete_session(request_brain(request).engine, principal, id)
 
 
 @router.post(

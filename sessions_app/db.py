@@ -12,7 +12,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Q
 
 from fleet_app.lease_token import LeaseFence
-from fleet_app.models import SessionLease
+from fleet_app.models import JournalEntry, SessionLease
 from foundation.hostconfig import HostConfig
 from foundation.rfc3339 import format_time as _format_time
 from foundation.rfc3339 import parse_time
@@ -28,6 +28,8 @@ __all__ = [
     "awithdraw_decision",
     "aget_approval",
     "acreate_session",
+    "achild_sessions",
+    "delete_session_rows",
     "afind_grant",
     "aget_session",
     "aget_session_by_id",
@@ -213,6 +215,22 @@ def claim_running_sessions(
     return [_record(row) for row in rows]
 
 
+def delete_session_rows(session_id: str) -> None:
+    """A deleted session's rows: the session, its approvals, its input journal and its lease
+    (a former owner's fenced writes then match no lease), in one transaction."""
+    with transaction.atomic():
+        Approval.objects.filter(session_id=session_id).delete()
+        Session.objects.filter(id=session_id).delete()
+        JournalEntry.objects.filter(session_id=session_id).delete()
+        SessionLease.objects.filter(session_id=session_id).delete()
+
+
+def child_sessions(session_id: str, *, limit: int) -> list[str]:
+    """Up to `limit` ids of the sub-agent sessions a session spawned (and not deleted)."""
+    rows = Session.objects.filter(parent_session=session_id).order_by("id").values_list("id", flat=True)
+    return list(rows[:limit])
+
+
 afind_grant = database_sync_to_async(find_grant)
 acreate_session = database_sync_to_async(create_session)
 aget_session = database_sync_to_async(get_session)
@@ -221,6 +239,7 @@ aimport_session = database_sync_to_async(import_session)
 alist_sessions = database_sync_to_async(list_sessions)
 asave_session_states = database_sync_to_async(save_session_states)
 aclaim_running_sessions = database_sync_to_async(claim_running_sessions)
+achild_sessions = database_sync_to_async(child_sessions)
 
 
 # -- approvals of tool calls ---------------------------------------------------------------------

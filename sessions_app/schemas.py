@@ -16,6 +16,7 @@ __all__ = [
     "Checkpoint",
     "CreateSession",
     "CredentialInput",
+    "Deleted",
     "Event",
     "EventList",
     "Input",
@@ -118,6 +119,13 @@ class Session(WireSchema):
 
 class SessionList(WireSchema):
     sessions: list[Session]
+
+
+class Deleted(WireSchema):
+    """The answer of DELETE /sessions/{id}: the session's id, and that it is gone."""
+
+    id: str
+    deleted: bool
 
 
 class Event(WireSchema):

@@ -145,6 +145,16 @@ class ObjectStore(Protocol):
         that slipped in between is seen on the re-read."""
         ...
 
+    def delete(self, key: str) -> None:
+        """Remove the object under `key` (and, for a fenced one, what fences it); an absent key
+        is not an error."""
+        ...
+
+    def delete_under(self, prefix: str, *, max_objects: int) -> int:
+        """Remove up to `max_objects` objects whose keys start with `prefix` (which ends in
+        "/"); returns how many it removed (fewer than `max_objects`: none are left)."""
+        ...
+
     def barrier(self) -> None:
         """Make every object put so far durable. Remote stores' puts are durable when they
         return; a store that defers durability of immutable puts (the filesystem) settles it

@@ -8,6 +8,7 @@ Imports no Django.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -156,6 +157,43 @@ class FilesystemStore:
             raise ObjectMissing(f"object {key!r} does not exist") from exc
         except OSError as exc:
             raise _store_error("get", key, exc) from exc
+
+    def delete(self, key: str) -> None:
+        """Unlink the object and its lock file (a fenced object's), then fsync the directory."""
+        *parents, leaf = join_key(self._prefix, key).split("/")
+        try:
+            directory = self._open_directory(parents, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        except OSError as exc:
+            raise _store_error("delete", key, exc) from exc
+        try:
+            for name in (leaf, LOCK_PREFIX + leaf):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=directory)
+            os.fsync(directory)
+        except OSError as exc:
+            raise _store_error("delete", key, exc) from exc
+        finally:
+            os.close(directory)
+
+    def delete_under(self, prefix: str, *, max_objects: int) -> int:
+        """Walks the prefix's directory bottom up without following symlinks, unlinking files
+        and removing the directories it empties."""
+        top = self._root / join_key(self._prefix, prefix.rstrip("/"))
+        removed = 0
+        try:
+            for current, directories, files in os.walk(top, topdown=False, followlinks=False):
+                for name in files + [d for d in directories if (Path(current) / d).is_symlink()]:
+                    if removed >= max_objects:
+                        return removed
+                    (Path(current) / name).unlink()
+                    removed += 1
+                with contextlib.suppress(OSError):  # not empty: a file past the bound stays
+                    Path(current).rmdir()
+        except OSError as exc:
+            raise _store_error("delete", prefix, exc) from exc
+        return removed
 
     def close(self) -> None:
         pass

@@ -152,6 +152,27 @@ class GCSStore:
             raise _store_error("get", self._bucket.name, key, exc) from exc
         return b"".join(sink.chunks)
 
+    def delete(self, key: str) -> None:
+        name = join_key(self._prefix, key)
+        try:
+            self._bucket.blob(name).delete(timeout=TIMEOUT_SECONDS, retry=RETRY)
+        except GoogleAPICallError as exc:
+            if exc.code == http.client.NOT_FOUND and MISSING_BUCKET not in str(exc):
+                return
+            raise _store_error("delete", self._bucket.name, key, exc) from exc
+        except _STORE_ERRORS as exc:
+            raise _store_error("delete", self._bucket.name, key, exc) from exc
+
+    def delete_under(self, prefix: str, *, max_objects: int) -> int:
+        name = join_key(self._prefix, prefix.rstrip("/")) + "/"
+        try:
+            blobs = list(self._client.list_blobs(self._bucket, prefix=name, max_results=max_objects))
+        except _STORE_ERRORS as exc:
+            raise _store_error("list", self._bucket.name, prefix, exc) from exc
+        for blob in blobs:
+            self.delete(blob.name[len(self._prefix) + 1 :] if self._prefix else blob.name)
+        return len(blobs)
+
     def barrier(self) -> None:
         """Puts are durable when they return."""
 

@@ -161,11 +161,44 @@ class S3Store:
         except BotoCoreError as exc:
             raise _transport_error("get", self._bucket, key, exc) from exc
 
+    def delete(self, key: str) -> None:
+        name = join_key(self._prefix, key)
+        try:
+            self._client.delete_object(Bucket=self._bucket, Key=name)  # S3 answers 204 for an absent key
+        except ClientError as exc:
+            raise _client_error("delete", self._bucket, key, exc) from exc
+        except BotoCoreError as exc:
+            raise _transport_error("delete", self._bucket, key, exc) from exc
+
+    def delete_under(self, prefix: str, *, max_objects: int) -> int:
+        name = join_key(self._prefix, prefix.rstrip("/")) + "/"
+        removed = 0
+        try:
+            while removed < max_objects:
+                page = min(S3_DELETE_BATCH, max_objects - removed)
+                listed = self._client.list_objects_v2(Bucket=self._bucket, Prefix=name, MaxKeys=page)
+                keys = [{"Key": item["Key"]} for item in listed.get("Contents", ())]
+                if not keys:
+                    break
+                answer = self._client.delete_objects(Bucket=self._bucket, Delete={"Objects": keys, "Quiet": True})
+                if answer.get("Errors"):
+                    failed = answer["Errors"][0]
+                    raise StoreError(f"s3 delete of {failed.get('Key')!r} failed: {failed.get('Code')}", retryable=True)
+                removed += len(keys)
+        except ClientError as exc:
+            raise _client_error("delete", self._bucket, prefix, exc) from exc
+        except BotoCoreError as exc:
+            raise _transport_error("delete", self._bucket, prefix, exc) from exc
+        return removed
+
     def barrier(self) -> None:
         """Puts are durable when they return."""
 
     def close(self) -> None:
         self._client.close()
+
+
+S3_DELETE_BATCH = 1000  # S3: DeleteObjects takes at most 1,000 keys, ListObjectsV2 returns as many
 
 
 def open_s3_store(settings: Persistence, environ: Mapping[str, str]) -> S3Store:

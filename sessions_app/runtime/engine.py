@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from fleet_app.ownership import SoloOwnership
-from foundation.errors import BrainError, Conflict, NotFound, Overloaded, Unavailable
+from foundation.errors import Conflict, NotFound, Overloaded, Unavailable
 from foundation.hostconfig import HostConfig, Limits, Secrets
 from foundation.hostconfig.provider_keys import ProviderKeys
 from foundation.logs import logger
@@ -34,6 +33,7 @@ from tools_app.tool_path import ToolPath
 
 from .actor import SessionActor
 from .approvals import Approvals
+from .engine_values import SessionDamaged, Stats
 from .hooks import ArchiveHooks
 from .model_keys import ModelKeys
 from .ownership import Ownership
@@ -54,18 +54,6 @@ __all__ = [
 
 SHUTDOWN_TURN_SECONDS = 12.0  # spec: exit within ~20 s; turns get this long to settle
 ABANDONED_APPROVAL_REASON = "server restarted"
-
-
-class SessionDamaged(BrainError):
-    """A session whose log or checkpoint journal does not decode: it alone cannot load (500)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Stats:
-    loaded: int
-    running: int
-    attached: int
-    hosts: int
 
 
 class Engine:
@@ -122,7 +110,7 @@ class Engine:
         self._key_watches: list[asyncio.Task[None]] = []  # follow model keys given as NAME_FILE
         self._streams_closed = asyncio.Event()
         self._archive = archive
-        self._offline: set[str] = set()  # sessions being replaced by a restore
+        self._offline: dict[str, bool] = {}  # sessions a restore replaces (False) or a delete removes (True)
 
     @property
     def limits(self) -> Limits:
@@ -232,6 +220,8 @@ class Engine:
         """The loaded actor of a tenant's session, loading it from disk (or the archive);
         NotFound otherwise, Conflict while a restore replaces it."""
         if session_id in self._offline:
+            if self._offline[session_id]:
+                raise NotFound("session not found")  # being deleted
             raise Conflict("the session is being restored")
         actor = self.actors.get(session_id)
         if actor is not None:
@@ -360,10 +350,13 @@ class Engine:
         actor.log.close()
 
     @contextlib.asynccontextmanager
-    async def offline(self, tenant: str, session_id: str) -> AsyncIterator[None]:
-        """Take a settled session out of service while a restore replaces its files: its streams
-        end, its harness detaches, its actor unloads, and requests for it get 409 until the
-        block exits. 409 if a turn runs or input is queued."""
+    async def offline(self, tenant: str, session_id: str, *, deleting: bool = False) -> AsyncIterator[None]:
+        """Take a settled session out of service while a restore replaces its files (or a delete
+        removes them): its streams end, its harness detaches, its actor unloads, and requests
+        for it get 409 (404 when `deleting`) until the block exits. 409 if a turn runs or input
+        is queued."""
+        if deleting and self._offline.get(session_id):
+            raise NotFound("session not found")  # a concurrent delete of it
         if session_id in self._offline or session_id in self._loading:
             raise Conflict("the session is being loaded or restored")
         actor = self.actors.get(session_id)
@@ -372,7 +365,7 @@ class Engine:
                 raise NotFound("session not found")
             if actor.task is not None or actor.queue:
                 raise Conflict("a turn is running or input is queued; interrupt and wait for the session to settle")
-        self._offline.add(session_id)
+        self._offline[session_id] = deleting
         try:
             if actor is not None:
                 actor.subscribers.close_all()
@@ -380,7 +373,15 @@ class Engine:
                 await self.unload(actor)
             yield
         finally:
-            self._offline.discard(session_id)
+            self._offline.pop(session_id, None)
+
+    async def purge(self, session_id: str, local: Callable[[], None]) -> None:
+        """Remove a deleted session: the archive's copy (its `latest`, index entry and objects)
+        around `local` (its rows and files, blocking), or `local` alone without an archive."""
+        if self._archive is not None:
+            await self._archive.remove(session_id, local)
+        else:
+            await asyncio.to_thread(local)
 
     async def session_record(self, tenant: str, session_id: str) -> SessionRecord:
         """A tenant's session, loaded: NotFound otherwise."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +41,7 @@ RUNNING_MARKER = "running"  # in the session directory while a turn may run; res
 UPLOADED = "uploaded.json"
 LEASE_EPOCH = "lease_epoch"  # decimal; a copy whose epoch is not the lease's is stale
 SESSION_DIRECTORY_CHARS = 32  # a session's directory is its id; anything else is a restore's or a stray
+DELETED_INFIX = ".deleted-"  # a deleted session's directory while it is removed: `.<id>.deleted-<hex>`
 TAIL_SCAN_BYTES = 64 << 10
 
 
@@ -175,6 +177,22 @@ class SessionStorage:
 
     def ensure(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        for entry in self.entries():  # what a delete had set aside when the server stopped
+            if entry.name.startswith(".") and DELETED_INFIX in entry.name:
+                shutil.rmtree(entry.path, ignore_errors=True)
+
+    def remove(self, session_id: str) -> None:
+        """A deleted session's directory, and the copies a restore kept aside
+        (`<id>-replaced-<ID>`): each renamed out of the sessions first (one atomic step, so no
+        scan sees half a session), then removed."""
+        doomed = []
+        for entry in self.entries():
+            if entry.name == session_id or entry.name.startswith(f"{session_id}-replaced-"):
+                aside = self.root / f".{entry.name}{DELETED_INFIX}{secrets.token_hex(8)}"
+                Path(entry.path).rename(aside)
+                doomed.append(aside)
+        for path in doomed:
+            shutil.rmtree(path, ignore_errors=True)
 
     def marked_running(self) -> list[str]:
         """Sessions whose directory holds the running marker: a turn the last process left."""

@@ -308,7 +308,7 @@ def test_a_preflight_is_answered_without_a_token_and_errors_are_readable_by_a_li
     assert preflight.status_code == 204
     assert {name: value for name, value in preflight.headers.items() if name.startswith("access-control-")} == {
         "access-control-allow-origin": listed_site.origin,
-        "access-control-allow-methods": "GET, POST",
+        "access-control-allow-methods": "GET, POST, DELETE",
         "access-control-allow-headers": "Authorization, Content-Type, Accept, Last-Event-ID, traceparent, tracestate",
         "access-control-max-age": "600",
     }

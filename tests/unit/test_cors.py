@@ -198,7 +198,7 @@ async def test_a_preflight_from_a_listed_origin_is_answered_without_reaching_the
         (b"vary", b"Origin"),
         (b"x-content-type-options", b"nosniff"),
         (b"access-control-allow-origin", LISTED.encode()),
-        (b"access-control-allow-methods", b"GET, POST"),
+        (b"access-control-allow-methods", b"GET, POST, DELETE"),
         (
             b"access-control-allow-headers",
             b"Authorization, Content-Type, Accept, Last-Event-ID, traceparent, tracestate",

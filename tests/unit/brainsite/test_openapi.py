@@ -40,8 +40,9 @@ LATER_SDK_COMPONENTS = frozenset({"ModelCredential"})
 ADDITIVE_OPERATIONS = {
     ("get", "/tasks"): "listTasks",
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
+    ("delete", "/sessions/{id}"): "delete",  # what aex-brain 2.3.0's Brain.delete sends
 }
-ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS})
+ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "Deleted", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS})
 
 Document = dict[str, Any]
 
