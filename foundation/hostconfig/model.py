@@ -11,7 +11,6 @@ from types import UnionType
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-from pydantic_core import ErrorDetails
 
 from .approvals import MAX_APPROVAL_RULES, ApprovalRule
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
@@ -88,7 +87,7 @@ def _describe_problems(error: ValidationError, raw: Mapping[str, Any]) -> list[s
     return [_describe_problem(problem, raw) for problem in error.errors()]
 
 
-def _describe_problem(problem: ErrorDetails, raw: Mapping[str, Any]) -> str:
+def _describe_problem(problem: Mapping[str, Any], raw: Mapping[str, Any]) -> str:
     location = ""
     for part in problem["loc"]:
         location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else str(part))
