@@ -1,12 +1,56 @@
 #!/usr/bin/env python
-"""Django's command-line utility. `--config FILE` also picks the data directory before setup."""
+"""Django's command-line utility. `--config FILE` also picks the data directory before setup;
+an interpreter without Brain's dependencies is refused in one line before anything is imported."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
+# What Django needs to load Brain's settings and apps, by import name, with the distribution in
+# requirements.txt that provides it. Checked before anything is imported, so an interpreter without
+# them (the system python3 instead of .venv/bin/python) gets one line, not a traceback from
+# whichever import happens to fail first.
+REQUIRED_MODULES = {
+    "django": "Django",
+    "django_stubs_ext": "django-stubs-ext",
+    "asgiref": "asgiref",
+    "channels": "channels",
+    "daphne": "daphne",
+    "twisted": "Twisted",
+    "ninja": "django-ninja",
+    "pydantic": "pydantic",
+    "psycopg": "psycopg",
+    "httpx": "httpx",
+    "jsonschema": "jsonschema",
+    "re2": "google-re2",
+    "referencing": "referencing",
+    "orjson": "orjson",
+    "cryptography": "cryptography",
+    "servestatic": "servestatic",
+    "uvloop": "uvloop",
+    "celery": "celery",
+    "redis": "redis",
+}
+NAMED_MISSING = 3  # a bare interpreter lacks them all: the line names a few and counts the rest
 EVENT_LOOP_ENV = "BRAIN_EVENT_LOOP"  # "asyncio" runs runbrain on the standard library's loop
+
+
+def _check_dependencies(argv: list[str]) -> None:
+    """Exit with one line naming the missing modules and the fix when this interpreter lacks
+    what Brain needs."""
+    missing = [name for name in REQUIRED_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return
+    named = ", ".join(missing[:NAMED_MISSING]) + (
+        f" and {len(missing) - NAMED_MISSING} more" if len(missing) > NAMED_MISSING else ""
+    )
+    command = " ".join(["manage.py", *argv[1:2]]) + (" ..." if len(argv) > 2 else "")
+    raise SystemExit(
+        f"manage.py: {sys.executable} lacks Brain's dependencies (no module named {named}): "
+        f"run `make bootstrap` once, then `.venv/bin/python {command}`"
+    )
 
 
 def _choose_event_loop(argv: list[str]) -> None:
@@ -31,7 +75,8 @@ def _preselect_data_dir(argv: list[str]) -> bool:
     when a valid config was named.
 
     Any command accepts `--config FILE` (e.g. `createsuperuser --config examples/local.json`);
-    commands other than CONFIG_COMMANDS do not see the option.
+    commands other than CONFIG_COMMANDS do not see the option, and stop with one line per
+    problem when the file is not a valid config.
     """
     from foundation.hostconfig import ConfigError, load_host_config
 
@@ -55,18 +100,24 @@ def _preselect_data_dir(argv: list[str]) -> bool:
     os.environ["BRAIN_CONFIG"] = path
     try:
         os.environ["BRAIN_DATA_DIR"] = load_host_config(path).data_dir
-    except ConfigError:
-        return False  # the command itself reports the error with the field name
+    except ConfigError as exc:
+        if keep:
+            return False  # the command itself reports every problem with its field name
+        # any other command would work on the default data dir instead of the config's
+        raise SystemExit(exc.report(path)) from exc
     return True
 
 
 def main() -> None:
+    _check_dependencies(sys.argv)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "brainsite.settings")
     _choose_event_loop(sys.argv)
-    if _preselect_data_dir(sys.argv):
-        from brainsite.management.host_config import prepare_config_command
+    _preselect_data_dir(sys.argv)
+    from brainsite.management.host_config import prepare_command
 
-        prepare_config_command(sys.argv)  # umask 077, then migrations, as runbrain does
+    # umask 077, then migrations, as runbrain does: on the config's data dir, or without
+    # --config on the embedded database in $BRAIN_DATA_DIR (default .brain) or $BRAIN_DATABASE_URL
+    prepare_command(sys.argv)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

@@ -94,6 +94,14 @@ DATA_DIR = Path(os.environ.get("BRAIN_DATA_DIR", ".brain")).resolve()
 DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
+def _create_private_database(database: dict[str, object]) -> None:
+    """Create the SQLite file 0600 before SQLite does with the process's umask (0644 under the
+    usual 022): SQLite gives its -wal and -shm files the database file's mode, so the three stay
+    private whichever command opens the database first. An existing file is left as it is."""
+    if str(database["ENGINE"]).endswith("sqlite3"):
+        os.close(os.open(str(database["NAME"]), os.O_WRONLY | os.O_CREAT, 0o600))
+
+
 def _host_config() -> HostConfig:
     """The host config $BRAIN_CONFIG names (manage.py sets it from --config before settings load),
     else the defaults: a missing or invalid file is reported by the command that serves it."""
@@ -206,6 +214,7 @@ TEMPLATES = [
 ]
 
 DATABASES = {"default": _database(DATA_DIR)}
+_create_private_database(DATABASES["default"])
 # Per process: each runbrain process counts its own admin login failures (brainsite.login_throttle).
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},

@@ -5,9 +5,11 @@
     python examples/session.py "Hello!" 'call echo {"text": "hi"}'
 
 `BRAIN_URL` (default http://127.0.0.1:8080) and `BRAIN_MODEL` (default openai/gpt-4.1-mini) pick
-the server and the model; `--url`, `--model` and `--harness` override them. Uses the published
-client (`pip install aex-brain`) as an application backend would, including the two things a
-network makes necessary:
+the server and the model; `--url`, `--model` and `--harness` override them; `--close` closes the
+session at the end. A refusal (a wrong token, a tool the tenant does not have), a server that
+cannot be reached or a turn that fails ends the program with one line on stderr and exit code 1.
+Uses the published client (`pip install aex-brain`, 2.3.0's declarations: `Model`, `ManagedTool`)
+as an application backend would, including the two things a network makes necessary:
 
 - every message carries an idempotency key, and a send that fails in transport (the connection
   dropped, so the message may or may not have been stored) is retried with the same key: Brain
@@ -28,10 +30,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from queue import Queue
+from queue import Empty, Queue
 from typing import Any
 
-from brain import Brain, BrainError
+from brain import Brain, BrainError, ManagedTool, Model
 
 DEFAULT_MESSAGES = [
     "Hello! What can you do?",
@@ -41,13 +43,34 @@ DEFAULT_MESSAGES = [
 SEND_ATTEMPTS = 5  # a send that keeps failing in transport gives up after this many tries
 RETRY_PAUSE_SECONDS = 1.0  # Brain's Retry-After for 429 is 1 s; transport retries back off from it
 TURN_TIMEOUT_SECONDS = 300.0  # how long to wait for events of a turn before giving up
+# A stream that cannot be reopened this many times in a row (about half a minute with the pauses)
+# means the server is gone, not that the network dropped a connection.
+RECONNECT_ATTEMPTS = 30
 # What urllib raises when a connection fails or drops: URLError and socket errors are OSErrors,
 # a response cut short is an HTTPException; the client raises ValueError for a stream cut mid-event.
 TRANSPORT_ERRORS = (OSError, http.client.HTTPException)
 
 
+class TurnFailed(Exception):
+    """A turn ended in a session.error or a status other than idle, or its events stopped coming."""
+
+
 def _note(text: str) -> None:
     print(f"[{text}]", file=sys.stderr, flush=True)
+
+
+def describe_failure(error: BaseException, url: str) -> str:
+    """One line for what ended the conversation: Brain's refusal (status, code, message), a
+    server that cannot be reached, or the failed turn."""
+    if isinstance(error, BrainError):
+        hint = " (is BRAIN_API_KEY a token of the server's config?)" if error.status == 401 else ""
+        return f"Brain refused: {error.status} {error.code}: {error}{hint}"
+    if isinstance(error, TurnFailed):
+        return f"the turn failed: {error}"
+    reason = getattr(error, "reason", error)  # urllib's URLError wraps the socket's error
+    if isinstance(reason, ConnectionRefusedError):
+        return f"cannot reach Brain at {url}: connection refused (is runbrain running there?)"
+    return f"cannot reach Brain at {url}: {type(reason).__name__}: {reason}"
 
 
 def send_message(brain: Brain, session_id: str, text: str) -> dict[str, Any]:
@@ -76,7 +99,8 @@ class EventFollower:
     def __init__(self, brain: Brain, session_id: str, *, on_retained: Callable[[dict[str, Any]], None]) -> None:
         self.brain, self.session_id = brain, session_id
         self.last_event_id = ""  # the cursor of the last retained event seen
-        self.events: Queue[dict[str, Any]] = Queue(maxsize=1024)
+        # events, then the error that stopped the stream for good (if one did)
+        self.events: Queue[dict[str, Any] | BaseException] = Queue(maxsize=1024)
         self._on_retained = on_retained
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._follow, name="brain-events", daemon=True)
@@ -91,10 +115,11 @@ class EventFollower:
 
     def _follow(self) -> None:
         pause = 0.0
+        failures = 0  # reconnects in a row that received nothing
         while not self._stopped.is_set():
             try:
                 for event in self.brain.observe(self.session_id, after=self.last_event_id):
-                    pause = 0.0
+                    pause, failures = 0.0, 0
                     if event.get("cursor"):  # retained: a reconnect continues after it
                         self.last_event_id = str(event["cursor"])
                         self._on_retained(dict(event))
@@ -102,10 +127,14 @@ class EventFollower:
                 reason = "the server ended the stream"
             except BrainError as error:
                 if error.status != 429:
-                    _note(f"event stream refused: {error.status} {error.code}: {error}")
+                    self.events.put(error)
                     return
                 reason = "too many streams"
             except (*TRANSPORT_ERRORS, ValueError) as error:
+                failures += 1
+                if failures >= RECONNECT_ATTEMPTS:
+                    self.events.put(error)
+                    return
                 reason = f"{type(error).__name__}: {error}"
             if self._stopped.is_set():
                 return
@@ -114,11 +143,17 @@ class EventFollower:
             pause = min(RETRY_PAUSE_SECONDS, pause + 0.2)
 
 
-def _print_turn(follower: EventFollower, input_id: str) -> str:
-    """Print the turn of `input_id` until it ends; returns the status or error code that ended it."""
+def _print_turn(follower: EventFollower, input_id: str) -> None:
+    """Print the turn of `input_id` until it ends; TurnFailed when it did not end idle, or the
+    error that stopped the event stream."""
     shown = ""  # assistant text printed from deltas since the last complete message
     while True:
-        event = follower.events.get(timeout=TURN_TIMEOUT_SECONDS)
+        try:
+            event = follower.events.get(timeout=TURN_TIMEOUT_SECONDS)
+        except Empty:
+            raise TurnFailed(f"no event for {TURN_TIMEOUT_SECONDS:.0f} s") from None
+        if isinstance(event, BaseException):
+            raise event
         if event.get("input_id") != input_id:
             continue
         kind, data = event["type"], event["data"]
@@ -135,11 +170,13 @@ def _print_turn(follower: EventFollower, input_id: str) -> str:
         elif kind == "tool.result":
             print(f"  [tool.result {data['result']}]", flush=True)
         elif kind == "session.error":
-            print(f"\n[error {data['code']}: {data['message']}]")
-            return str(data["code"])
+            print(flush=True)
+            raise TurnFailed(f"{data['code']}: {data['message']}")
         elif kind == "session.status" and data["status"] != "running":
-            print("\n")
-            return str(data["status"])
+            print("\n", flush=True)
+            if data["status"] != "idle":
+                raise TurnFailed(f"the session is {data['status']}")
+            return
 
 
 def run_conversation(
@@ -152,8 +189,11 @@ def run_conversation(
     on_retained: Callable[[dict[str, Any]], None] = lambda event: None,
 ) -> str:
     """Create a session, send each message after the previous turn ends, print every turn.
-    Returns the session id; the session stays open for more messages."""
-    session = brain.create({"harness": harness, "config": {"model": model, "tools": tools or []}})
+    Returns the session id; the session stays open for more messages. TurnFailed when a turn
+    fails (the messages after it are not sent), BrainError when Brain refuses a request."""
+    # config tools by name (the host config's `tools`); ManagedTool with operations would be a
+    # provider binding instead
+    session = brain.create(harness=harness, model=Model(model), tools=[ManagedTool(name) for name in tools or []])
     print(f"Session: {session['id']} ({harness}, {model})\n", flush=True)
     follower = EventFollower(brain, session["id"], on_retained=on_retained).start()
     try:
@@ -178,6 +218,7 @@ def main() -> None:
     parser.add_argument("--harness", default="loop")
     parser.add_argument("--model", default=os.environ.get("BRAIN_MODEL", "openai/gpt-4.1-mini"))
     parser.add_argument("--trace", action="store_true", help="also list each retained event (id, type) on stderr")
+    parser.add_argument("--close", action="store_true", help="close the session at the end (its history stays)")
     parser.add_argument("message", nargs="*", help="messages to send (default: a short demo)")
     arguments = parser.parse_args()
     token = os.environ.get("BRAIN_API_KEY")
@@ -187,14 +228,20 @@ def main() -> None:
     def trace(event: dict[str, Any]) -> None:
         print(f"retained {event['id']} {event['type']}", file=sys.stderr, flush=True)
 
-    run_conversation(
-        Brain(arguments.url, token),
-        harness=arguments.harness,
-        model=arguments.model,
-        messages=arguments.message or DEFAULT_MESSAGES,
-        tools=tools_from_environment(),
-        on_retained=trace if arguments.trace else lambda event: None,
-    )
+    brain = Brain(arguments.url, token)
+    try:
+        session_id = run_conversation(
+            brain,
+            harness=arguments.harness,
+            model=arguments.model,
+            messages=arguments.message or DEFAULT_MESSAGES,
+            tools=tools_from_environment(),
+            on_retained=trace if arguments.trace else lambda event: None,
+        )
+        if arguments.close:
+            brain.close(session_id)  # Brain.delete (2.3.0) removes it altogether where the server serves DELETE
+    except (BrainError, TurnFailed, *TRANSPORT_ERRORS) as error:
+        sys.exit(f"session.py: {describe_failure(error, arguments.url)}")
 
 
 if __name__ == "__main__":

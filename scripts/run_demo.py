@@ -116,20 +116,23 @@ def main() -> None:
         _wait(brain, f"{url}/health/live", "Brain")
         print(f"\nBrain is running at {url}  (logs: {log_path.relative_to(ROOT)})")
         print(f"API token: export BRAIN_API_KEY={env['BRAIN_API_KEY']}\n")
-        from brain import Brain
+        from brain import Brain, BrainError
 
-        from examples.session import DEFAULT_MESSAGES, run_conversation
+        from examples.session import DEFAULT_MESSAGES, TRANSPORT_ERRORS, TurnFailed, describe_failure, run_conversation
 
         # The scripted model turns `call TOOL {json}` into a tool call: the echo turn shows
         # tool.call and tool.result events from the example tool service.
         messages = [*DEFAULT_MESSAGES, 'call echo {"text": "hello from the example tool service"}']
-        run_conversation(
-            Brain(url, env["BRAIN_API_KEY"]),
-            harness="loop",
-            model="openai/gpt-4.1-mini",
-            messages=messages,
-            tools=["echo"],
-        )
+        try:
+            run_conversation(
+                Brain(url, env["BRAIN_API_KEY"]),
+                harness="loop",
+                model="openai/gpt-4.1-mini",
+                messages=messages,
+                tools=["echo"],
+            )
+        except (BrainError, TurnFailed, *TRANSPORT_ERRORS) as error:  # Brain keeps running: its log says why
+            print(f"make run: the demo conversation failed: {describe_failure(error, url)}", file=sys.stderr)
         print("Try it yourself:  BRAIN_API_KEY=... .venv/bin/python examples/session.py 'Hi there'")
         print("Admin:            .venv/bin/python manage.py createsuperuser --config examples/local.json,")
         print(f"                  then open {url}/admin/   Ctrl-C stops Brain.")

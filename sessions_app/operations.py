@@ -23,6 +23,11 @@ from .runtime.engine import Engine
 from .runtime.ownership import Ownership
 from .runtime.pubsub import Subscriber
 
+# An unavailable tool's refusal quotes the names the request gave: at most this many, each cut to
+# the longest tool name a config may declare (foundation.hostconfig.tools.TOOL_NAME).
+MAX_QUOTED_TOOLS = 5
+MAX_QUOTED_TOOL_CHARS = 64
+
 __all__ = [
     "EventPage",
     "check_session_id",
@@ -111,7 +116,7 @@ async def create_session(
     values = _credential_values(credentials or [], aliases={binding["alias"] for binding in bindings.bindings})
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
-        raise Forbidden("a requested tool is not available to this tenant")
+        raise Forbidden(_unavailable(await engine.registry.aunavailable_to(principal.tenant, tools)))
     if bindings.bindings:
         config["bindings"] = bindings.bindings
     record = SessionRecord.new(
@@ -168,6 +173,18 @@ def _model_credential(
             f" not of the session's model provider {provider!r}"
         )
     return {"reference": reference}, None
+
+
+def _unavailable(names: list[str]) -> str:
+    """`tools 'a', 'b' are not available to this tenant`: the names the request gave (so nothing
+    is said of other tenants' tools), the first few, each cut to a tool name's length."""
+    quoted = ", ".join(repr(name[:MAX_QUOTED_TOOL_CHARS]) for name in names[:MAX_QUOTED_TOOLS])
+    more = f" and {len(names) - MAX_QUOTED_TOOLS} more" if len(names) > MAX_QUOTED_TOOLS else ""
+    if not names:  # an admin binding added since the first look
+        return "a requested tool is not available to this tenant"
+    if len(names) == 1:
+        return f"tool {quoted} is not available to this tenant"
+    return f"tools {quoted}{more} are not available to this tenant"
 
 
 def _credential_values(credentials: list[Any], *, aliases: set[str]) -> dict[str, Any]:

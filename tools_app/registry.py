@@ -120,3 +120,8 @@ class ToolRegistry:
     async def adescriptors_for(self, tenant: str, names: Sequence[str]) -> list[ToolDescriptor] | None:
         """As descriptors_for, including admin-created bindings."""
         return _descriptors(_allowed(await self._entries(), tenant), names)
+
+    async def aunavailable_to(self, tenant: str, names: Sequence[str]) -> list[str]:
+        """The names of `names` no tool (config or admin) available to the tenant has, in order."""
+        allowed = _allowed(await self._entries(), tenant)
+        return [name for name in names if name not in allowed]

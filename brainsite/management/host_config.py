@@ -1,6 +1,6 @@
 """How the server's commands (runbrain, check_brain_config, syncworker) load the host config:
 one refusal wording for a bad file, a missing variable or a provider that cannot be installed;
-and what every command given `--config` does first (manage.py): umask 077, then migrations."""
+and what every command does first (manage.py): umask 077, then migrations."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError
 
-from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_config_and_secrets
 
 if TYPE_CHECKING:
     from tools_app.providers.registry import ProviderRegistry
@@ -22,14 +22,14 @@ __all__ = [
     "install_providers",
     "load_checked_config",
     "migrate_database",
-    "prepare_config_command",
+    "prepare_command",
     "refusing_bad_providers",
 ]
 
 # Sessions are private: the data dir, logs, checkpoints, native files and the SQLite database are
 # readable by Brain's user only, whichever command creates them first.
 PRIVATE_UMASK = 0o077
-# Commands given --config that do not migrate first: runbrain migrates itself (unless
+# Commands that do not migrate first: runbrain migrates itself (unless
 # --skip-migrate), check_brain_config only reads, and the rest are about migrations or help.
 NOT_MIGRATING_FIRST = frozenset(
     {
@@ -53,11 +53,11 @@ HELP_FLAGS = frozenset({"-h", "--help", "--version"})
 MIGRATION_LOCK_KEY = 0x627261696E6D6967
 
 
-def prepare_config_command(argv: Sequence[str]) -> None:
-    """What manage.py does for a command given a valid `--config`, before the command runs: the
-    private umask (before the settings create the data dir and SQLite its database), then the
-    database migrated, as runbrain does, so a fresh data dir never meets a missing table.
-    A database that cannot be migrated stops the command with one line."""
+def prepare_command(argv: Sequence[str]) -> None:
+    """What manage.py does before a command runs, with `--config` (its data dir) or without (the
+    embedded database in $BRAIN_DATA_DIR, default `.brain`, or $BRAIN_DATABASE_URL): the private
+    umask (before the settings create the data dir and SQLite its database), then the database
+    migrated, as runbrain does, so a fresh data dir never meets a missing table."""
     command = argv[1] if len(argv) > 1 else "help"
     if command not in NOT_PRIVATE:
         os.umask(PRIVATE_UMASK)
@@ -105,12 +105,11 @@ def _migration_lock(database: dict[str, Any]) -> Iterator[None]:
 
 def load_checked_config(path: str) -> tuple[HostConfig, Secrets]:
     """The config at `path` and the secrets its environment variables hold; a CommandError
-    naming the file and the problem otherwise."""
+    naming the file and every problem found otherwise, one line each."""
     try:
-        config = load_host_config(path)
-        return config, resolve_secrets(config)
+        return load_config_and_secrets(path)
     except ConfigError as exc:
-        raise CommandError(f"invalid config {path}: {exc}") from exc
+        raise CommandError(exc.report(path)) from exc
 
 
 def install_providers(config: HostConfig) -> ProviderRegistry:

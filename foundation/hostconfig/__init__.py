@@ -11,10 +11,10 @@ from .approvals import APPROVAL_KINDS, ApprovalRule, ToolKindName
 from .base import MAX_CONFIG_BYTES, ConfigError
 from .cluster import ClusterConfig, FleetSecret, check_cluster
 from .cors import CorsConfig
-from .environment import Secrets, resolve_secrets
+from .environment import Secrets, load_config_and_secrets, resolve_secrets
 from .harnesses import Harness, Provider
 from .limits import Limits
-from .model import HostConfig, load_host_config, parse_host_config
+from .model import HostConfig, examine_host_config, load_host_config, parse_host_config
 from .model_credentials import MAX_REFERENCE_CHARS, REFERENCE_NAME, ModelCredentialConfig
 from .persistence import Persistence
 from .tokens import MAX_KEY_ID_CHARS, CredentialKeys, TokenGrant
@@ -45,6 +45,8 @@ __all__ = [
     "TokenGrant",
     "check_cluster",
     "ToolBindingConfig",
+    "examine_host_config",
+    "load_config_and_secrets",
     "load_host_config",
     "parse_host_config",
     "resolve_secrets",

@@ -2,17 +2,47 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from urllib.parse import SplitResult, urlsplit
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["MAX_CONFIG_BYTES", "ConfigError", "FieldProblem", "StrictModel", "check_url", "split_http_url"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_REPORTED_PROBLEMS",
+    "ConfigError",
+    "FieldProblem",
+    "StrictModel",
+    "check_url",
+    "split_http_url",
+]
 
 MAX_CONFIG_BYTES = 4 << 20  # spec: configuration files are limited to 4 MiB
+# A 4 MiB file can hold a hundred thousand mistakes: a report lists this many, then counts the rest.
+MAX_REPORTED_PROBLEMS = 50
 
 
 class ConfigError(ValueError):
-    """An invalid host config; the message names the offending field."""
+    """An invalid host config; the message names the offending field (the first problem found),
+    `problems` every problem found in the same pass, each naming its field."""
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems: tuple[str, ...] = tuple(problems) or (message,)
+
+    @classmethod
+    def of(cls, problems: Sequence[str]) -> ConfigError:
+        """One error for several problems (at least one)."""
+        return cls(problems[0], problems=problems)
+
+    def report(self, path: object) -> str:
+        """One line per problem, each starting `invalid config PATH:`, at most
+        MAX_REPORTED_PROBLEMS of them and a count of the rest."""
+        shown = [f"invalid config {path}: {problem}" for problem in self.problems[:MAX_REPORTED_PROBLEMS]]
+        hidden = len(self.problems) - len(shown)
+        if hidden:
+            shown.append(f"invalid config {path}: and {hidden} more problems")
+        return "\n".join(shown)
 
 
 class FieldProblem(ValueError):

@@ -3,12 +3,14 @@ the field (and the tool) at fault."""
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from .approvals import MAX_APPROVAL_RULES, ApprovalRule
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
@@ -21,7 +23,7 @@ from .persistence import Persistence
 from .tokens import CredentialKeys, TokenGrant
 from .tools import ToolBindingConfig
 
-__all__ = ["HostConfig", "load_host_config", "parse_host_config"]
+__all__ = ["HostConfig", "examine_host_config", "load_host_config", "parse_host_config", "read_host_config"]
 
 
 class HostConfig(StrictModel):
@@ -96,22 +98,79 @@ class HostConfig(StrictModel):
         return int(self.listen.rpartition(":")[2])
 
 
-def _format_validation_error(error: ValidationError, raw: Mapping[str, Any]) -> str:
-    first = error.errors()[0]
+def _describe_problems(error: ValidationError, raw: Mapping[str, Any]) -> list[str]:
+    """Every problem pydantic found, each as `[tool 'x': ]location: message`."""
+    return [_describe_problem(problem, raw) for problem in error.errors()]
+
+
+def _describe_problem(problem: Mapping[str, Any], raw: Mapping[str, Any]) -> str:
     location = ""
-    for part in first["loc"]:
+    for part in problem["loc"]:
         location += f"[{part}]" if isinstance(part, int) else (f".{part}" if location else str(part))
-    message = first["msg"].removeprefix("Value error, ")
-    problem = first.get("ctx", {}).get("error")
-    if isinstance(problem, FieldProblem):
-        location += f".{problem.field}" if location else problem.field
-        message = str(problem)
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    named = _named(first["loc"], raw)
+    message = problem["msg"].removeprefix("Value error, ")
+    cause = problem.get("ctx", {}).get("error")
+    if isinstance(cause, FieldProblem):
+        location += f".{cause.field}" if location else cause.field
+        message = str(cause)
+    if problem["type"] == "extra_forbidden":
+        message = "unknown field" + _suggestion(problem["loc"])
+    named = _named(problem["loc"], raw)
     if message.startswith(named):  # the check named it already (tool schema problems do)
         named = ""
     return f"{named}{location or 'config'}: {message}"
+
+
+def _suggestion(location: tuple[int | str, ...]) -> str:
+    """` (did you mean 'tokens'?)` for an unknown field close to a field of its section."""
+    unknown = location[-1] if location else ""
+    if not isinstance(unknown, str):
+        return ""
+    close = difflib.get_close_matches(unknown, sorted(_field_names_at(location[:-1])), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _field_names_at(location: tuple[int | str, ...]) -> set[str]:
+    """The fields of the section at `location` in HostConfig (list indexes and dict keys step
+    into the item type; an optional section is its model)."""
+    types: list[Any] = [HostConfig]
+    for part in location:
+        stepped: list[Any] = []
+        for kind in _alternatives(types):
+            origin, arguments = get_origin(kind), get_args(kind)
+            if isinstance(part, str) and isinstance(kind, type) and issubclass(kind, BaseModel):
+                if part in kind.model_fields:
+                    stepped.append(kind.model_fields[part].annotation)
+            elif isinstance(part, int) and origin in (list, tuple) and arguments:
+                stepped.append(arguments[0])
+            elif isinstance(part, str) and origin is dict and len(arguments) == 2:
+                stepped.append(arguments[1])
+        types = stepped
+    return {
+        name
+        for kind in _alternatives(types)
+        if isinstance(kind, type) and issubclass(kind, BaseModel)
+        for name in kind.model_fields
+    }
+
+
+def _alternatives(types: list[Any]) -> list[Any]:
+    """`A | B | None` as [A, B, None]; other types as they are."""
+    expanded: list[Any] = []
+    for kind in types:
+        origin = get_origin(kind)
+        expanded.extend(get_args(kind) if origin is Union or origin is UnionType else [kind])
+    return expanded
+
+
+def _without_unknown_fields(raw: Any, locations: list[tuple[int | str, ...]]) -> Any:
+    """A copy of `raw` without the fields at `locations` (each the location of an unknown field)."""
+    copy = json.loads(json.dumps(raw))
+    for location in locations:
+        target: Any = copy
+        for part in location[:-1]:
+            target = target[part]
+        target.pop(location[-1], None)
+    return copy
 
 
 def _named(location: tuple[int | str, ...], raw: Mapping[str, Any]) -> str:
@@ -130,8 +189,12 @@ def _named(location: tuple[int | str, ...], raw: Mapping[str, Any]) -> str:
 _NAMED_LISTS = {"tools": ("tool", "name")}
 
 
-def parse_host_config(raw: bytes) -> HostConfig:
-    """Strictly decode config bytes: one JSON object, no unknown fields, no trailing data."""
+def examine_host_config(raw: bytes) -> tuple[HostConfig | None, list[str]]:
+    """Strictly decode config bytes (one JSON object, no unknown fields, no trailing data) and
+    return every problem found. The config comes back when there is no problem, and also when
+    the only problems are unknown fields (decoded without them), so the checks that read a decoded
+    config (its environment variables) report in the same pass. A file that is not a JSON object
+    raises ConfigError: nothing more can be said about it."""
     if len(raw) > MAX_CONFIG_BYTES:
         raise ConfigError(f"config: file exceeds {MAX_CONFIG_BYTES} bytes")
     try:
@@ -141,16 +204,35 @@ def parse_host_config(raw: bytes) -> HostConfig:
     if not isinstance(value, dict):
         raise ConfigError("config: must be a JSON object")
     try:
-        return HostConfig.model_validate(value)
+        return HostConfig.model_validate(value), []
     except ValidationError as exc:
-        raise ConfigError(_format_validation_error(exc, value)) from exc
+        problems = _describe_problems(exc, value)
+        unknown = [problem["loc"] for problem in exc.errors() if problem["type"] == "extra_forbidden"]
+        if len(unknown) < len(problems):
+            return None, problems
+    try:
+        return HostConfig.model_validate(_without_unknown_fields(value, unknown)), problems
+    except ValidationError:
+        return None, problems
 
 
-def load_host_config(path: str | Path) -> HostConfig:
+def parse_host_config(raw: bytes) -> HostConfig:
+    """Strictly decode config bytes; ConfigError with every problem found otherwise."""
+    config, problems = examine_host_config(raw)
+    if problems or config is None:
+        raise ConfigError.of(problems)
+    return config
+
+
+def read_host_config(path: str | Path) -> bytes:
+    """The bytes of the config file (up to one byte past the limit, which decoding refuses)."""
     path = Path(path)
     try:
         with path.open("rb") as handle:
-            raw = handle.read(MAX_CONFIG_BYTES + 1)
+            return handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"config: cannot read {path}: {exc.strerror}") from exc
-    return parse_host_config(raw)
+
+
+def load_host_config(path: str | Path) -> HostConfig:
+    return parse_host_config(read_host_config(path))

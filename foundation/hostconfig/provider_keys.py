@@ -80,6 +80,7 @@ class ProviderKeys(Mapping[str, str]):
         self._keys: dict[str, str] = {}
         self._files: dict[str, str] = {}  # entry name -> key file path
         self._states: dict[str, _FileState | None] = {}
+        problems: list[str] = []
         for name, provider in providers.items():
             variable = provider.api_key_env
             where = f"{section}.{name}.api_key_env"
@@ -91,15 +92,19 @@ class ProviderKeys(Mapping[str, str]):
                     value = _read_key_file(path)
                 except (OSError, UnicodeDecodeError, ValueError) as exc:
                     reason = getattr(exc, "strerror", None) or exc
-                    raise ConfigError(f"{where}: cannot read {variable}_FILE: {reason}") from exc
+                    problems.append(f"{where}: cannot read {variable}_FILE: {reason}")
+                    continue
                 self._files[name] = path
                 self._states[name] = state
             if not value:
-                raise ConfigError(
+                problems.append(
                     f"{where}: environment variable {variable} is not set"
                     + (f" ({variable}_FILE names an empty file)" if path else "")
                 )
+                continue
             self._keys[name] = value
+        if problems:
+            raise ConfigError.of(problems)
 
     def __getitem__(self, name: str) -> str:
         return self._keys[name]

@@ -10,15 +10,14 @@ from pathlib import Path
 
 from django.core.management.base import CommandError
 
-from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_host_config, resolve_secrets
+from foundation.hostconfig import ConfigError, HostConfig, Secrets, load_config_and_secrets
 
 
 def load_config(path: str) -> tuple[HostConfig, Secrets]:
     try:
-        config = load_host_config(path)
-        return config, resolve_secrets(config)
+        return load_config_and_secrets(path)
     except ConfigError as exc:
-        raise CommandError(f"invalid config {path}: {exc}") from exc
+        raise CommandError(exc.report(path)) from exc
 
 
 def publish_sessions(config: HostConfig, session_ids: Iterable[str], write: Callable[[str], None]) -> int:

@@ -42,7 +42,9 @@ ADDITIVE_OPERATIONS = {
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
     ("delete", "/sessions/{id}"): "delete",  # what aex-brain 2.3.0's Brain.delete sends
 }
-ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "Deleted", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS})
+ADDITIVE_COMPONENTS = frozenset(
+    {"Approval", "ApprovalDecision", "Deleted", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS}
+)
 
 Document = dict[str, Any]
 

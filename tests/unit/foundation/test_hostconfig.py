@@ -966,7 +966,7 @@ def test_credential_keys_active_must_name_a_configured_key() -> None:
 # --- strict decoding ------------------------------------------------------------------------
 
 UNKNOWN_FIELDS = [
-    pytest.param({"listen_addr": "x"}, "listen_addr: unknown field", id="top_level_case"),
+    pytest.param({"listen_addr": "x"}, "listen_addr: unknown field (did you mean 'listen'?)", id="top_level_case"),
     pytest.param(
         {"tokens": [{"token_env": "K", "tenant": "t", "admin": True}]},
         "tokens[0].admin: unknown field",
@@ -1250,3 +1250,66 @@ def test_a_base64_encoded_32_byte_credential_key_is_accepted() -> None:
 
     # then
     assert secrets.tokens == (TOKEN,)
+
+
+# --- every problem in one pass ----------------------------------------------------------------
+
+
+def test_resolve_secrets_lists_every_missing_variable_in_the_order_of_the_config() -> None:
+    # given: two tokens, a provider and a tool, none of whose variables is set
+    config = _parse(
+        _config(
+            tokens=[{"token_env": "TOKEN_A", "tenant": "a"}, {"token_env": "TOKEN_B", "tenant": "b"}],
+            providers={"openai": {"api_key_env": "OPENAI_KEY"}, "anthropic": {"api_key_env": "ANTHROPIC_KEY"}},
+            tools=[{**TOOL, "token_env": "TOOL_KEY"}],
+        )
+    )
+
+    # when
+    with pytest.raises(ConfigError) as caught:
+        resolve_secrets(config, {"TOKEN_B": "x" * 3})
+
+    # then: the first problem is the message, as before; all of them are listed
+    assert str(caught.value) == "tokens[0].token_env: environment variable TOKEN_A is not set"
+    assert caught.value.problems == (
+        "tokens[0].token_env: environment variable TOKEN_A is not set",
+        "tokens[1].token_env: TOKEN_B must hold at least 24 bytes",
+        "providers.openai.api_key_env: environment variable OPENAI_KEY is not set",
+        "providers.anthropic.api_key_env: environment variable ANTHROPIC_KEY is not set",
+        "tool 'echo': tools[0].token_env: environment variable TOOL_KEY is not set",
+    )
+
+
+def test_parsing_lists_every_invalid_field_with_the_field_an_unknown_one_was_meant_to_be() -> None:
+    # given
+    value = _config(limits={"queue": 0, "activ": 3}, tols=[], public_url="ftp://x")
+    del value["harnesses"]
+
+    # when
+    with pytest.raises(ConfigError) as caught:
+        _parse(value)
+
+    # then
+    assert caught.value.problems == (
+        "public_url: must be an absolute http or https URL",
+        "harnesses: Field required",
+        "limits.queue: Input should be greater than or equal to 1",
+        "limits.activ: unknown field (did you mean 'active'?)",
+        "tols: unknown field (did you mean 'tools'?)",
+    )
+
+
+def test_a_report_of_many_problems_lists_the_first_fifty_and_counts_the_rest() -> None:
+    # given: 60 unknown fields
+    value = _config(**{f"field_{index}": index for index in range(60)})
+
+    # when
+    with pytest.raises(ConfigError) as caught:
+        _parse(value)
+    report = caught.value.report("brain.json").splitlines()
+
+    # then
+    assert len(caught.value.problems) == 60
+    assert len(report) == 51
+    assert report[0] == "invalid config brain.json: field_0: unknown field"
+    assert report[-1] == "invalid config brain.json: and 10 more problems"

@@ -34,7 +34,7 @@ class Command(BaseCommand):
         try:
             load_host_config(str(options["config"]))  # its data_dir holds the database (manage.py chose it)
         except ConfigError as exc:
-            raise CommandError(f"invalid config {options['config']}: {exc}") from exc
+            raise CommandError(exc.report(options["config"])) from exc
         tenant, name, title = str(options["tenant"]), str(options["base"]), str(options["title"])
         given = options["paths"]
         paths = [str(path) for path in given] if isinstance(given, list) else []
