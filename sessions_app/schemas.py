@@ -19,6 +19,7 @@ __all__ = [
     "Event",
     "EventList",
     "Input",
+    "Media",
     "SendAccepted",
     "Session",
     "SessionConfig",
@@ -57,12 +58,21 @@ class CreateSession(StrictSchema):
     credentials: list[CredentialInput] | None = None
 
 
+class Media(StrictSchema):
+    """An image on a user.message (client 2.3.0): an image MIME type (or "image" with a data:
+    URL) and a data: or https URL; operations check the rest."""
+
+    type: str
+    url: str
+
+
 class Input(StrictSchema):
     """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400, but the
     reserved "steer" is in it so that operations can answer 422 `unsupported` (spec)."""
 
     type: Literal["user.message", "user.interrupt"]
     text: str | None = None
+    media: list[Media] | None = None
     key: str | None = None
     delivery: Literal["queue", "steer"] | None = None
 

@@ -34,7 +34,11 @@ ADDITIVE_OPERATIONS = {
     ("get", "/tasks"): "listTasks",
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
 }
-ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "TaskItem", "TaskPage"})
+ADDITIVE_COMPONENTS = frozenset({"Approval", "ApprovalDecision", "Media", "TaskItem", "TaskPage"})
+# Fields published beside the contract's, each exactly as the published client 2.3.0 sends it
+# (recorded in the contract under `x-later-sdk-2.3.0`): checked against that record, then removed.
+LATER_CLIENT = "x-later-sdk-2.3.0"
+ADDITIVE_FIELDS = {("Input", "media"): "Input.media"}
 
 Document = dict[str, Any]
 
@@ -57,7 +61,7 @@ def _canonical(node: Any, components: Document, trail: tuple[str, ...] = ()) -> 
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
-        name = node["$ref"].removeprefix("#/components/schemas/")
+        name = node["$ref"].rsplit("/", 1)[-1]  # components/schemas/X, or x-later-sdk-2.3.0/schemas/X
         if name in trail:  # a recursive schema: compare by name below this point
             return {"$ref": name}
         return _canonical(components[name], components, (*trail, name))
@@ -86,6 +90,11 @@ def _canonical(node: Any, components: Document, trail: tuple[str, ...] = ()) -> 
 def _apply_refinements(document: Document) -> list[str]:
     problems = []
     schemas = document["components"]["schemas"]
+    later = _contract()[LATER_CLIENT]
+    for (schema, field), recorded in ADDITIVE_FIELDS.items():
+        published = schemas[schema]["properties"].pop(field, None)
+        if _canonical(published, schemas) != _canonical(later[recorded], later["schemas"]):
+            problems.append(f"{schema}.{field}: {published} is not what client 2.3.0 sends ({later[recorded]})")
     for (schema, field), values in REFINEMENTS.items():
         published = schemas[schema]["properties"][field]
         target: dict[str, Any] = next(
