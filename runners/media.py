@@ -101,7 +101,7 @@ def decode_data_url(url: str, *, expected_type: str) -> bytes:
         raise MediaError("the data: URL holds no bytes")
     signatures = IMAGE_SIGNATURES[expected_type]
     if not data.startswith(signatures) or (expected_type == "image/webp" and data[8:12] != b"WEBP"):
-        raise MediaError(f"the data: URL's bytes are not a {expected_type} image")
+        raise MediaError(f"the data: URL's bytes are not an image of type {expected_type}")
     return data
 
 

@@ -15,7 +15,6 @@ from typing import Any, BinaryIO
 import orjson
 
 from foundation.errors import CursorUnavailable
-
 from runners.media import MediaError, data_url_payload, is_data_url, read_media
 
 from .eventlog import EventLog, decode_cursor, encode_cursor

@@ -60,7 +60,7 @@ class ModelSpec:
     context_window: int
     reasoning_efforts: tuple[str, ...]
     base_url: str | None
-    takes_images: bool = True  # False for the catalog's `text_only` models
+    image_input: bool = True  # False for the catalog's `text_only` models
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ def lookup_model(model: str) -> ModelSpec | None:
         context_window=int(window),
         reasoning_efforts=tuple(catalog["reasoning_profiles"][profile]),
         base_url=catalog["base_urls"].get(provider, {}).get(transport),
-        takes_images=model not in _text_only(),
+        image_input=model not in _text_only(),
     )
 
 
@@ -117,7 +117,7 @@ def media_support(model: str, provider: Mapping[str, object]) -> MediaSupport | 
     """The images a session's model takes on its transport (the `open` result's `media`);
     None for a text-only model or one the catalog lacks (its turn fails anyway)."""
     spec = lookup_model(model)
-    if spec is None or not spec.takes_images:
+    if spec is None or not spec.image_input:
         return None
     transport = str(provider.get("api") or spec.transport)
     types = _GOOGLE_IMAGE_TYPES if transport.startswith("google") else IMAGE_TYPES

@@ -50,7 +50,7 @@ def _base64(value: object) -> bool:
 
 
 def _url(value: object) -> bool:
-    return isinstance(value, str) and (value.startswith("https://") or value.startswith("data:image/"))
+    return isinstance(value, str) and value.startswith(("https://", "data:image/"))
 
 
 def _check(wire: str, part: dict[str, Any]) -> str | None:

@@ -154,21 +154,57 @@ def test_an_https_image_is_passed_as_a_url_or_refused_before_any_model_call(
 
 
 _BIG = "data:image/png;base64," + base64.b64encode(_png() + b"\0" * INPUT_BYTES).decode()
+_NOT_DATA_OR_HTTPS = "media[0]: the URL must be a data: URL or an https:// URL with a host"
+_TYPES = "image/png, image/jpeg, image/gif, image/webp"
+
+
+def _png_item(url: str, kind: str = "image/png") -> dict[str, str]:
+    return {"type": kind, "url": url}
+
+
 REFUSALS = [
-    pytest.param([{"type": "image/png", "url": "http://images.example.com/a.png"}], "media[0]: the URL must be a data: URL or an https:// URL with a host", id="plain_http_case"),
-    pytest.param([{"type": "image/png", "url": "file:///etc/passwd"}], "media[0]: the URL must be a data: URL or an https:// URL with a host", id="file_scheme_case"),
-    pytest.param([{"type": "image/png", "url": "https://user:pw@example.com/a.png"}], "media[0]: the URL must not carry credentials", id="credentials_in_url_case"),
-    pytest.param([{"type": "image/png", "url": "data:image/png;base64,***"}], "media[0]: the data: URL is not valid base64", id="bad_base64_case"),
-    pytest.param([{"type": "image/png", "url": "data:image/png;base64," + base64.b64encode(b"<svg/>").decode()}], "media[0]: the data: URL's bytes are not a image/png image", id="bytes_not_png_case"),
-    pytest.param([{"type": "image/svg+xml", "url": "data:image/svg+xml;base64,PHN2Zy8+"}], "media[0]: type must be one of image/png, image/jpeg, image/gif, image/webp (got 'image/svg+xml')", id="svg_case"),
-    pytest.param([{"type": "image/jpeg", "url": DATA_URL}], "media[0]: the data: URL declares 'image/png', not 'image/jpeg'", id="type_mismatch_case"),
-    pytest.param([{"type": "image", "url": HTTPS_URL}], 'media[0]: type "image" needs a data: URL; give an https URL its full type, such as image/png', id="generic_type_with_url_case"),
-    pytest.param([{"type": "image/png", "url": "https://example.com/" + "a" * 2048}], "media[0]: an https URL may have at most 2048 characters", id="long_url_case"),
-    pytest.param([{"type": "image/png", "url": DATA_URL}] * 9, "media allows at most 8 items", id="too_many_case"),
-    pytest.param([{"type": "image/png", "url": DATA_URL}, {"type": "image/png"}], "media[1]: each item is an object with exactly type and url", id="second_item_without_url_case"),
-    pytest.param([{"type": "image/png", "url": _BIG}], "text and media urls together exceed input_bytes", id="oversize_case"),
+    pytest.param([_png_item("http://images.example.com/a.png")], _NOT_DATA_OR_HTTPS, id="plain_http_case"),
+    pytest.param([_png_item("file:///etc/passwd")], _NOT_DATA_OR_HTTPS, id="file_scheme_case"),
+    pytest.param(
+        [_png_item("https://user:pw@example.com/a.png")],
+        "media[0]: the URL must not carry credentials",
+        id="credentials_in_url_case",
+    ),
+    pytest.param(
+        [_png_item("data:image/png;base64,***")], "media[0]: the data: URL is not valid base64", id="bad_base64_case"
+    ),
+    pytest.param(
+        [_png_item("data:image/png;base64," + base64.b64encode(b"<svg/>").decode())],
+        "media[0]: the data: URL's bytes are not an image of type image/png",
+        id="bytes_not_png_case",
+    ),
+    pytest.param(
+        [_png_item("data:image/svg+xml;base64,PHN2Zy8+", "image/svg+xml")],
+        f"media[0]: type must be one of {_TYPES} (got 'image/svg+xml')",
+        id="svg_case",
+    ),
+    pytest.param(
+        [_png_item(DATA_URL, "image/jpeg")],
+        "media[0]: the data: URL declares 'image/png', not 'image/jpeg'",
+        id="type_mismatch_case",
+    ),
+    pytest.param(
+        [_png_item(HTTPS_URL, "image")],
+        'media[0]: type "image" needs a data: URL; give an https URL its full type, such as image/png',
+        id="generic_type_with_url_case",
+    ),
+    pytest.param(
+        [_png_item("https://example.com/" + "a" * 2048)],
+        "media[0]: an https URL may have at most 2048 characters",
+        id="long_url_case",
+    ),
+    pytest.param([_png_item(DATA_URL)] * 9, "media allows at most 8 items", id="too_many_case"),
+    pytest.param(
+        [_png_item(DATA_URL), {"type": "image/png"}], "media.1.url: Field required", id="second_item_without_url_case"
+    ),
+    pytest.param([_png_item(_BIG)], "text and media urls together exceed input_bytes", id="oversize_case"),
     pytest.param([], "media must not be empty when given", id="empty_list_case"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("media", "message"), REFUSALS)
