@@ -160,6 +160,7 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
         principal,
         id,
         text=body.text,
+        media=None if body.media is None else [{"type": item.type, "url": item.url} for item in body.media],
         key=body.key,
         delivery=body.delivery,
         traceparent=_traceparent(request),

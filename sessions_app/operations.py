@@ -10,6 +10,7 @@ from typing import Any, cast
 from foundation.errors import Forbidden, InvalidRequest, NotFound, Unsupported
 from foundation.hostconfig import MAX_REFERENCE_CHARS
 from foundation.session_ids import canonical_session_id
+from runners.media import Media, MediaError, is_data_url, read_media
 from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
 from tools_app.vault import MODEL_CREDENTIAL_ALIAS, CredentialVault, SealedCredential, describe
@@ -30,6 +31,7 @@ MAX_QUOTED_TOOL_CHARS = 64
 
 __all__ = [
     "EventPage",
+    "check_media",
     "check_session_id",
     "close_session",
     "close_stream",
@@ -245,7 +247,9 @@ async def list_sessions(engine: Engine, principal: Principal, *, after: str, lim
     return [merged[session_id] for session_id in sorted(merged)[:limit]]
 
 
-def _validate_message(text: str | None, key: str | None, delivery: str | None, *, input_bytes: int) -> None:
+def _validate_message(
+    text: str | None, key: str | None, delivery: str | None, media: list[Any] | None, *, input_bytes: int
+) -> None:
     if delivery == "steer":
         raise Unsupported("delivery steer is not supported")
     if delivery not in (None, "queue"):
@@ -254,8 +258,30 @@ def _validate_message(text: str | None, key: str | None, delivery: str | None, *
         raise InvalidRequest("text must not be blank")
     if len(text.encode()) > input_bytes:
         raise InvalidRequest("text exceeds input_bytes")
+    if media is not None and len(text.encode()) + sum(len(str(item.get("url", ""))) for item in media) > input_bytes:
+        raise InvalidRequest("text and media urls together exceed input_bytes")
     if key is not None and len(key.encode()) > MAX_KEY_BYTES:
         raise InvalidRequest("key exceeds 128 bytes")
+
+
+def _read_media(items: list[Any], *, decode: bool) -> list[Media]:
+    try:
+        return read_media(items, decode=decode)
+    except MediaError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+async def check_media(items: list[Any] | None) -> list[Media]:
+    """A send's images, checked: the shape on the loop, then the data: URLs decoded in a worker
+    thread (up to input_bytes, 1 MiB at most, of base64: about a millisecond of the loop each)."""
+    if not items:
+        if items is not None:
+            raise InvalidRequest("media must not be empty when given")
+        return []
+    media = _read_media(items, decode=False)
+    if any(is_data_url(item["url"]) for item in media):
+        return await asyncio.to_thread(_read_media, items, decode=True)
+    return media
 
 
 async def send_message(
@@ -266,21 +292,28 @@ async def send_message(
     text: str | None,
     key: str | None,
     delivery: str | None,
+    media: list[Any] | None = None,
     traceparent: str = "",
 ) -> Event:
-    _validate_message(text, key, delivery, input_bytes=engine.limits.input_bytes)
+    """`media`: the images of the message (runners.media's rules), 400 naming the item that
+    breaks them, or when the session's harness said its model takes no such image."""
+    _validate_message(text, key, delivery, media, input_bytes=engine.limits.input_bytes)
+    images = await check_media(media)
     actor = await _actor(engine, principal, session_id)
+    actor.check_media_taken(images)
     engine.check_writes(session_id)
     assert text is not None
-    return await _send(engine.ownership, actor, text, key or None, traceparent)
+    return await _send(engine.ownership, actor, text, images, key or None, traceparent)
 
 
-async def _send(ownership: Ownership, actor: SessionActor, text: str, key: str | None, traceparent: str) -> Event:
+async def _send(
+    ownership: Ownership, actor: SessionActor, text: str, media: list[Media], key: str | None, traceparent: str
+) -> Event:
     """The input is admitted once, then in the journal (under the lease held: in a fleet) before
     it is in the log and before the 202; the session's sends take its lock in turn, so journal
     order is queue order. A key another instance journaled answers with that input's event."""
     async with actor.send_lock:
-        data, previous = actor.admit(text, key=key)
+        data, previous = actor.admit(text, key=key, media=media)
         if previous is not None:
             return previous
         token = ownership.require_writable(actor.id)

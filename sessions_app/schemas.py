@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "EventList",
     "Input",
+    "Media",
     "ModelCredential",
     "SendAccepted",
     "Session",
@@ -68,12 +69,21 @@ class CreateSession(StrictSchema):
     model_credential: ModelCredential | None = None  # additive: the 2.3.0 client's field
 
 
+class Media(StrictSchema):
+    """An image on a user.message (client 2.3.0): an image MIME type (or "image" with a data:
+    URL) and a data: or https URL; operations check the rest."""
+
+    type: str
+    url: str
+
+
 class Input(StrictSchema):
     """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400, but the
     reserved "steer" is in it so that operations can answer 422 `unsupported` (spec)."""
 
     type: Literal["user.message", "user.interrupt"]
     text: str | None = None
+    media: list[Media] | None = None
     key: str | None = None
     delivery: Literal["queue", "steer"] | None = None
 

@@ -15,15 +15,19 @@ from typing import Any, BinaryIO
 import orjson
 
 from foundation.errors import CursorUnavailable
+from runners.media import MediaError, data_url_payload, is_data_url, read_media
 
 from .eventlog import EventLog, decode_cursor, encode_cursor
 from .storage import SessionFiles
 
-__all__ = ["Entry", "SessionSizes", "TranscriptPage", "measure_session", "read_transcript"]
+__all__ = ["Entry", "Image", "SessionSizes", "TranscriptPage", "measure_session", "read_transcript"]
 
 PAGE_EVENTS = 50  # events on one transcript page
 PAGE_BYTES = 2 << 20  # log bytes one page may span (one event at least): pages stay small whatever records weigh
 DECODE_BYTES = 256 * 1024  # a larger record is summarised from its head (id, type), not decoded
+# A user.message is decoded up to this size, for its images: text and image URLs within
+# input_bytes (1 MiB at most) plus the record's envelope. A page still spans PAGE_BYTES at most.
+MESSAGE_DECODE_BYTES = (1 << 20) + 64 * 1024
 DISPLAY_CHARS = 2000  # text shown per event; the rest is in the raw JSON
 READ_CHUNK = 64 * 1024  # bytes per read while looking for line boundaries
 MAX_NATIVE_ENTRIES = 10_000  # files and folders counted under native/: a page view stays cheap
@@ -32,6 +36,19 @@ HEAD_BYTES = 512  # enough for the id, type, time and input_id of a record in Ev
 _HEAD = re.compile(
     rb'^\{"id":"([0-9a-f]{32})","type":"([a-z_.]{1,64})","time":"([^"]{1,40})"(?:,"input_id":"([0-9a-f]{32})")?'
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """An image of a user.message: shown inline when it is a data: URL of a raster type,
+    linked when it is an https URL (the admin never loads a URL a client gave)."""
+
+    type: str
+    url: str
+
+    @property
+    def inline(self) -> bool:
+        return is_data_url(self.url) and data_url_payload(self.url)[0] == self.type
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +67,7 @@ class Entry:
     details: str  # a short second line: tool outcome, usage, error code
     truncated: bool  # the text or the record is longer than what is shown
     is_error: bool
+    images: tuple[Image, ...] = ()  # a user.message's images
 
     @property
     def cursor(self) -> str:
@@ -191,7 +209,7 @@ def _spans_forward(handle: BinaryIO, start: int, end: int, *, count: int) -> lis
 def _entry(handle: BinaryIO, start: int, newline: int) -> Entry:
     size = newline - start
     handle.seek(start)
-    if size <= DECODE_BYTES:
+    if size <= DECODE_BYTES or (size <= MESSAGE_DECODE_BYTES and _is_message(handle, start)):
         raw = handle.read(size)
         try:
             record = orjson.loads(raw)
@@ -201,6 +219,21 @@ def _entry(handle: BinaryIO, start: int, newline: int) -> Entry:
             return _decoded(record, offset=start, size=size)
         return _undecoded(raw[:HEAD_BYTES], offset=start, size=size, reason="a line that is not an event")
     return _undecoded(handle.read(HEAD_BYTES), offset=start, size=size, reason=f"a record of {size:,} bytes")
+
+
+def _is_message(handle: BinaryIO, start: int) -> bool:
+    match = _HEAD.match(handle.read(HEAD_BYTES))
+    handle.seek(start)
+    return match is not None and match.group(2) == b"user.message"
+
+
+def _images(data: dict[str, Any]) -> tuple[Image, ...]:
+    """The message's images that pass the send's rules (shape, type, scheme), else none."""
+    try:
+        media = read_media(data.get("media") or [], decode=False)
+    except MediaError:
+        return ()
+    return tuple(Image(item["type"], item["url"]) for item in media)
 
 
 def _undecoded(head: bytes, *, offset: int, size: int, reason: str) -> Entry:
@@ -243,6 +276,7 @@ def _decoded(record: dict[str, Any], *, offset: int, size: int) -> Entry:
         details=details,
         truncated=len(shown) < len(text),
         is_error=is_error,
+        images=_images(data) if type_ == "user.message" else (),
     )
 
 

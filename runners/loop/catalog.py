@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from runners.media import IMAGE_TYPES, MediaSupport
+
 from .errors import BrainFailure
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "ResolvedModel",
     "catalog_coverage",
     "lookup_model",
+    "media_support",
     "resolve_model",
 ]
 
@@ -57,6 +60,7 @@ class ModelSpec:
     context_window: int
     reasoning_efforts: tuple[str, ...]
     base_url: str | None
+    image_input: bool = True  # False for the catalog's `text_only` models
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +95,33 @@ def lookup_model(model: str) -> ModelSpec | None:
         context_window=int(window),
         reasoning_efforts=tuple(catalog["reasoning_profiles"][profile]),
         base_url=catalog["base_urls"].get(provider, {}).get(transport),
+        image_input=model not in _text_only(),
     )
+
+
+@cache
+def _text_only() -> frozenset[str]:
+    return frozenset(_catalog().get("text_only", ()))
+
+
+# Image types per transport: Gemini reads PNG, JPEG and WebP (not GIF); the others all four.
+_GOOGLE_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
+# Transports whose provider fetches an https image URL itself. Bedrock Converse takes bytes
+# only; the Gemini API's file_data takes only its own Files API URIs (Vertex AI takes https).
+_URL_TRANSPORTS = frozenset(
+    {"openai-completions", "openai-responses", "azure-openai-responses", "anthropic-messages", "google-vertex"}
+)
+
+
+def media_support(model: str, provider: Mapping[str, object]) -> MediaSupport | None:
+    """The images a session's model takes on its transport (the `open` result's `media`);
+    None for a text-only model or one the catalog lacks (its turn fails anyway)."""
+    spec = lookup_model(model)
+    if spec is None or not spec.image_input:
+        return None
+    transport = str(provider.get("api") or spec.transport)
+    types = _GOOGLE_IMAGE_TYPES if transport.startswith("google") else IMAGE_TYPES
+    return {"types": list(types), "https": transport in _URL_TRANSPORTS}
 
 
 def resolve_model(model: str, *, reasoning_effort: str, provider: Mapping[str, object]) -> ResolvedModel:

@@ -100,6 +100,20 @@ def reasoning_profile(model: str) -> str:
     return "none"
 
 
+# Families known to read text only (the catalog page has no input types): a heuristic, like
+# the reasoning profiles. A model not matched is taken to accept images.
+_TEXT_ONLY = re.compile(
+    r"deepseek|nova-micro|gpt-oss|gpt-3\.5|o1-mini|o3-mini|codestral|devstral|qwq|qwen3-coder|kimi-k2(?!\.[5-9])"
+    r"|glm-4\.[5-7](?!v)|minimax-m|llama-?3\.?[013]?-|llama-3\.[13]"
+)
+
+
+def takes_images(model: str) -> bool:
+    """Heuristic: whether a model reads images, from its family name."""
+    name = model.split("/", 1)[1].lower()
+    return bool(re.search(r"vision|[-.]vl\b", name)) or not _TEXT_ONLY.search(name)
+
+
 def parse_catalog_rows(markdown: str) -> list[tuple[str, str, int]]:
     rows = []
     for line in markdown.splitlines():
@@ -113,10 +127,13 @@ def build_catalog(markdown: str) -> dict[str, object]:
     rows = parse_catalog_rows(markdown)
     return {
         "source": "reference-model-catalog.md (pinned Pi 1.2.0 model registry)",
-        "notes": "reasoning profiles are inferred from model family names; base URLs are public defaults",
+        "notes": (
+            "reasoning profiles and text_only are inferred from model family names; base URLs are public defaults"
+        ),
         "reasoning_profiles": REASONING_PROFILES,
         "base_urls": BASE_URLS,
         "models": {model: [transport, window, reasoning_profile(model)] for model, transport, window in rows},
+        "text_only": sorted(model for model, _transport, _window in rows if not takes_images(model)),
     }
 
 

@@ -27,6 +27,9 @@ COMPACTION_INSTRUCTIONS = (
     "without the full history. Keep facts, decisions, open tasks, names, numbers and tool outcomes. "
     "Write plain text, no preamble."
 )
+# What one image costs in context, in tokens: about what a 1,000-pixel-square image costs at
+# OpenAI (high detail), Anthropic and Gemini; the estimate only decides when to compact.
+IMAGE_TOKENS = 1600
 # Key of a message's size in characters among its derived forms.
 _CHARS = "compaction.chars"
 _SUMMARY_REQUEST = "Summarize the conversation above for the assistant's future reference."
@@ -52,6 +55,8 @@ def _message_chars(messages: tuple[Message, ...] | list[Message]) -> int:
 def _chars(message: Message) -> int:
     if isinstance(message, AssistantMessage):
         return len(message.text) + sum(len(compact_json(c.arguments)) + len(c.name) for c in message.tool_calls)
+    if isinstance(message, UserMessage):
+        return len(message.text) + len(message.media) * IMAGE_TOKENS * CHARS_PER_TOKEN
     return len(message.text)
 
 

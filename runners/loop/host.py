@@ -13,6 +13,7 @@ import json
 import sys
 import traceback
 
+from runners.media import Media, MediaError, read_media
 from runners.protocol import (
     BRAIN_METHODS,
     END_TURN,
@@ -32,6 +33,7 @@ from runners.protocol import (
 )
 
 from .attachment import AttachedSession
+from .catalog import media_support
 from .errors import BrainFailure, RunnerFailure
 from .messages import ToolCall, ToolResult
 from .providers import ProviderPool
@@ -205,28 +207,33 @@ class Host:
             raise BrainFailure(f"native directory {directory} is already attached")
         state = await asyncio.to_thread(NativeState.load, settings.directory)
         self._attachments[attachment_id] = AttachedSession(attachment_id=attachment_id, settings=settings, state=state)
-        return {}
+        support = media_support(settings.model, settings.provider)
+        return {"media": dict(support)} if support is not None else {}
 
     async def on_prompt(self, frame: Frame) -> None:
         attachment = self._attachment(frame)
         params = frame.get("params")
         if not isinstance(params, dict) or not isinstance(params.get("text"), str):
             raise BrainFailure("prompt params need text")
+        try:
+            media = tuple(read_media(params.get("media") or [], decode=False))
+        except MediaError as exc:
+            raise BrainFailure(f"prompt params: {exc}") from None
         if attachment.running:
             raise BrainFailure("a turn is already running on this attachment")
         turn_id = frame.get("turn", "")
         attachment.turn_id = turn_id
         attachment.prompt_frame = frame
         attachment.steers = []
-        attachment.turn_task = asyncio.create_task(self._run_prompt(attachment, frame, params["text"]))
+        attachment.turn_task = asyncio.create_task(self._run_prompt(attachment, frame, params["text"], media))
         return None
 
-    async def _run_prompt(self, attachment: AttachedSession, frame: Frame, text: str) -> None:
+    async def _run_prompt(self, attachment: AttachedSession, frame: Frame, text: str, media: tuple[Media, ...]) -> None:
         channel = _TurnChannel(self, attachment, frame.get("turn", ""))
         result: PromptResult | None = None
         error: ErrorBody | None = None
         try:
-            await run_turn(attachment.settings, attachment.state, text=text, io=channel, pool=self._pool)
+            await run_turn(attachment.settings, attachment.state, text=text, media=media, io=channel, pool=self._pool)
             result = {}
         except asyncio.CancelledError:
             result = {"interrupted": True}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TypedDict
 
+from runners.media import Media
 from runners.protocol import JSONObject
 
 __all__ = [
@@ -43,6 +44,7 @@ class Replay(TypedDict, total=False):
 class UserMessage:
     text: str
     derived: dict[str, object] = _derived()
+    media: tuple[Media, ...] = ()  # images after the text (runners.media: data: or https URLs)
 
 
 @dataclass(frozen=True, slots=True)

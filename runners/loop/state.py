@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from runners.media import Media, MediaError, read_media
 from runners.protocol import JSONObject, NativeFile
 
 from .errors import BrainFailure
@@ -40,7 +41,10 @@ class _Turn:
 
 def _message_record(message: Message) -> JSONObject:
     if isinstance(message, UserMessage):
-        return {"type": "user", "text": message.text}
+        record: JSONObject = {"type": "user", "text": message.text}
+        if message.media:
+            record["media"] = list(message.media)
+        return record
     if isinstance(message, ToolResult):
         return {
             "type": "tool_result",
@@ -49,7 +53,7 @@ def _message_record(message: Message) -> JSONObject:
             "text": message.text,
             "is_error": message.is_error,
         }
-    record: JSONObject = {
+    record = {
         "type": "assistant",
         "text": message.text,
         "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
@@ -59,10 +63,20 @@ def _message_record(message: Message) -> JSONObject:
     return record
 
 
+def _record_media(value: object) -> tuple[Media, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(read_media(value, decode=False))
+    except MediaError:
+        print("loop: dropping unreadable images of a native record", file=sys.stderr)
+        return ()
+
+
 def _record_message(record: dict[str, Any]) -> Message | None:
     kind = record.get("type")
     if kind in ("user", "steer"):
-        return UserMessage(text=str(record["text"]))
+        return UserMessage(text=str(record["text"]), media=_record_media(record.get("media")))
     if kind == "tool_result":
         return ToolResult(
             call_id=str(record["call_id"]),
@@ -237,8 +251,12 @@ class OpenTurn:
         if message is not None:
             self._turn.messages.append(message)
 
-    def add_user(self, text: str, *, steer: bool = False) -> None:
-        self._append({"type": "steer" if steer else "user", "text": text}, UserMessage(text))
+    def add_user(self, text: str, *, steer: bool = False, media: tuple[Media, ...] = ()) -> None:
+        message = UserMessage(text, media=media)
+        record = _message_record(message)
+        if steer:
+            record["type"] = "steer"
+        self._append(record, message)
 
     def add_generation(self, generation: Generation) -> None:
         message = generation.as_message()

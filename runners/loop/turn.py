@@ -1,6 +1,7 @@
 """The agent loop of one prompt: call the model, run its tool calls, repeat until it stops.
 
-    1. resolve the model (catalog, reasoning effort, host overrides) → brain_error if impossible
+    1. resolve the model (catalog, reasoning effort, host overrides) and check the message's
+       images against what the model takes → brain_error if impossible
     2. append the user text; then per generation: take queued steers, compact if the context
        nears the window, stream the model call (assistant.delta), record it (assistant.message)
     3. run that generation's tool calls in parallel through Brain, record the results, go to 2
@@ -15,10 +16,12 @@ from __future__ import annotations
 import asyncio
 from typing import Protocol
 
+from runners.media import Media, refusal
 from runners.protocol import DeltaData, MessageData
 
 from . import compaction
-from .catalog import ResolvedModel, resolve_model
+from .catalog import ResolvedModel, media_support, resolve_model
+from .errors import BrainFailure
 from .messages import Generation, ModelRequest, ToolCall, ToolResult
 from .providers import ProviderPool
 from .providers.base import Endpoint, Provider
@@ -41,8 +44,20 @@ class TurnIO(Protocol):
     def take_steers(self) -> list[str]: ...
 
 
-async def run_turn(settings: SessionSettings, state: NativeState, *, text: str, io: TurnIO, pool: ProviderPool) -> None:
+async def run_turn(
+    settings: SessionSettings,
+    state: NativeState,
+    *,
+    text: str,
+    media: tuple[Media, ...] = (),
+    io: TurnIO,
+    pool: ProviderPool,
+) -> None:
+    """`media`: the message's images; ones the model cannot take fail the turn before any call."""
     resolved = resolve_model(settings.model, reasoning_effort=settings.reasoning_effort, provider=settings.provider)
+    reason = refusal(list(media), media_support(settings.model, settings.provider), model=settings.model)
+    if reason:
+        raise BrainFailure(reason)
     endpoint = Endpoint(
         transport=resolved.transport,
         base_url=resolved.base_url,
@@ -52,7 +67,7 @@ async def run_turn(settings: SessionSettings, state: NativeState, *, text: str, 
     provider = await pool.get(endpoint)
     turn = state.begin_turn()
     try:
-        turn.add_user(text)
+        turn.add_user(text, media=media)
         await _loop(settings, state, turn, resolved, provider, io)
         turn.commit()
     except BaseException:

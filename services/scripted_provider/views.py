@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 from . import bedrock, google
+from .images import image_error
 from .script import RequestView, ToolResultView
 
 __all__ = [
@@ -90,6 +91,9 @@ def _asks_for_reasoning(wire: str, body: dict[str, Any]) -> bool:
 
 def find_request_error(wire: str, body: dict[str, Any]) -> str | None:
     """The structural checks the real APIs make, so a client bug fails here as it would there."""
+    image = image_error(wire, body)
+    if image:
+        return image
     if wire == bedrock.WIRE:
         return bedrock.request_error(body)
     if wire in google.WIRES:

@@ -12,6 +12,7 @@ from typing import Any
 
 from foundation.hostconfig import Harness
 from foundation.telemetry import Telemetry
+from runners.media import MediaSupport, media_support
 from runners.protocol import OpenParams
 
 from .host import AttachmentHandler, HarnessHost, HostLost, RunnerError
@@ -31,6 +32,7 @@ class HostUnavailable(Exception):
 class Attachment:
     id: str
     host: HarnessHost
+    media: MediaSupport | None = None  # the images its open result says the model takes (None: none)
 
     async def request(self, method: str, params: Any, *, turn: str = "", timeout: float | None = None) -> Any:
         return await self.host.request(self.id, method, params, turn=turn, timeout=timeout)
@@ -60,11 +62,12 @@ class HostPool:
         attachment = Attachment(secrets.token_hex(8), host)
         host.attachments[attachment.id] = handler
         try:
-            await attachment.request("open", open_params, timeout=OPEN_TIMEOUT_SECONDS)
+            opened = await attachment.request("open", open_params, timeout=OPEN_TIMEOUT_SECONDS)
         except BaseException:
             host.forget(attachment.id)
             await self._release_if_empty(host)
             raise
+        attachment.media = media_support(opened.get("media")) if isinstance(opened, dict) else None
         if host.spawned_at:  # the host's first reply: it has started
             self._telemetry.record_runner_startup(self.name, time.monotonic() - host.spawned_at)
             host.spawned_at = 0.0

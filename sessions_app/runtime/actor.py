@@ -14,6 +14,7 @@ from typing import Any
 
 from foundation.errors import BrainError, Conflict
 from foundation.logs import logger
+from runners.media import Media
 from sessions_app.eventlog import Event, LogWriteFailed, RecordTooLarge, new_id, public_message
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment
@@ -105,14 +106,14 @@ class SessionActor(SessionState["SessionActor"]):
     def send(self, text: str, *, key: str | None, traceparent: str = "", input_id: str = "", seq: int = 0) -> Event:
         """Accept a user.message: on disk before return, then queued. Raises Conflict/Overloaded.
         In a fleet, `input_id` and `seq` are its journal entry's."""
-        data, previous = self.admit(text, key=key)
+        data, previous = self.admit(text, key=key, media=[])
         if previous is not None:
             return previous
         return self.accept(data, key=key, traceparent=traceparent, input_id=input_id, seq=seq)
 
     def accept(self, data: dict[str, Any], *, key: str | None, traceparent: str, input_id: str, seq: int) -> Event:
         """A user.message admit() let in: on disk before return, then queued."""
-        text = str(data["text"])
+        text, media = str(data["text"]), list(data.get("media", ()))
         try:
             event = self.emit("user.message", data, event_id=input_id)
         except (OSError, RecordTooLarge) as exc:
@@ -121,23 +122,28 @@ class SessionActor(SessionState["SessionActor"]):
             raise BrainError(f"the message was not accepted: {detail}") from exc
         if key is not None:
             self._keys.remember(key, event.offset)
-        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic(), seq))
+        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic(), seq, media))
         if self.status == SessionStatus.IDLE:
             self._start_next()
         return event
 
-    def admit(self, text: str, *, key: str | None) -> tuple[dict[str, Any], Event | None]:
+    def admit(self, text: str, *, key: str | None, media: list[Media]) -> tuple[dict[str, Any], Event | None]:
         """The user.message's data, and the event a resent key names (else None); raises
         Conflict/Overloaded when the session cannot take it now."""
         check_status(self.status)
         data: dict[str, Any] = {"type": "user.message", "text": text, "delivery": "queue"}
+        if media:
+            data["media"] = media
         if key is not None:
             data["key"] = key
             previous = self._keys.previous(key, data)
             if previous is not None:
                 return data, previous
         host, size = self._host, self.log.size
-        check_capacity(limits=host.limits, draining=host.draining, queued=len(self.queue), log_size=size, text=text)
+        size_of_input = len(text) + sum(len(item["url"]) for item in media)
+        check_capacity(
+            limits=host.limits, draining=host.draining, queued=len(self.queue), log_size=size, input_size=size_of_input
+        )
         return data, None
 
     def _start_next(self) -> None:
@@ -246,10 +252,12 @@ class SessionActor(SessionState["SessionActor"]):
                 if trace is not None:
                     trace.started()
                 attachment = await self._host.attach(self)
+                self.learn_media_support(attachment.media)
+                self.refuse_untaken_media(pending.media)
                 async with attachment.host.turn_slots:
                     if self._stop_reason:
                         raise asyncio.CancelledError
-                    result = await attachment.request("prompt", {"text": pending.text}, turn=self.turn_id)
+                    result = await attachment.request("prompt", pending.prompt(), turn=self.turn_id)
                 if self._failure is not None:
                     raise self._failure
                 if self._stop_reason or (isinstance(result, dict) and result.get("interrupted")):

@@ -21,11 +21,11 @@ def check_status(status: str) -> None:
         raise Conflict("resume the interrupted session before sending input")
 
 
-def check_capacity(*, limits: Limits, draining: bool, queued: int, log_size: int, text: str) -> None:
+def check_capacity(*, limits: Limits, draining: bool, queued: int, log_size: int, input_size: int) -> None:
     """Overloaded while shutting down, with a full queue, or with the log near its limit."""
     if draining:
         raise Overloaded("server is shutting down")
     if queued >= limits.queue:
         raise Overloaded("session input queue is full")
-    if log_size + len(text) + LOG_RESERVE_BYTES > limits.session_bytes:
+    if log_size + input_size + LOG_RESERVE_BYTES > limits.session_bytes:
         raise Overloaded("session event log is near its session_bytes limit")

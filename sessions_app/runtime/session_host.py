@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from foundation.hostconfig import Limits
 from foundation.logs import logger
+from runners.media import Media, PromptParams
 from sessions_app.eventlog import RecordTooLarge, public_message
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
@@ -79,6 +80,14 @@ class PendingInput:
     traceparent: str = ""  # W3C trace context of the request that sent it
     accepted: float = 0.0  # time.monotonic() when it was accepted
     seq: int = 0  # its input journal entry in a fleet (0: not journaled)
+    media: list[Media] = field(default_factory=list)  # its images (runners.media), checked at the send
+
+    def prompt(self) -> PromptParams:
+        """The `prompt` request's params: the text, and its images when it has any."""
+        params: PromptParams = {"text": self.text}
+        if self.media:
+            params["media"] = self.media
+        return params
 
 
 def turn_failure(exc: Exception, *, earlier: TurnFailure | None, session_id: str) -> TurnFailure:

@@ -12,8 +12,10 @@ import contextlib
 from collections import deque
 from typing import Any, Generic, TypeVar
 
+from foundation.errors import InvalidRequest
 from foundation.logs import logger
 from foundation.telemetry import Telemetry, TurnTrace
+from runners.media import Media, MediaSupport, refusal
 from sessions_app.eventlog import Event, EventLog, RecordTooLarge, now_rfc3339
 from sessions_app.records import SessionRecord, SessionStatus
 from sessions_app.storage import SessionFiles
@@ -71,6 +73,10 @@ class SessionState(Generic[Actor]):
         self._marked_running = False  # whether the running marker is on disk
         self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
         self._spawns = SpawnCount()  # sub-agent sessions the running turn started
+        # The images the session's model takes, as its harness said when it last opened the
+        # session here (runners.media.MediaSupport; None: it declared none); unknown until then.
+        self._media_support: MediaSupport | None = None
+        self._media_known = False
 
     # -- state -------------------------------------------------------------------------------
 
@@ -102,6 +108,24 @@ class SessionState(Generic[Actor]):
     def busy(self) -> bool:
         """Whether unloading would lose work: a turn, queued input or open streams."""
         return self.task is not None or bool(self.queue) or bool(self.subscribers)
+
+    # -- images ------------------------------------------------------------------------------
+
+    def learn_media_support(self, support: MediaSupport | None) -> None:
+        """What the harness's open result said; the session's model never changes."""
+        self._media_support, self._media_known = support, True
+
+    def check_media_taken(self, media: list[Media]) -> None:
+        """400 at the send for images the harness already said the model cannot take."""
+        reason = refusal(media, self._media_support, model=self.record.config["model"]) if self._media_known else ""
+        if reason:
+            raise InvalidRequest(reason)
+
+    def refuse_untaken_media(self, media: list[Media]) -> None:
+        """Before the prompt: images the model cannot take end the turn (no model call)."""
+        reason = refusal(media, self._media_support, model=self.record.config["model"])
+        if reason:
+            raise TurnFailure("invalid_request", reason)
 
     def _set_status(self, status: SessionStatus, *, input_id: str | None = None) -> None:
         """Record, then adopt, a new status. Raises OSError or RecordTooLarge with the status

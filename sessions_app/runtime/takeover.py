@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from runners.media import Media, MediaError, read_media
 from sessions_app.storage import Recovered
 
 from .ownership import JournalBacklog, JournaledInput
@@ -38,6 +39,16 @@ class Adoption:
         return f"{LOST_MESSAGE}: input {', '.join(self.lost)}"
 
 
+def journaled_media(value: object) -> list[Media]:
+    """The images of a journaled input (checked when it was sent; none when it had none)."""
+    if not value:
+        return []
+    try:
+        return read_media(value, decode=False)
+    except MediaError:  # a damaged entry: its turn runs on the text, as the log's record shows it
+        return []
+
+
 def unsettled(recovered: Recovered, backlog: JournalBacklog | None) -> list[str]:
     """The inputs a dead server left without an outcome that no journal entry accounts for."""
     if backlog is None:
@@ -63,5 +74,6 @@ def plan_adoption(recovered: Recovered, backlog: JournalBacklog) -> Adoption:
             plan.cancelled.append(entry.input_id)
         else:
             text = str(entry.payload.get("text", ""))
-            plan.requeue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq))
+            media = journaled_media(entry.payload.get("media"))
+            plan.requeue.append(PendingInput(entry.input_id, text, "", time.monotonic(), entry.seq, media))
     return plan

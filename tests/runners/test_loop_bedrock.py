@@ -9,6 +9,7 @@ import pytest
 from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer
 
 from runners.loop.providers.bedrock_converse import region_from_url
+from runners.media import IMAGE_TYPES
 
 MODEL = "amazon-bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0"
 
@@ -21,7 +22,8 @@ def _open_with_key(runner: RunnerProcess, directory: Path, *, base_url: str, api
         "tools": [ECHO_TOOL],
         "provider": {"api_key": api_key, "base_url": base_url},
     }
-    assert runner.request("a1", "open", params)["result"] == {}
+    # the open result says which images the model takes: Bedrock fetches no URLs
+    assert runner.request("a1", "open", params)["result"] == {"media": {"types": list(IMAGE_TYPES), "https": False}}
 
 
 @pytest.mark.parametrize(

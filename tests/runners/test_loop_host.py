@@ -9,6 +9,8 @@ from pathlib import Path
 
 from conftest import ECHO_TOOL, PROJECT_ROOT, RunnerProcess, ScriptedProviderServer, echo_tool_handler, runner_env
 
+from runners.media import IMAGE_TYPES
+
 MODEL = "openai/gpt-4.1-mini"
 
 # Runs the runner with every `django` import failing, as if Django were not installed.
@@ -127,7 +129,8 @@ def test_detach_releases_one_attachment_without_stopping_peers(
     assert detached == {"attachment": "a1", "id": detached["id"], "result": {}}
     assert runner.request("a1", "checkpoint")["error"]["code"] == "brain_error"
     assert runner.prompt("a2", "hi", turn="t1")[0]["result"] == {}
-    assert runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)["result"] == {}
+    opened = runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)
+    assert opened["result"] == {"media": {"types": list(IMAGE_TYPES), "https": True}}
 
 
 def test_protocol_misuse_gets_brain_error_replies(

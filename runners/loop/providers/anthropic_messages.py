@@ -11,6 +11,7 @@ from typing import Any
 import anthropic
 import httpx
 
+from runners.media import Media
 from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
@@ -22,6 +23,7 @@ from .base import (
     Endpoint,
     TextSink,
     client_options,
+    image_base64,
     parse_arguments,
     provider_failure,
 )
@@ -136,9 +138,19 @@ class AnthropicMessages(ClientProvider[anthropic.AsyncAnthropic]):
         )
 
 
+def _image_block(item: Media) -> JSONObject:
+    """spec (Messages vision): a base64 source with its media_type, or a url source."""
+    data = image_base64(item)
+    if data is None:
+        return {"type": "image", "source": {"type": "url", "url": item["url"]}}
+    return {"type": "image", "source": {"type": "base64", "media_type": item["type"], "data": data}}
+
+
 def _blocks(message: Any) -> tuple[str, list[JSONObject]]:
     if isinstance(message, UserMessage):
-        return "user", [{"type": "text", "text": message.text}] if message.text else []
+        blocks: list[JSONObject] = [{"type": "text", "text": message.text}] if message.text else []
+        blocks.extend(_image_block(item) for item in message.media)
+        return "user", blocks
     if isinstance(message, ToolResult):
         block = {
             "type": "tool_result",
@@ -148,7 +160,7 @@ def _blocks(message: Any) -> tuple[str, list[JSONObject]]:
         }
         return "user", [block]
     assert isinstance(message, AssistantMessage)
-    blocks: list[JSONObject] = []
+    blocks = []
     if message.replay and message.replay.get("transport") == TRANSPORT:
         blocks.extend(message.replay.get("blocks", ()))
     if message.text:

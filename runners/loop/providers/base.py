@@ -17,15 +17,19 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypedDict, TypeVar
 
+from runners.media import Media, MediaError, data_url_payload, decode_data_url, is_data_url
 from runners.protocol import FrameError, JSONObject, decode_json
 
-from ..errors import ProviderFailure
+from ..errors import BrainFailure, ProviderFailure
 from ..messages import Generation, ModelRequest, ToolResult
 
 if TYPE_CHECKING:
     import httpx  # the SDK transports import it; startup must not (the loop starts before any call)
 
 __all__ = [
+    "image_base64",
+    "image_bytes",
+    "refuse_image_url",
     "MAX_RETRIES",
     "ClientOptions",
     "ClientProvider",
@@ -134,3 +138,23 @@ def provider_failure(name: str, exc: Exception) -> ProviderFailure:
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
     prefix = f"{name} HTTP {status}" if status else f"{name} {type(exc).__name__}"
     return ProviderFailure(f"{prefix}: {message}")
+
+
+def image_base64(item: Media) -> str | None:
+    """The base64 text of a data: image (None for an https one), as providers that take base64 want it."""
+    return data_url_payload(item["url"])[1] if is_data_url(item["url"]) else None
+
+
+def image_bytes(item: Media) -> bytes | None:
+    """The bytes of a data: image (None for an https one), for SDKs that encode them themselves."""
+    if not is_data_url(item["url"]):
+        return None
+    try:
+        return decode_data_url(item["url"], expected_type=item["type"])
+    except MediaError as exc:
+        raise BrainFailure(f"image: {exc}") from None
+
+
+def refuse_image_url(transport: str) -> BrainFailure:
+    """The failure for an https image on a transport whose provider cannot fetch URLs."""
+    return BrainFailure(f"{transport} cannot take image URLs; send the image as a data: URL")

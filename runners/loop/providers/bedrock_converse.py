@@ -24,6 +24,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.tokens import FrozenAuthToken
 
+from runners.media import Media
 from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
@@ -36,7 +37,9 @@ from .base import (
     THINKING_BUDGETS,
     Endpoint,
     TextSink,
+    image_bytes,
     parse_arguments,
+    refuse_image_url,
     tool_result_text,
 )
 
@@ -302,9 +305,20 @@ def _tool_spec(name: str, description: str, schema: JSONObject) -> JSONObject:
     return {"toolSpec": spec}
 
 
+def _image_block(item: Media) -> JSONObject:
+    """spec (Converse ImageBlock): format and source.bytes (boto3 base64-encodes them); Bedrock
+    fetches no URLs, so an https image fails the turn before the call."""
+    data = image_bytes(item)
+    if data is None:
+        raise refuse_image_url(TRANSPORT)
+    return {"image": {"format": item["type"].removeprefix("image/"), "source": {"bytes": data}}}
+
+
 def _blocks(message: Any, *, anthropic: bool) -> tuple[str, list[JSONObject]]:
     if isinstance(message, UserMessage):
-        return "user", [{"text": message.text}] if message.text else []
+        blocks: list[JSONObject] = [{"text": message.text}] if message.text else []
+        blocks.extend(_image_block(item) for item in message.media)
+        return "user", blocks
     if isinstance(message, ToolResult):
         # Only Claude models accept a result `status`; the others see failures as `Error: …` text.
         text = message.text if anthropic else tool_result_text(message)
@@ -313,7 +327,7 @@ def _blocks(message: Any, *, anthropic: bool) -> tuple[str, list[JSONObject]]:
             result["status"] = "error" if message.is_error else "success"
         return "user", [{"toolResult": result}]
     assert isinstance(message, AssistantMessage)
-    blocks: list[JSONObject] = []
+    blocks = []
     if message.replay and message.replay.get("transport") == TRANSPORT:
         for block in message.replay.get("blocks", ()):
             if "redacted" in block:

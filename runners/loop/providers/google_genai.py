@@ -16,11 +16,12 @@ import httpx
 from google import genai
 from google.genai import errors, types
 
+from runners.media import Media
 from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
-from .base import MAX_RETRIES, READ_TIMEOUT, ClientProvider, Endpoint, TextSink
+from .base import MAX_RETRIES, READ_TIMEOUT, ClientProvider, Endpoint, TextSink, image_bytes, refuse_image_url
 
 __all__ = ["GoogleGenerativeAI", "GoogleVertex"]
 
@@ -124,9 +125,25 @@ class GoogleGenerativeAI(ClientProvider[genai.Client]):
             replay={"transport": self._endpoint.transport, "parts": parts} if signed else None,
         )
 
+    # Whether file_data may name an https URL: Vertex AI fetches one, the Gemini API takes only
+    # its own Files API URIs (an https image there fails the turn before the call).
+    takes_image_urls = False
+
+    def _image_part(self, item: Media) -> JSONObject:
+        """spec (Gemini Part): inline_data with the bytes (the SDK base64-encodes them), or
+        file_data with file_uri where the endpoint fetches URLs."""
+        data = image_bytes(item)
+        if data is not None:
+            return {"inline_data": {"mime_type": item["type"], "data": data}}
+        if not self.takes_image_urls:
+            raise refuse_image_url(self._endpoint.transport)
+        return {"file_data": {"file_uri": item["url"], "mime_type": item["type"]}}
+
     def _parts(self, message: Any) -> tuple[str, list[JSONObject]]:
         if isinstance(message, UserMessage):
-            return "user", [{"text": message.text}] if message.text else []
+            parts: list[JSONObject] = [{"text": message.text}] if message.text else []
+            parts.extend(self._image_part(item) for item in message.media)
+            return "user", parts
         if isinstance(message, ToolResult):
             # spec (Gemini function calling): "output" carries the result, "error" a failure.
             key = "error" if message.is_error else "output"
@@ -135,7 +152,7 @@ class GoogleGenerativeAI(ClientProvider[genai.Client]):
         assert isinstance(message, AssistantMessage)
         if message.replay and message.replay.get("transport") == self._endpoint.transport:
             return "model", [_sdk_part(p) for p in message.replay.get("parts", ())]
-        parts: list[JSONObject] = [{"text": message.text}] if message.text else []
+        parts = [{"text": message.text}] if message.text else []
         parts.extend({"function_call": {"id": c.id, "name": c.name, "args": c.arguments}} for c in message.tool_calls)
         return "model", parts
 
@@ -145,6 +162,7 @@ class GoogleVertex(GoogleGenerativeAI):
 
     vertexai = True
     api_version = "v1beta1"
+    takes_image_urls = True
 
 
 def _add_part(parts: list[dict[str, Any]], part: Any) -> str:

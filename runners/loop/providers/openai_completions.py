@@ -36,7 +36,7 @@ class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
         messages: list[JSONObject] = [{"role": "system", "content": request.instructions}]
         for message in request.messages:
             if isinstance(message, UserMessage):
-                messages.append({"role": "user", "content": message.text})
+                messages.append({"role": "user", "content": _user_content(message)})
             elif isinstance(message, ToolResult):
                 messages.append({"role": "tool", "tool_call_id": message.call_id, "content": tool_result_text(message)})
             elif isinstance(message, AssistantMessage):
@@ -101,6 +101,15 @@ class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
         )
         stop_reason = "tool_use" if tool_calls else _STOP_REASONS.get(finish, finish)
         return Generation(text="".join(text), tool_calls=tool_calls, stop_reason=stop_reason, usage=usage)
+
+
+def _user_content(message: UserMessage) -> str | list[JSONObject]:
+    """Plain text, or text and image_url parts (a data: or https URL) when it has images."""
+    if not message.media:
+        return message.text
+    parts: list[JSONObject] = [{"type": "text", "text": message.text}]
+    parts.extend({"type": "image_url", "image_url": {"url": item["url"]}} for item in message.media)
+    return parts
 
 
 def _assistant(message: AssistantMessage) -> JSONObject:

@@ -159,7 +159,10 @@ def _items_of(message: Message) -> tuple[JSONObject, ...]:
 def _message_items(message: Message) -> tuple[JSONObject, ...]:
     """The input items of one message; derived once per message, shared by every later request."""
     if isinstance(message, UserMessage):
-        return ({"role": "user", "content": [{"type": "input_text", "text": message.text}]},)
+        content: list[JSONObject] = [{"type": "input_text", "text": message.text}]
+        # spec (Responses input_image): a data: URL or an https URL in image_url; detail is required
+        content.extend({"type": "input_image", "image_url": item["url"], "detail": "auto"} for item in message.media)
+        return ({"role": "user", "content": content},)
     if isinstance(message, ToolResult):
         return ({"type": "function_call_output", "call_id": message.call_id, "output": tool_result_text(message)},)
     return tuple(_assistant_items(message))

@@ -31,8 +31,8 @@ REFINEMENTS = {
 # each served one must match that record (we may be stricter: no unknown keys), then it is removed
 # before the comparison with the contract proper. Their components are additive.
 LATER_SDK = "x-later-sdk-2.3.0"
-LATER_SDK_FIELDS = frozenset({("CreateSession", "model_credential")})
-LATER_SDK_COMPONENTS = frozenset({"ModelCredential"})
+LATER_SDK_FIELDS = frozenset({("CreateSession", "model_credential"), ("Input", "media")})
+LATER_SDK_COMPONENTS = frozenset({"Media", "ModelCredential"})
 
 # Additive operations (documented in the README): served beside the contract's, never changing
 # one of them. Each is checked for its operationId, the contract's bearer security and error
@@ -67,7 +67,7 @@ def _canonical(node: Any, components: Document, trail: tuple[str, ...] = ()) -> 
     if not isinstance(node, dict):
         return node
     if "$ref" in node:
-        name = node["$ref"].removeprefix("#/components/schemas/")
+        name = node["$ref"].rsplit("/", 1)[-1]  # components/schemas/X, or x-later-sdk-2.3.0/schemas/X
         if name in trail:  # a recursive schema: compare by name below this point
             return {"$ref": name}
         return _canonical(components[name], components, (*trail, name))
