@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from foundation.logs import logger
+from runners.accounting import MODEL_REQUEST, check_request_record
 from runners.protocol import EVENT_NAMES, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
 
 from .launch import launch_command
@@ -240,6 +241,12 @@ class HarnessHost:
                 # a well-formed frame of one session: that session's turn fails, the host lives on
                 handler.on_frame_error(f"harness sent an invalid frame: unknown runner event {name[:64]!r}")
                 return
+            if name == MODEL_REQUEST:
+                try:
+                    data = dict(check_request_record(data))
+                except ValueError as exc:  # one session's broken record: its turn fails, nothing is logged
+                    handler.on_frame_error(f"harness sent an invalid model.request: {exc}")
+                    return
             handler.on_runner_event(frame.get("turn", ""), name, data)
         elif "id" in frame:
             future = self._pending.get(frame["id"])
