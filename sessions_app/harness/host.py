@@ -237,16 +237,16 @@ class HarnessHost:
             handler = self.attachments.get(attachment)
             if handler is None:
                 return  # late events of a detached attachment are dropped
-            if name not in EVENT_NAMES or not isinstance(data, dict):
-                # a well-formed frame of one session: that session's turn fails, the host lives on
-                handler.on_frame_error(f"harness sent an invalid frame: unknown runner event {name[:64]!r}")
-                return
             if name == MODEL_REQUEST:
                 try:
                     data = dict(check_request_record(data))
                 except ValueError as exc:  # one session's broken record: its turn fails, nothing is logged
                     handler.on_frame_error(f"harness sent an invalid model.request: {exc}")
                     return
+            if name not in EVENT_NAMES or not isinstance(data, dict):
+                # a well-formed frame of one session: that session's turn fails, the host lives on
+                handler.on_frame_error(f"harness sent an invalid frame: unknown runner event {name[:64]!r}")
+                return
             handler.on_runner_event(frame.get("turn", ""), name, data)
         elif "id" in frame:
             future = self._pending.get(frame["id"])
