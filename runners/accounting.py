@@ -160,7 +160,7 @@ def check_request_record(value: object) -> RequestRecord:
     attempts = _string(value, "attempts", _ATTEMPTS)
     made, allowed = (int(part) for part in attempts.split("/"))
     if made > allowed or allowed > MAX_ATTEMPTS:
-        raise ValueError("attempts must be <made>/<allowed> with made <= allowed")
+        raise ValueError(f"attempts must be <made>/<allowed> with made <= allowed <= {MAX_ATTEMPTS}")
     record: RequestRecord = {
         "request_id": _string(value, "request_id", _ID),
         "purpose": _string(value, "purpose", PURPOSES),

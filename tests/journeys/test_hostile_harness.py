@@ -276,7 +276,7 @@ RECORD_REASONS = {
     "missing-usage": "usage must be an object",
     "unmeasured-but-present": "usage.input_tokens is named in unmeasured",
     "availability-lies": "usage.availability must be 'partial' for the counts present",
-    "attempts-beyond-allowed": "attempts must be <made>/<allowed> with made <= allowed",
+    "attempts-beyond-allowed": "attempts must be <made>/<allowed> with made <= allowed <= 100",
     "unknown-usage-field": "unknown usage field 'cost'",
 }
 
