@@ -337,7 +337,7 @@ class SessionActor(SessionState["SessionActor"]):
             self.emit(name, data, input_id=self.current.id)
         except (OSError, RecordTooLarge) as exc:
             self._fail_running_turn(TurnFailure("brain_error", public_message(exc)))
-        if self._trace is not None:
+        if self._trace is not None and name != MODEL_REQUEST:  # a record is no output of the model
             self._trace.output()
 
     async def on_tool_call(self, turn: str, params: dict[str, Any]) -> CallResult:
