@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, NoReturn, TypedDict
 
+from runners.accounting import MODEL_REQUEST
+
 try:
     import orjson
 except ImportError:  # runners may run where orjson is absent: the stdlib codec below takes over
@@ -60,8 +62,8 @@ MAX_INTEGER = (1 << 64) - 1
 
 # Requests Brain sends on stdin.
 BRAIN_METHODS = frozenset({"open", "prompt", "steer", "interrupt", "checkpoint", "detach"})
-# Events a runner may emit on stdout while a prompt runs.
-EVENT_NAMES = frozenset({"assistant.delta", "assistant.message"})
+# Events a runner may emit on stdout while a prompt runs (`model.request`: runners/accounting.py).
+EVENT_NAMES = frozenset({"assistant.delta", "assistant.message", MODEL_REQUEST})
 # A key Brain may add to a tool.call reply's result: the model's turn ends once the runner has
 # the result (the tool showed the user something and waits for their next message). A runner
 # records the results it has, makes no further model call in this turn and settles the prompt;

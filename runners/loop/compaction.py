@@ -7,9 +7,15 @@ the same decision at the same point. The summary is a `compaction` record (still
 from __future__ import annotations
 
 from .messages import AssistantMessage, Message, ModelRequest, ToolResult, UserMessage
-from .providers.base import Provider, compact_json
+from .providers.base import compact_json
 
-__all__ = ["COMPACTION_INSTRUCTIONS", "choose_first_kept_turn", "estimate_tokens", "needs_compaction", "summarise"]
+__all__ = [
+    "COMPACTION_INSTRUCTIONS",
+    "choose_first_kept_turn",
+    "estimate_tokens",
+    "needs_compaction",
+    "summary_request",
+]
 
 # Characters per token: a deliberately rough estimate, fine for a trigger with headroom.
 CHARS_PER_TOKEN = 4
@@ -94,20 +100,15 @@ def render_transcript(summary: str | None, turns: list[list[Message]], *, limit:
     return transcript[-limit:]  # over the limit, the newest part matters most
 
 
-async def summarise(
-    provider: Provider, *, model: str, summary: str | None, turns: list[list[Message]], context_window: int
-) -> str:
+def summary_request(
+    *, model: str, summary: str | None, turns: list[list[Message]], context_window: int
+) -> ModelRequest:
+    """The model request that summarises `turns` (and the earlier summary) for compaction."""
     limit = int(context_window * TRANSCRIPT_SHARE * CHARS_PER_TOKEN)
     transcript = render_transcript(summary, turns, limit=limit)
-    request = ModelRequest(
+    return ModelRequest(
         model=model,
         instructions=COMPACTION_INSTRUCTIONS,
         tools=(),
         messages=(UserMessage(f"{transcript}\n\n{_SUMMARY_REQUEST}"),),
     )
-
-    async def ignore_text(_text: str) -> None:
-        return None  # the summary is internal: no assistant.delta for it
-
-    generation = await provider.generate(request, on_text=ignore_text)
-    return generation.text.strip()

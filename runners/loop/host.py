@@ -13,6 +13,7 @@ import json
 import sys
 import traceback
 
+from runners.accounting import RequestRecord
 from runners.media import Media, MediaError, read_media
 from runners.protocol import (
     BRAIN_METHODS,
@@ -102,7 +103,7 @@ class _TurnChannel:
         self._attachment = attachment
         self._turn_id = turn_id
 
-    async def emit(self, event: str, data: DeltaData | MessageData) -> None:
+    async def emit(self, event: str, data: DeltaData | MessageData | RequestRecord) -> None:
         await self._host.out.send(
             {"attachment": self._attachment.attachment_id, "turn": self._turn_id, "event": event, "data": data}
         )

@@ -4,6 +4,7 @@
        images against what the model takes → brain_error if impossible
     2. append the user text; then per generation: take queued steers, compact if the context
        nears the window, stream the model call (assistant.delta), record it (assistant.message)
+       and report every model request, compaction's too, as it ends (model.request)
     3. run that generation's tool calls in parallel through Brain, record the results, go to 2
     4. stop when the model makes no tool call and no steer is waiting, or when Brain marks a
        tool result `end_turn`; commit the turn
@@ -14,8 +15,10 @@ Any exception (failure, cancellation by interrupt) discards the turn: it never e
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Protocol
 
+from runners.accounting import MODEL_REQUEST, RequestRecord, check_request_record
 from runners.media import Media, refusal
 from runners.protocol import DeltaData, MessageData
 
@@ -23,8 +26,9 @@ from . import compaction
 from .catalog import ResolvedModel, media_support, resolve_model
 from .errors import BrainFailure
 from .messages import Generation, ModelRequest, ToolCall, ToolResult
+from .metering import CURRENT_METER, RequestMeter
 from .providers import ProviderPool
-from .providers.base import Endpoint, Provider
+from .providers.base import MAX_RETRIES, Endpoint, Provider, TextSink
 from .settings import SessionSettings
 from .state import NativeState, OpenTurn
 
@@ -37,7 +41,7 @@ _CACHE_KEY_PROVIDERS = frozenset({"openai", "azure"})
 class TurnIO(Protocol):
     """How the loop talks to Brain for one turn."""
 
-    async def emit(self, event: str, data: DeltaData | MessageData) -> None: ...
+    async def emit(self, event: str, data: DeltaData | MessageData | RequestRecord) -> None: ...
 
     async def call_tool(self, call: ToolCall) -> ToolResult: ...
 
@@ -91,9 +95,9 @@ async def _loop(
             turn.add_user(steer, steer=True)
         request = _request(settings, state, resolved)
         if compaction.needs_compaction(request, context_window=resolved.spec.context_window):
-            if await _compact(state, turn, resolved, provider):
+            if await _compact(state, turn, resolved, provider, io):
                 request = _request(settings, state, resolved)
-        generation = await provider.generate(request, on_text=on_text)
+        generation = await _generate(provider, request, purpose="turn", resolved=resolved, io=io, on_text=on_text)
         turn.add_generation(generation)
         await io.emit("assistant.message", _message_data(generation))
         if generation.tool_calls:
@@ -121,20 +125,59 @@ def _request(settings: SessionSettings, state: NativeState, resolved: ResolvedMo
     )
 
 
-async def _compact(state: NativeState, turn: OpenTurn, resolved: ResolvedModel, provider: Provider) -> bool:
+async def _generate(
+    provider: Provider, request: ModelRequest, *, purpose: str, resolved: ResolvedModel, io: TurnIO, on_text: TextSink
+) -> Generation:
+    """One model request, reported to Brain as `model.request` however it ends."""
+    meter = RequestMeter(allowed_attempts=MAX_RETRIES + 1)  # every transport retries MAX_RETRIES times
+    token = CURRENT_METER.set(meter)
+    try:
+        generation = await provider.generate(request, on_text=on_text, meter=meter)
+    except asyncio.CancelledError:
+        await _report(meter, io, purpose=purpose, state="interrupted", resolved=resolved, model=request.model)
+        raise
+    except Exception:
+        await _report(meter, io, purpose=purpose, state="failed", resolved=resolved, model=request.model)
+        raise
+    finally:
+        CURRENT_METER.reset(token)
+    await _report(meter, io, purpose=purpose, state="completed", resolved=resolved, model=request.model)
+    return generation
+
+
+async def _report(
+    meter: RequestMeter, io: TurnIO, *, purpose: str, state: str, resolved: ResolvedModel, model: str
+) -> None:
+    record = meter.record(purpose=purpose, state=state, provider=resolved.spec.provider, model=model)
+    if record is None:
+        return
+    try:
+        check_request_record(record)  # Brain refuses what fails here, and would fail the turn
+    except ValueError as exc:
+        print(f"loop: model.request not reported: {exc}", file=sys.stderr, flush=True)
+        return
+    await io.emit(MODEL_REQUEST, record)
+
+
+async def _compact(state: NativeState, turn: OpenTurn, resolved: ResolvedModel, provider: Provider, io: TurnIO) -> bool:
     """Summarise the oldest committed turns; False when there is nothing older to summarise."""
     turns = state.compactable_turns()
     if not turns:
         return False
     window = resolved.spec.context_window
     first_kept = compaction.choose_first_kept_turn([messages for _tid, messages in turns], context_window=window)
-    summary = await compaction.summarise(
-        provider,
+    request = compaction.summary_request(
         model=resolved.spec.provider_model,
         summary=state.summary,
         turns=[messages for _tid, messages in turns[:first_kept]],
         context_window=window,
     )
+
+    async def ignore_text(_text: str) -> None:
+        return None  # the summary is internal: no assistant.delta for it
+
+    generation = await _generate(provider, request, purpose="compaction", resolved=resolved, io=io, on_text=ignore_text)
+    summary = generation.text.strip()
     turn.add_compaction(summary, kept_from=turns[first_kept][0] if first_kept < len(turns) else None)
     return True
 

@@ -144,11 +144,14 @@ def render_stream(plan: Plan, ids: IdSource) -> list[Step]:
         steps.append(Step(encode_event("contentBlockStop", {"contentBlockIndex": index})))
         index += 1
     steps.append(Step(encode_event("messageStop", {"stopReason": "tool_use" if plan.tool_calls else "end_turn"})))
-    usage = {
-        "inputTokens": plan.input_tokens,
-        "outputTokens": plan.output_tokens,
-        "totalTokens": plan.input_tokens + plan.output_tokens,
-    }
+    # Bedrock counts cache reads and writes apart from input (and reports them only where a model
+    # caches), reasoning inside output.
+    output = plan.output_tokens + plan.reasoning_tokens
+    usage = {"inputTokens": plan.input_tokens, "outputTokens": output}
+    if plan.cache_read_tokens or plan.cache_write_tokens:
+        usage["cacheReadInputTokens"] = plan.cache_read_tokens
+        usage["cacheWriteInputTokens"] = plan.cache_write_tokens
+    usage["totalTokens"] = plan.input_tokens + output + plan.cache_read_tokens + plan.cache_write_tokens
     steps.append(Step(encode_event("metadata", {"usage": usage, "metrics": {"latencyMs": 1}})))
     return steps
 

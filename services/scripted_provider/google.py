@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from .framing import IdSource, Step, signature, sse
+from .framing import Step, signature, sse
 from .script import Plan, RequestView, ToolResultView
 
 __all__ = [
@@ -132,8 +132,7 @@ def _chunk(model: str, response_id: str, parts: list[dict[str, Any]], **extra: A
     return sse({"candidates": [candidate], "modelVersion": model, "responseId": response_id, **extra})
 
 
-def render_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
-    response_id = ids.next("resp")
+def render_stream(plan: Plan, model: str, response_id: str) -> list[Step]:
     # Signatures are bytes, base64 on the wire.
     sign = base64.b64encode(signature(plan.reasoning).encode()).decode() if plan.reasoning else ""
     steps: list[Step] = []
@@ -147,11 +146,15 @@ def render_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
         if sign:
             calls[0]["thoughtSignature"] = sign  # and the first function call when there is one
         steps.append(Step(_chunk(model, response_id, calls)))
-    usage = {
-        "promptTokenCount": plan.input_tokens,
-        "candidatesTokenCount": plan.output_tokens,
-        "totalTokenCount": plan.input_tokens + plan.output_tokens,
-    }
+    # Gemini counts cached tokens inside the prompt, thoughts apart from candidates, and leaves
+    # zero counts out of its JSON.
+    prompt = plan.input_tokens + plan.cache_read_tokens + plan.cache_write_tokens
+    usage = {"promptTokenCount": prompt, "candidatesTokenCount": plan.output_tokens}
+    if plan.cache_read_tokens:
+        usage["cachedContentTokenCount"] = plan.cache_read_tokens
+    if plan.reasoning_tokens:
+        usage["thoughtsTokenCount"] = plan.reasoning_tokens
+    usage["totalTokenCount"] = prompt + plan.output_tokens + plan.reasoning_tokens
     steps.append(Step(_chunk(model, response_id, [{"text": ""}], finishReason="STOP", usageMetadata=usage)))
     return steps
 

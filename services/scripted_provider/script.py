@@ -34,6 +34,8 @@ QUOTE_LIMIT = 200
 # Longest excerpt of the prompt quoted in scripted reasoning.
 REASONING_QUOTE = 60
 
+# Names a rule's `usage` may give (each becomes the Plan's `<name>_tokens`).
+USAGE_NAMES = frozenset({"input", "output", "cache_read", "cache_write", "reasoning"})
 _FAIL_DIRECTIVE = re.compile(r"\[fail (\d{3})\]")
 _SLOW_DIRECTIVE = re.compile(r"\[slow(?: (\d+))?\]")
 # `call NAME {json}` on its own line asks for a tool call; several lines give parallel calls.
@@ -83,8 +85,12 @@ class Plan:
     break_stream: bool = False  # send the first delta, then a mid-stream error event
     fail_status: int = 0  # answer with this HTTP error status instead of a stream
     fail_message: str = ""
-    input_tokens: int = 0
-    output_tokens: int = 0
+    # Usage in parts that never overlap; each wire adds them up its own way (wire.py).
+    input_tokens: int = 0  # uncached input
+    output_tokens: int = 0  # visible output
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
 
     @property
     def text(self) -> str:
@@ -110,6 +116,7 @@ class Rule:
     message: str = "scripted failure"
     delay_ms: int = 0
     stall: bool = False
+    usage: tuple[tuple[str, int], ...] = ()  # Plan usage fields the reply reports instead of estimates
 
     def matches(self, text: str, view: RequestView) -> bool:
         if self.requires_tool and self.requires_tool not in view.tool_names:
@@ -146,7 +153,7 @@ class Script:
         if rule.status:
             return Plan(fail_status=rule.status, fail_message=rule.message)
         plan = self._finish(view, _fill_placeholders(rule.reply, view), rule.tool_calls)
-        return _replace(plan, delay_ms=rule.delay_ms or plan.delay_ms, stall=rule.stall)
+        return _replace(plan, delay_ms=rule.delay_ms or plan.delay_ms, stall=rule.stall, **dict(rule.usage))
 
     def _from_directives(self, view: RequestView, text: str) -> Plan:
         failure = _FAIL_DIRECTIVE.search(text)
@@ -233,6 +240,9 @@ def _split_words(text: str, words_per_chunk: int) -> tuple[str, ...]:
 
 
 def _parse_rule(raw: dict[str, Any]) -> Rule:
+    unknown = set(dict(raw.get("usage", {}))) - USAGE_NAMES
+    if unknown:
+        raise ValueError(f"unknown usage names {sorted(unknown)}")
     calls = tuple(
         ScriptedToolCall(name=str(call["name"]), arguments=dict(call.get("arguments", {})))
         for call in raw.get("tool_calls", ())
@@ -248,6 +258,7 @@ def _parse_rule(raw: dict[str, Any]) -> Rule:
         message=str(raw.get("message", "scripted failure")),
         delay_ms=int(raw.get("delay_ms", 0)),
         stall=bool(raw.get("stall", False)),
+        usage=tuple((f"{name}_tokens", int(count)) for name, count in dict(raw.get("usage", {})).items()),
     )
 
 

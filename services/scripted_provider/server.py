@@ -23,6 +23,7 @@ from .wire import (
     error_headers,
     render_json,
     render_stream,
+    request_headers,
     stream_content_type,
 )
 
@@ -108,23 +109,33 @@ class ScriptedProvider:
         except ValueError as exc:
             return await _send_json(writer, 400, error_body(wire, 400, f"invalid JSON body: {exc}"))
         headers = {name: request.headers[name] for name in _LOGGED_HEADERS if name in request.headers}
-        entry: dict[str, Any] = {"path": path, "wire": wire, "headers": headers, "body": body, "tools": []}
+        request_id = self.ids.next("req")
+        entry: dict[str, Any] = {
+            "path": path,
+            "wire": wire,
+            "headers": headers,
+            "body": body,
+            "tools": [],
+            "request_id": request_id,
+        }
         self.requests.append(entry)
+        named = request_headers(wire, request_id)
         problem = find_request_error(wire, body)
         if problem is not None:
-            return await _send_json(writer, 400, error_body(wire, 400, problem), error_headers(wire, 400))
+            return await _send_json(writer, 400, error_body(wire, 400, problem), {**named, **error_headers(wire, 400)})
         model = request_model(wire, path, body)
         view = view_request(wire, body, body_size=len(request.body), model=model)
         entry["tools"] = list(view.tool_names)
         plan = self.script.plan(view)
         if plan.fail_status:
-            extra = {"retry-after-ms": str(RETRY_AFTER_MS), **error_headers(wire, plan.fail_status)}
+            extra = {"retry-after-ms": str(RETRY_AFTER_MS), **named, **error_headers(wire, plan.fail_status)}
             return await _send_json(
                 writer, plan.fail_status, error_body(wire, plan.fail_status, plan.fail_message), extra
             )
         if not streams(wire, body):
-            return await _send_json(writer, 200, render_json(wire, plan, model, self.ids))
-        return await _stream(writer, reader, wire, plan, render_stream(wire, plan, model, self.ids))
+            return await _send_json(writer, 200, render_json(wire, plan, model, self.ids), named)
+        steps = render_stream(wire, plan, model, self.ids, request_id=request_id)
+        return await _stream(writer, reader, wire, plan, steps, named)
 
 
 async def _read_request(reader: asyncio.StreamReader) -> _Request | None:
@@ -182,10 +193,20 @@ def _chunk(data: bytes) -> bytes:
 
 
 async def _stream(
-    writer: asyncio.StreamWriter, reader: asyncio.StreamReader, wire: str, plan: Plan, steps: list[Any]
+    writer: asyncio.StreamWriter,
+    reader: asyncio.StreamReader,
+    wire: str,
+    plan: Plan,
+    steps: list[Any],
+    extra_headers: dict[str, str],
 ) -> bool:
     """Send stream steps (SSE or event-stream) chunked; returns False when the connection must close."""
-    headers = {"content-type": stream_content_type(wire), "cache-control": "no-cache", "transfer-encoding": "chunked"}
+    headers = {
+        "content-type": stream_content_type(wire),
+        "cache-control": "no-cache",
+        "transfer-encoding": "chunked",
+        **extra_headers,
+    }
     writer.write(_head(200, headers))
     seen_text = False
     for step in steps:

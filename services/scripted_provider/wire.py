@@ -24,15 +24,18 @@ __all__ = [
     "error_headers",
     "render_json",
     "render_stream",
+    "request_headers",
     "stream_content_type",
 ]
 
 
-def render_stream(wire: str, plan: Plan, model: str, ids: IdSource) -> list[Step]:
+def render_stream(wire: str, plan: Plan, model: str, ids: IdSource, *, request_id: str) -> list[Step]:
+    """`request_id` is this request's id at the provider (Gemini's `responseId`; the others send
+    it as a header, `request_headers`)."""
     if wire == bedrock.WIRE:
         return bedrock.render_stream(plan, ids)
     if wire in google.WIRES:
-        return google.render_stream(plan, model, ids)
+        return google.render_stream(plan, model, request_id)
     if wire == "openai-completions":
         return _chat_stream(plan, model, ids)
     if wire == "openai-responses":
@@ -64,6 +67,17 @@ def render_json(wire: str, plan: Plan, model: str, ids: IdSource) -> dict[str, A
     if wire == "openai-responses":
         return _response_object(plan, model, ids.next("resp"), _response_output(plan, ids), status="completed")
     return _message_object(plan, model, ids.next("msg"), _message_content(plan, ids), final=True)
+
+
+def request_headers(wire: str, request_id: str) -> dict[str, str]:
+    """The header that names a request at the provider (Gemini sends none)."""
+    if wire == bedrock.WIRE:
+        return {"x-amzn-RequestId": request_id}
+    if wire == "anthropic-messages":
+        return {"request-id": request_id}
+    if wire in google.WIRES:
+        return {}
+    return {"x-request-id": request_id}
 
 
 def stream_content_type(wire: str) -> str:
@@ -107,11 +121,16 @@ def error_event(wire: str, message: str) -> bytes:
 # OpenAI Chat Completions ---------------------------------------------------------------------
 
 
-def _chat_usage(plan: Plan) -> dict[str, int]:
+def _chat_usage(plan: Plan) -> dict[str, Any]:
+    """OpenAI counts cached tokens inside the prompt and reasoning tokens inside the completion."""
+    prompt = plan.input_tokens + plan.cache_read_tokens + plan.cache_write_tokens
+    completion = plan.output_tokens + plan.reasoning_tokens
     return {
-        "prompt_tokens": plan.input_tokens,
-        "completion_tokens": plan.output_tokens,
-        "total_tokens": plan.input_tokens + plan.output_tokens,
+        "prompt_tokens": prompt,
+        "prompt_tokens_details": {"cached_tokens": plan.cache_read_tokens},
+        "completion_tokens": completion,
+        "completion_tokens_details": {"reasoning_tokens": plan.reasoning_tokens},
+        "total_tokens": prompt + completion,
     }
 
 
@@ -152,12 +171,13 @@ def _chat_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
 
 
 def _responses_usage(plan: Plan) -> dict[str, Any]:
+    chat = _chat_usage(plan)
     return {
-        "input_tokens": plan.input_tokens,
-        "input_tokens_details": {"cached_tokens": 0},
-        "output_tokens": plan.output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": plan.input_tokens + plan.output_tokens,
+        "input_tokens": chat["prompt_tokens"],
+        "input_tokens_details": chat["prompt_tokens_details"],
+        "output_tokens": chat["completion_tokens"],
+        "output_tokens_details": chat["completion_tokens_details"],
+        "total_tokens": chat["total_tokens"],
     }
 
 
@@ -281,11 +301,11 @@ def _message_object(plan: Plan, model: str, message_id: str, content: list[Any],
         "content": content,
         "stop_reason": stop,
         "stop_sequence": None,
-        "usage": {
+        "usage": {  # Anthropic counts cache reads and writes apart from input, thinking inside output
             "input_tokens": plan.input_tokens,
-            "output_tokens": plan.output_tokens if final else 1,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "output_tokens": plan.output_tokens + plan.reasoning_tokens if final else 1,
+            "cache_creation_input_tokens": plan.cache_write_tokens,
+            "cache_read_input_tokens": plan.cache_read_tokens,
         },
     }
 
@@ -331,7 +351,7 @@ def _messages_stream(plan: Plan, model: str, ids: IdSource) -> list[Step]:
     delta = {
         "type": "message_delta",
         "delta": {"stop_reason": "tool_use" if plan.tool_calls else "end_turn", "stop_sequence": None},
-        "usage": {"output_tokens": plan.output_tokens},
+        "usage": {"output_tokens": plan.output_tokens + plan.reasoning_tokens},
     }
     steps.append(Step(sse(delta, event="message_delta")))
     steps.append(Step(sse({"type": "message_stop"}, event="message_stop")))

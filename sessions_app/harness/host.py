@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from foundation.logs import logger
+from runners.accounting import MODEL_REQUEST, check_request_record
 from runners.protocol import EVENT_NAMES, MAX_FRAME, MAX_TOOL_CALLS, Frame, FrameError, decode_frame, encode_frame
 
 from .launch import launch_command
@@ -236,6 +237,12 @@ class HarnessHost:
             handler = self.attachments.get(attachment)
             if handler is None:
                 return  # late events of a detached attachment are dropped
+            if name == MODEL_REQUEST:
+                try:
+                    data = dict(check_request_record(data))
+                except ValueError as exc:  # one session's broken record: its turn fails, nothing is logged
+                    handler.on_frame_error(f"harness sent an invalid model.request: {exc}")
+                    return
             if name not in EVENT_NAMES or not isinstance(data, dict):
                 # a well-formed frame of one session: that session's turn fails, the host lives on
                 handler.on_frame_error(f"harness sent an invalid frame: unknown runner event {name[:64]!r}")

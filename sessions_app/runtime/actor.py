@@ -14,6 +14,7 @@ from typing import Any
 
 from foundation.errors import BrainError, Conflict
 from foundation.logs import logger
+from runners.accounting import MODEL_REQUEST, RequestRecord, complete_request_record
 from runners.media import Media
 from sessions_app.eventlog import Event, LogWriteFailed, RecordTooLarge, new_id, public_message
 from sessions_app.harness.host import HostLost, RunnerError
@@ -337,11 +338,14 @@ class SessionActor(SessionState["SessionActor"]):
             return
         if name == "assistant.delta" and not isinstance(data.get("text"), str):
             return
+        if name == MODEL_REQUEST:  # checked by the host; Brain names the harness and the turn
+            record: RequestRecord = data  # type: ignore[assignment]  # check_request_record's value
+            data = dict(complete_request_record(record, harness=self.record.harness, boundary=self.current.id))
         try:
             self.emit(name, data, input_id=self.current.id)
         except (OSError, RecordTooLarge) as exc:
             self._fail_running_turn(TurnFailure("brain_error", public_message(exc)))
-        if self._trace is not None:
+        if self._trace is not None and name != MODEL_REQUEST:  # a record is no output of the model
             self._trace.output()
 
     async def on_tool_call(self, turn: str, params: dict[str, Any]) -> CallResult:

@@ -16,6 +16,8 @@ from tests.fixtures.services import PostgresServer
 from tests.fleet.support import fleet_factory
 from tests.support.client import delete_session
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 LEASE_SECONDS = 10  # nobody dies here: a long lease keeps renewals out of the way
 
 

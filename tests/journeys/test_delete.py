@@ -21,6 +21,8 @@ from tests.fixtures.server import (
 )
 from tests.support.client import delete_session
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 CLIENT_TIMEOUT_SECONDS = 15.0
 
 

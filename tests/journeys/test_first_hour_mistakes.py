@@ -22,6 +22,8 @@ import pytest
 from tests.admin.support import OPERATOR, OPERATOR_PASSWORD
 from tests.fixtures.server import ROOT, BrainServer, free_port, make_server
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 COMMAND_TIMEOUT_SECONDS = 90
 EXAMPLE_TIMEOUT_SECONDS = 120
 

@@ -29,8 +29,10 @@ from tests.fixtures.server import (
     wait_for_turn_end,
 )
 from tests.support.hostile_mcp import build_app as build_hostile_mcp_app
-from tests.support.hostile_runner import HOSTILE_KINDS
+from tests.support.hostile_runner import HOSTILE_KINDS, VALID_RECORD
 from tests.tools.servers import LoopbackServer, ToolZoo
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 HOSTILE_RUNNER = ["python", str(ROOT / "tests" / "support" / "hostile_runner.py")]
 BROKEN = "harness broke the frame protocol: frame is not JSON: "
@@ -260,3 +262,69 @@ def test_model_tool_arguments_outside_the_json_rules_reach_the_tool_as_raw_text_
     # and: the session takes another turn
     assert _turn(server, session, "hi again")[-1]["data"] == {"status": "idle"}
     assert _problems_logged(server) == []
+
+
+RECORD_REASONS = {
+    "not-an-object": "data must be an object",
+    "unknown-field": "unknown field 'cost_usd'",
+    "harness-claimed": "unknown field 'harness'",
+    "string-count": "usage.input_tokens must be an integer from 0 to 9007199254740991",
+    "boolean-count": "usage.output_tokens must be an integer from 0 to 9007199254740991",
+    "negative-count": "usage.cache_read_tokens must be an integer from 0 to 9007199254740991",
+    "float-count": "usage.reasoning_tokens must be an integer from 0 to 9007199254740991",
+    "huge-count": "usage.input_tokens must be an integer from 0 to 9007199254740991",
+    "long-id": "request_id is not a valid value",
+    "unknown-state": "state must be one of completed, failed, interrupted",
+    "missing-usage": "usage must be an object",
+    "unmeasured-but-present": "usage.input_tokens is named in unmeasured",
+    "availability-lies": "usage.availability must be 'partial' for the counts present",
+    "attempts-beyond-allowed": "attempts must be <made>/<allowed> with made <= allowed <= 100",
+    "unknown-usage-field": "unknown usage field 'cost'",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RECORD_REASONS))
+def test_a_malformed_model_request_fails_its_turn_and_reaches_no_log(hostile_brain: BrainServer, kind: str) -> None:
+    # given: a hostile session with one completed turn
+    session = _create(hostile_brain, "hostile")
+    assert _turn(hostile_brain, session, "warm")[-1]["data"] == {"status": "idle"}
+    before = hostile_brain.sdk().history(session, limit=1000)["events"]
+    # when
+    events = _turn(hostile_brain, session, f"record:{kind}")
+    # then: a brain_error naming the broken rule, and nothing of the record or what followed it
+    assert [(e["type"], e["data"]) for e in events[-2:]] == [
+        (
+            "session.error",
+            {"code": "brain_error", "message": f"harness sent an invalid model.request: {RECORD_REASONS[kind]}"},
+        ),
+        ("session.status", {"status": "failed"}),
+    ]
+    after = hostile_brain.sdk().history(session, limit=1000)["events"]
+    assert after[: len(before)] == before  # what the log held is untouched
+    assert [e["type"] for e in after[len(before) :]] == [
+        "user.message",
+        "session.status",
+        "session.error",
+        "session.status",
+    ]
+    assert not any("survived" in json.dumps(event) for event in after)
+    # and: resumed, the session runs a turn with only its completed turn in mind
+    assert hostile_brain.sdk().resume(session)["status"] == "idle"
+    again = _turn(hostile_brain, session, "history")
+    assert again[-2]["data"]["text"] == "history: warm | history"
+    assert _problems_logged(hostile_brain) == []
+
+
+def test_a_valid_model_request_is_retained_with_the_harness_and_boundary_brain_gives_it(
+    hostile_brain: BrainServer,
+) -> None:
+    # given
+    session = _create(hostile_brain, "hostile")
+    # when
+    events = _turn(hostile_brain, session, "record:valid")
+    # then: the record as sent, plus the session's harness and the turn's input id
+    input_id = events[0]["input_id"]
+    assert [e["type"] for e in events] == ["session.status", "model.request", "assistant.message", "session.status"]
+    assert events[1]["input_id"] == input_id and events[1]["cursor"]
+    assert events[1]["data"] == {**VALID_RECORD, "harness": "hostile", "boundary": input_id}
+    assert events[-1]["data"] == {"status": "idle"}

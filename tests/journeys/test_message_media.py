@@ -18,6 +18,8 @@ from tests.admin.support import AdminClient, create_superuser
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, wait_for_status, wait_for_turn_end
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 
 def _png() -> bytes:
     """A real 1x1 PNG."""

@@ -26,6 +26,8 @@ from tests.fixtures.server import BrainServer, history
 from tests.fixtures.services import MotoS3
 from tests.support.credentials import KEY_ENVS, create_with_model_credential, files_holding, keyed_server, manage
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 SESSION_KEY = "sk-session-own-key-5d1c7a9e0b3f"  # must reach the provider and nothing else
 TEAM_KEY, TEAM_KEY_ROTATED = "sk-team-a-key-aaaaaaaaaaaa", "sk-team-a-key-bbbbbbbbbbbb"
 CONFIGURED_KEY = "sk-test-provider-key-0123456789"  # tests.fixtures.server's TEST_OPENAI_KEY

@@ -18,6 +18,8 @@ from tests.fixtures.services import MotoS3, PostgresServer, RedisServer
 from tests.persistence.test_sync_services import SyncWorker
 from tests.support.client import delete_session
 
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
 S3_KEY_ENV, S3_SECRET_ENV = "TEST_S3_ACCESS_KEY", "TEST_S3_SECRET_KEY"
 INDEX_URL_ENV = "TEST_BRAIN_INDEX_URL"
 QUEUE_WAIT_SECONDS = 30.0  # generous: a dispatch and a publish take well under a second here

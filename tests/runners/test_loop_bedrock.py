@@ -126,4 +126,7 @@ def test_interrupting_a_stalled_bedrock_stream_cancels_it_promptly(
     reply, _seen = runner.prompt("a1", "still there?", turn="t2")
     assert reply["result"] == {}
     assert "[stall]" not in str(provider.bodies()[-1])
-    assert runner.drain() == []
+    # the stalled request was reported as interrupted; nothing else is left
+    assert [(f["turn"], f["event"], f["data"]["state"]) for f in runner.drain()] == [
+        ("t1", "model.request", "interrupted")
+    ]

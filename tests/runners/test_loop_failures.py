@@ -55,8 +55,11 @@ def test_a_provider_500_fails_the_turn_with_provider_error_after_bounded_retries
     # then
     assert reply["error"]["code"] == "provider_error"
     assert "500" in reply["error"]["message"]
-    assert seen == []
     assert len(provider.requests()) == 3  # one try and two retries
+    # and: one failed request, reported with every attempt and no usage
+    assert [
+        (f["event"], f["data"]["state"], f["data"]["attempts"], f["data"]["usage"]["availability"]) for f in seen
+    ] == [("model.request", "failed", "3/3", "unavailable")]
 
 
 @pytest.mark.parametrize(
@@ -85,7 +88,10 @@ def test_a_broken_stream_fails_the_turn_with_provider_error_and_leaves_no_trace(
 
     # then the failed turn is not part of the next request
     assert reply["error"]["code"] == "provider_error"
-    assert [f["event"] for f in seen] == ["assistant.delta"]
+    assert [f["event"] for f in seen] == ["assistant.delta", "model.request"]
+    # Anthropic's message_start reported the input counts before the stream broke
+    availability = "partial" if label == "anthropic_case" else "unavailable"
+    assert (seen[1]["data"]["state"], seen[1]["data"]["usage"]["availability"]) == ("failed", availability)
     assert "[break]" not in str(provider.bodies()[-1])
     assert runner.checkpoint("a1")[0]["size"] > size
 

@@ -39,7 +39,7 @@ def test_interrupting_while_a_tool_call_waits_settles_cleanly(
     assert interrupt_reply == {"attachment": "a1", "turn": "t2", "id": interrupt_id, "result": {}}
     # a late answer to the abandoned call is ignored, and nothing else happens
     earlier = [f.get("event") or f.get("method") for f in runner.drain()]
-    assert earlier == ["assistant.delta", "assistant.message"]
+    assert earlier == ["assistant.delta", "model.request", "assistant.message"]
     runner.send({"attachment": "a1", "turn": "t2", "id": call["id"], "result": echo_tool_handler(call)})
     assert runner.drain(quiet_for=0.5) == []
     assert len(provider.requests()) == 2

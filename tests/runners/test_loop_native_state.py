@@ -147,7 +147,7 @@ def test_it_compacts_old_turns_near_the_context_window_and_restores_the_same_con
     provider.reset()
 
     # when the next turn would pass 80% of the window
-    reply, _seen = runner.prompt("a1", "turn 3", turn="t3")
+    reply, seen = runner.prompt("a1", "turn 3", turn="t3")
 
     # then one summary call happens first, and the context starts with the summary
     assert reply["result"] == {}
@@ -160,6 +160,13 @@ def test_it_compacts_old_turns_near_the_context_window_and_restores_the_same_con
     assert len(json.dumps(turn_request)) < len(json.dumps(summary_request)) + 4 * 8192
     records = [json.loads(line) for line in (tmp_path / "native" / "conversation.jsonl").read_bytes().splitlines()]
     assert [r["type"] for r in records].count("compaction") == 1
+    # and each call is reported for what it was for, the summary first
+    reports = [f["data"] for f in seen if f.get("event") == "model.request"]
+    summary_id, turn_id = (request["request_id"] for request in provider.requests())
+    assert [(r["purpose"], r["state"], r["provider_request_id"]) for r in reports] == [
+        ("compaction", "completed", summary_id),
+        ("turn", "completed", turn_id),
+    ]
 
     # and a restored copy rebuilds the compacted context without another summary call
     restore_checkpoint(tmp_path / "native", tmp_path / "restored", runner.checkpoint("a1"))

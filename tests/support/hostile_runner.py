@@ -17,6 +17,9 @@ Brain that let the line through would be seen to. KIND is one of HOSTILE_KINDS:
   call-surrogate    tool.call whose arguments hold a lone surrogate
   reply-int         the prompt's reply with 2**64 in its result
 
+A prompt `record:KIND` sends one `model.request` record (RECORD_KINDS: `valid`, or one broken
+in the way its name says), then an answer and the prompt's reply.
+
 Any other prompt behaves as in the instant runner.
 """
 
@@ -45,6 +48,56 @@ HOSTILE_KINDS = (
 )
 
 
+# A record the loop would send for an OpenAI Responses request, and the ways to break it.
+VALID_RECORD: dict[str, Any] = {
+    "request_id": "0123456789abcdef0123456789abcdef",
+    "purpose": "turn",
+    "unmeasured": ["cache_write_tokens"],
+    "state": "completed",
+    "provider": "openai",
+    "model": "gpt-4.1-mini",
+    "provider_request_id": "req_abc",
+    "attempts": "2/3",
+    "usage": {
+        "availability": "reported",
+        "semantics": "openai-responses",
+        "input_tokens": 120,
+        "output_tokens": 30,
+        "cache_read_tokens": 100,
+        "reasoning_tokens": 8,
+        "input_cache": "included",
+        "output_reasoning": "included",
+    },
+}
+
+
+def _usage(**changes: Any) -> dict[str, Any]:
+    return {**VALID_RECORD, "usage": {**VALID_RECORD["usage"], **changes}}
+
+
+RECORD_KINDS: dict[str, Any] = {
+    "valid": VALID_RECORD,
+    "not-an-object": ["model.request"],
+    "unknown-field": {**VALID_RECORD, "cost_usd": 0.01},
+    "harness-claimed": {**VALID_RECORD, "harness": "loop"},
+    "string-count": _usage(input_tokens="120"),
+    "boolean-count": _usage(output_tokens=True),
+    "negative-count": _usage(cache_read_tokens=-1),
+    "float-count": _usage(reasoning_tokens=8.0),
+    "huge-count": _usage(input_tokens=2**60),
+    "long-id": {**VALID_RECORD, "request_id": "r" * 100_000},
+    "unknown-state": {**VALID_RECORD, "state": "exploded"},
+    "missing-usage": {key: value for key, value in VALID_RECORD.items() if key != "usage"},
+    "unmeasured-but-present": {**VALID_RECORD, "unmeasured": ["cache_write_tokens", "input_tokens"]},
+    "availability-lies": {
+        **VALID_RECORD,
+        "usage": {k: v for k, v in VALID_RECORD["usage"].items() if k != "output_tokens"},
+    },
+    "attempts-beyond-allowed": {**VALID_RECORD, "attempts": "4/3"},
+    "unknown-usage-field": _usage(cost=3),
+}
+
+
 def _message(text: str, **usage: Any) -> dict[str, Any]:
     return {"text": text, "usage": {"input": 1, "output": 1, **usage}, "stop_reason": "stop"}
 
@@ -56,6 +109,16 @@ class HostileRunner(Runner):
 
     async def prompt(self, request: dict[str, Any], attachment: AttachedSession) -> None:
         text: str = request["params"]["text"]
+        if text.startswith("record:"):
+            kind = text.removeprefix("record:")
+            base = {"attachment": request["attachment"], "turn": request["turn"]}
+            attachment.remember({"role": "user", "text": text})
+            self.write({**base, "event": "model.request", "data": RECORD_KINDS[kind]})
+            answer = f"survived {kind}"
+            self.write({**base, "event": "assistant.message", "data": _message(answer)})
+            attachment.remember({"role": "assistant", "text": answer})
+            self.reply(request, result={})
+            return
         if not text.startswith("hostile:"):
             await super().prompt(request, attachment)
             return

@@ -132,15 +132,16 @@ def test_a_form_ends_the_models_turn_and_the_answers_start_the_next_turn(
     assert requests_after_form == 1
     assert [event["type"] for event in shown] == [
         "session.status",
+        "model.request",
         "assistant.message",
         "tool.call",
         "structured_output",
         "tool.result",
         "session.status",
     ]
-    call_id = shown[2]["data"]["id"]
-    assert shown[3]["data"] == {"call_id": call_id, **FORM}
-    assert shown[4]["data"]["outcome"] == "ok"
+    call_id = shown[3]["data"]["id"]
+    assert shown[4]["data"] == {"call_id": call_id, **FORM}
+    assert shown[5]["data"]["outcome"] == "ok"
     assert shown[-1]["data"]["status"] == "idle"
     # the answers are a normal user message: a new turn with one model request that sees the
     # form's result and the answers
@@ -149,8 +150,9 @@ def test_a_form_ends_the_models_turn_and_the_answers_start_the_next_turn(
     assert "Your turn ends here." in json.dumps(bodies[1]) and ANSWERS in json.dumps(bodies[1])
     assert [event["type"] for event in answered] == [
         "session.status",
+        "model.request",
         "assistant.message",
         "session.status",
     ]
-    assert answered[1]["data"]["text"].endswith(f"You said: {ANSWERS}")
+    assert answered[2]["data"]["text"].endswith(f"You said: {ANSWERS}")
     assert answered[-1]["data"]["status"] == "idle"

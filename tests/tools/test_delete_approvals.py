@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from tests.fixtures.server import BrainServer, create_session, open_stream, send_ok, wait_for_history
 from tests.support.client import delete_session
 from tests.tools.servers import ToolZoo
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 

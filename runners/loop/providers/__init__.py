@@ -11,6 +11,7 @@ import asyncio
 import importlib
 from typing import Any
 
+from ..metering import count_attempt, note_response
 from .base import CONNECT_TIMEOUT, POOL_TIMEOUT, READ_TIMEOUT, WRITE_TIMEOUT, Endpoint, Provider
 
 __all__ = ["TRANSPORTS", "ProviderPool"]
@@ -54,6 +55,8 @@ class ProviderPool:
                 timeout=httpx.Timeout(READ_TIMEOUT, connect=CONNECT_TIMEOUT, write=WRITE_TIMEOUT, pool=POOL_TIMEOUT),
                 limits=httpx.Limits(max_connections=MAX_CONNECTIONS, max_keepalive_connections=MAX_CONNECTIONS),
                 follow_redirects=True,
+                # every attempt of the SDKs' retries, and the provider's request id, for model.request
+                event_hooks={"request": [count_attempt], "response": [note_response]},
             )
         return self._http_client
 

@@ -16,6 +16,7 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..metering import RequestMeter, UsageProfile, token_count
 from .base import (
     OUTPUT_TOKENS,
     THINKING_BUDGETS,
@@ -33,6 +34,8 @@ __all__ = ["AnthropicMessages"]
 
 TRANSPORT = "anthropic-messages"
 _CACHE = {"type": "ephemeral"}
+# input_tokens leaves out the cache reads and writes; output_tokens counts thinking, with no count of its own.
+USAGE = UsageProfile("anthropic-messages", "separate", "included", ("reasoning_tokens",))
 # Stream events that carry message state; `ping` and unknown events are skipped, `error` raises.
 _MESSAGE_EVENTS = frozenset(
     {"message_start", "message_delta", "message_stop"}
@@ -76,10 +79,12 @@ class AnthropicMessages(ClientProvider[anthropic.AsyncAnthropic]):
             body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         return body
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
         blocks: dict[int, dict[str, Any]] = {}
         stop, input_tokens, output_tokens = "end_turn", 0, 0
+        counts: dict[str, int | None] = {}
         provider = self._endpoint.provider
+        meter.expect(USAGE)
         try:
             response = await self._client.post(
                 "/v1/messages",
@@ -104,6 +109,8 @@ class AnthropicMessages(ClientProvider[anthropic.AsyncAnthropic]):
                             + (usage.get("cache_creation_input_tokens") or 0)
                             + (usage.get("cache_read_input_tokens") or 0)
                         )
+                        counts = _input_counts(usage)
+                        meter.report(counts)  # output_tokens follows in message_delta
                     elif kind == "content_block_start":
                         blocks[event["index"]] = _start_block(event["content_block"])
                     elif kind == "content_block_delta":
@@ -114,6 +121,10 @@ class AnthropicMessages(ClientProvider[anthropic.AsyncAnthropic]):
                     elif kind == "message_delta":
                         stop = (event.get("delta") or {}).get("stop_reason") or stop
                         output_tokens = (event.get("usage") or {}).get("output_tokens") or output_tokens
+                        final = event.get("usage") or {}
+                        later = {name: count for name, count in _input_counts(final).items() if count is not None}
+                        counts = {**counts, **later, "output_tokens": token_count(final.get("output_tokens"))}
+                        meter.report(counts)
             finally:
                 await response.aclose()
         except (anthropic.APIError, httpx.HTTPError) as exc:
@@ -144,6 +155,14 @@ def _image_block(item: Media) -> JSONObject:
     if data is None:
         return {"type": "image", "source": {"type": "url", "url": item["url"]}}
     return {"type": "image", "source": {"type": "base64", "media_type": item["type"], "data": data}}
+
+
+def _input_counts(usage: dict[str, Any]) -> dict[str, int | None]:
+    return {
+        "input_tokens": token_count(usage.get("input_tokens")),
+        "cache_read_tokens": token_count(usage.get("cache_read_input_tokens")),
+        "cache_write_tokens": token_count(usage.get("cache_creation_input_tokens")),
+    }
 
 
 def _blocks(message: Any) -> tuple[str, list[JSONObject]]:

@@ -22,6 +22,7 @@ from runners.protocol import FrameError, JSONObject, decode_json
 
 from ..errors import BrainFailure, ProviderFailure
 from ..messages import Generation, ModelRequest, ToolResult
+from ..metering import RequestMeter
 
 if TYPE_CHECKING:
     import httpx  # the SDK transports import it; startup must not (the loop starts before any call)
@@ -75,7 +76,10 @@ class Endpoint:
 class Provider(Protocol):
     def build_body(self, request: ModelRequest) -> JSONObject: ...
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation: ...
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
+        """Stream one generation; name the usage profile on `meter` first, then report usage and
+        the provider's ids on it as they arrive (also when the request fails)."""
+        ...
 
 
 class ClientOptions(TypedDict):

@@ -21,7 +21,8 @@ import boto3
 import botocore.session
 import urllib3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
 from botocore.tokens import FrozenAuthToken
 
 from runners.media import Media
@@ -29,6 +30,7 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..metering import RequestMeter, UsageProfile, token_count
 from .base import (
     CONNECT_TIMEOUT,
     MAX_RETRIES,
@@ -60,6 +62,9 @@ _STOP_REASONS = {
     "content_filtered": "content_filter",
 }
 _CACHE_POINT = {"cachePoint": {"type": "default"}}
+# inputTokens leaves out the cache reads and writes (reported only where a model caches);
+# outputTokens counts reasoning, with no count of its own.
+USAGE = UsageProfile("bedrock-converse", "separate", "included", ("reasoning_tokens",))
 
 
 def region_from_url(url: str) -> str:
@@ -123,7 +128,8 @@ class BedrockConverse:
             body["additionalModelRequestFields"] = {"reasoning_effort": request.reasoning_effort}
         return body
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
+        meter.expect(USAGE)
         body = self.build_body(request)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=EVENT_BUFFER)
@@ -136,7 +142,9 @@ class BedrockConverse:
 
         def read_stream() -> None:
             try:
-                stream = self._bedrock_client().converse_stream(**body)["stream"]
+                response = self._bedrock_client().converse_stream(**body)
+                put("metadata", response.get("ResponseMetadata"))
+                stream = response["stream"]
                 streams.append(stream)
                 if stopped.is_set():
                     _abort(stream)
@@ -153,10 +161,14 @@ class BedrockConverse:
         reader.start()
         finished = False
         try:
-            accumulator = _Accumulator()
+            accumulator = _Accumulator(meter)
             while True:
                 kind, value = await events.get()
+                if kind == "metadata":
+                    _meter_attempts(meter, value)
+                    continue
                 if kind == "error":
+                    _meter_failure(meter, value)
                     raise _failure(self._endpoint.provider, value) from value
                 if kind == "end":
                     finished = True
@@ -176,7 +188,8 @@ class BedrockConverse:
 class _Accumulator:
     """Content blocks by index, stop reason and usage, as the Converse stream delivers them."""
 
-    def __init__(self) -> None:
+    def __init__(self, meter: RequestMeter) -> None:
+        self.meter = meter
         self.blocks: dict[int, dict[str, Any]] = {}
         self.stop = "end_turn"
         self.usage = Usage()
@@ -216,6 +229,14 @@ class _Accumulator:
             usage = event["metadata"].get("usage", {})
             cached = usage.get("cacheReadInputTokens", 0) + usage.get("cacheWriteInputTokens", 0)
             self.usage = Usage(input=usage.get("inputTokens", 0) + cached, output=usage.get("outputTokens", 0))
+            self.meter.report(
+                {
+                    "input_tokens": token_count(usage.get("inputTokens")),
+                    "output_tokens": token_count(usage.get("outputTokens")),
+                    "cache_read_tokens": token_count(usage.get("cacheReadInputTokens")),
+                    "cache_write_tokens": token_count(usage.get("cacheWriteInputTokens")),
+                }
+            )
         return ""
 
     def generation(self) -> Generation:
@@ -268,6 +289,23 @@ def _make_client(endpoint: Endpoint) -> Any:
     return session.client(
         "bedrock-runtime", endpoint_url=endpoint.base_url, config=config.merge(Config(signature_version="bearer"))
     )
+
+
+def _meter_attempts(meter: RequestMeter, metadata: object) -> None:
+    """botocore's ResponseMetadata: the retries it made before this response, and its request id."""
+    if isinstance(metadata, dict):
+        retries = metadata.get("RetryAttempts")
+        meter.attempts = 1 + (retries if isinstance(retries, int) and retries >= 0 else 0)
+        meter.note_provider_id(metadata.get("RequestId"))
+
+
+def _meter_failure(meter: RequestMeter, exc: BaseException) -> None:
+    if meter.attempts:
+        return  # the stream had begun: its response metadata counted the attempts
+    if isinstance(exc, ClientError):  # the provider refused: its metadata says how often it was asked
+        _meter_attempts(meter, exc.response.get("ResponseMetadata"))
+    elif isinstance(exc, HTTPClientError | BotoConnectionError):
+        meter.attempts = meter.allowed_attempts  # botocore retries connection failures until none are left
 
 
 def _abort(stream: Any) -> None:

@@ -21,6 +21,7 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..metering import RequestMeter, UsageProfile, token_count
 from .base import MAX_RETRIES, READ_TIMEOUT, ClientProvider, Endpoint, TextSink, image_bytes, refuse_image_url
 
 __all__ = ["GoogleGenerativeAI", "GoogleVertex"]
@@ -28,6 +29,9 @@ __all__ = ["GoogleGenerativeAI", "GoogleVertex"]
 # reasoning_effort → Gemini 2.5 thinking budget (tokens); Gemini 3 takes a level instead.
 THINKING_BUDGETS = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
 THINKING_LEVELS = {"minimal": "low", "low": "low", "medium": "high", "high": "high", "xhigh": "high", "max": "high"}
+# promptTokenCount counts cachedContentTokenCount; thoughtsTokenCount comes on top of
+# candidatesTokenCount; no cache-write count. Gemini's JSON leaves zero counts out: absent is 0.
+USAGE = UsageProfile("google-genai", "included", "separate", ("cache_write_tokens",))
 # SDK retries (exponential with jitter, 408/429/5xx): the first wait in seconds, and the cap.
 RETRY_INITIAL_DELAY = 0.5
 RETRY_MAX_DELAY = 8.0
@@ -86,10 +90,11 @@ class GoogleGenerativeAI(ClientProvider[genai.Client]):
                 config["thinking_config"] = {"thinking_budget": THINKING_BUDGETS[request.reasoning_effort]}
         return {"model": request.model, "contents": contents, "config": config}
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
         body = self.build_body(request)
         parts: list[dict[str, Any]] = []
         finish, usage = "STOP", Usage()
+        meter.expect(USAGE)
         try:
             stream = await self._client.aio.models.generate_content_stream(
                 model=body["model"], contents=body["contents"], config=body["config"]
@@ -99,6 +104,16 @@ class GoogleGenerativeAI(ClientProvider[genai.Client]):
                     meta = chunk.usage_metadata
                     output = (meta.candidates_token_count or 0) + (meta.thoughts_token_count or 0)
                     usage = Usage(input=meta.prompt_token_count or 0, output=output)
+                    meter.report(
+                        {
+                            "input_tokens": token_count(meta.prompt_token_count or 0),
+                            "output_tokens": token_count(meta.candidates_token_count or 0),
+                            "cache_read_tokens": token_count(meta.cached_content_token_count or 0),
+                            "reasoning_tokens": token_count(meta.thoughts_token_count or 0),
+                        }
+                    )
+                if meter.provider_request_id is None:  # Gemini sends no request-id header
+                    meter.note_provider_id(chunk.response_id)
                 for candidate in (chunk.candidates or [])[:1]:
                     if candidate.finish_reason is not None:
                         finish = str(candidate.finish_reason.value)

@@ -8,6 +8,7 @@ import openai
 from runners.protocol import JSONObject
 
 from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..metering import RequestMeter, UsageProfile
 from .base import (
     ClientProvider,
     Endpoint,
@@ -18,11 +19,13 @@ from .base import (
     provider_failure,
     tool_result_text,
 )
-from .openai_responses import open_stream, openai_events
+from .openai_responses import COMPLETIONS_USAGE, meter_openai_usage, open_stream, openai_events
 from .sse import encode_body
 
 __all__ = ["OpenAICompletions"]
 
+# prompt_tokens counts cached_tokens, completion_tokens counts reasoning_tokens; no cache-write count.
+USAGE = UsageProfile("openai-completions", "included", "included", ("cache_write_tokens",))
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
 
 
@@ -61,11 +64,12 @@ class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
             body["prompt_cache_key"] = request.cache_key
         return body
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
         text: list[str] = []
         calls: dict[int, dict[str, str]] = {}
         finish, usage = "stop", Usage()
         provider = self._endpoint.provider
+        meter.expect(USAGE)
         try:
             response = await open_stream(self._client, "/chat/completions", encode_body(self.build_body(request)))
             try:
@@ -74,6 +78,7 @@ class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
                     if chunk_usage is not None:
                         prompt, completion = chunk_usage.get("prompt_tokens"), chunk_usage.get("completion_tokens")
                         usage = Usage(input=prompt or 0, output=completion or 0)
+                        meter_openai_usage(meter, chunk_usage, COMPLETIONS_USAGE)
                     for choice in chunk.get("choices") or ():
                         delta = choice.get("delta") or {}
                         content = delta.get("content")

@@ -16,6 +16,7 @@ from runners.protocol import JSONObject
 
 from ..errors import ProviderFailure
 from ..messages import AssistantMessage, Generation, Message, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..metering import RequestMeter, UsageProfile, token_count
 from .base import (
     ClientProvider,
     Endpoint,
@@ -28,9 +29,11 @@ from .base import (
 )
 from .sse import decode_event, encode_body, iter_sse
 
-__all__ = ["AzureOpenAIResponses", "OpenAIResponses", "open_stream", "openai_events"]
+__all__ = ["AzureOpenAIResponses", "OpenAIResponses", "meter_openai_usage", "open_stream", "openai_events"]
 
 TRANSPORT = "openai-responses"
+# input_tokens counts cached_tokens, output_tokens counts reasoning_tokens; no cache-write count.
+USAGE = UsageProfile("openai-responses", "included", "included", ("cache_write_tokens",))
 ENCODED_ITEMS = TRANSPORT + ".encoded"  # derived key: the items of one message as JSON, comma-joined
 
 
@@ -89,9 +92,10 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
             body["prompt_cache_key"] = request.cache_key
         return body
 
-    async def generate(self, request: ModelRequest, *, on_text: TextSink) -> Generation:
+    async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:
         provider = self._endpoint.provider
         final: Any = None
+        meter.expect(USAGE)
         try:
             response = await open_stream(self._client, "/responses", self.encode_request(request))
             try:
@@ -104,6 +108,7 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
                     elif kind == "response.completed" or kind == "response.incomplete":
                         final = event.get("response")
                     elif kind == "response.failed":
+                        meter_openai_usage(meter, (event.get("response") or {}).get("usage"), RESPONSES_USAGE)
                         error = (event.get("response") or {}).get("error")
                         message = error.get("message", "response failed") if isinstance(error, dict) else None
                         raise ProviderFailure(f"{provider}: {message or 'response failed'}")
@@ -115,7 +120,31 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
             raise provider_failure(provider, exc) from exc
         if not isinstance(final, dict):
             raise ProviderFailure(f"{provider}: stream ended before the response completed")
+        meter_openai_usage(meter, final.get("usage"), RESPONSES_USAGE)
         return _generation(final)
+
+
+# (input, its details, output, its details) as Responses and Chat Completions name them.
+RESPONSES_USAGE = ("input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details")
+COMPLETIONS_USAGE = ("prompt_tokens", "prompt_tokens_details", "completion_tokens", "completion_tokens_details")
+
+
+def meter_openai_usage(meter: RequestMeter, usage: object, names: tuple[str, str, str, str]) -> None:
+    """OpenAI's usage object as the meter counts it: `cached_tokens` and `reasoning_tokens` are
+    parts of the input and output counts; compatible gateways may leave the details out."""
+    if not isinstance(usage, dict):
+        return
+    input_name, input_details, output_name, output_details = names
+    cached = usage.get(input_details)
+    reasoning = usage.get(output_details)
+    meter.report(
+        {
+            "input_tokens": token_count(usage.get(input_name)),
+            "output_tokens": token_count(usage.get(output_name)),
+            "cache_read_tokens": token_count(cached.get("cached_tokens")) if isinstance(cached, dict) else None,
+            "reasoning_tokens": token_count(reasoning.get("reasoning_tokens")) if isinstance(reasoning, dict) else None,
+        }
+    )
 
 
 async def open_stream(client: openai.AsyncOpenAI, path: str, body: bytes) -> httpx.Response:

@@ -55,7 +55,7 @@ def test_the_protocol_constants_match_the_spec() -> None:
     assert MAX_FRAME == 4 << 20 == 4194304
     assert MAX_TOOL_CALLS == 32
     assert frozenset({"open", "prompt", "steer", "interrupt", "checkpoint", "detach"}) == BRAIN_METHODS
-    assert frozenset({"assistant.delta", "assistant.message"}) == EVENT_NAMES
+    assert frozenset({"assistant.delta", "assistant.message", "model.request"}) == EVENT_NAMES
     assert frozenset({"provider_error", "brain_error"}) == ERROR_CODES
 
 
