@@ -6,7 +6,7 @@
 
 `BRAIN_URL` (default http://127.0.0.1:8080) and `BRAIN_MODEL` (default openai/gpt-4.1-mini) pick
 the server and the model; `--url`, `--model` and `--harness` override them; `--close` closes the
-session at the end. A refusal (a wrong token, a tool the tenant does not have), a server that
+session at the end, `--delete` deletes it. A refusal (a wrong token, a tool the tenant does not have), a server that
 cannot be reached or a turn that fails ends the program with one line on stderr and exit code 1.
 Uses the published client (`pip install aex-brain`, 2.3.0's declarations: `Model`, `ManagedTool`)
 as an application backend would, including the two things a network makes necessary:
@@ -219,6 +219,7 @@ def main() -> None:
     parser.add_argument("--model", default=os.environ.get("BRAIN_MODEL", "openai/gpt-4.1-mini"))
     parser.add_argument("--trace", action="store_true", help="also list each retained event (id, type) on stderr")
     parser.add_argument("--close", action="store_true", help="close the session at the end (its history stays)")
+    parser.add_argument("--delete", action="store_true", help="delete the session at the end (history and all)")
     parser.add_argument("message", nargs="*", help="messages to send (default: a short demo)")
     arguments = parser.parse_args()
     token = os.environ.get("BRAIN_API_KEY")
@@ -238,8 +239,10 @@ def main() -> None:
             tools=tools_from_environment(),
             on_retained=trace if arguments.trace else lambda event: None,
         )
-        if arguments.close:
-            brain.close(session_id)  # Brain.delete (2.3.0) removes it altogether where the server serves DELETE
+        if arguments.delete:
+            brain.delete(session_id)
+        elif arguments.close:
+            brain.close(session_id)
     except (BrainError, TurnFailed, *TRANSPORT_ERRORS) as error:
         sys.exit(f"session.py: {describe_failure(error, arguments.url)}")
 

@@ -279,6 +279,16 @@ def test_the_example_exits_0_when_every_turn_ends_idle_and_can_close_its_session
     assert module_brain.sdk().get(session_id)["status"] == "closed"
 
 
+def test_the_example_can_delete_its_session_at_the_end(module_brain: BrainServer) -> None:
+    # when
+    completed = _example(module_brain.url, module_brain.token(), "--harness", "instant", "--delete", "hi")
+    # then
+    assert (completed.returncode, completed.stderr) == (0, "")
+    session_id = completed.stdout.split("Session: ", 1)[1].split()[0]
+    with module_brain.client() as http:
+        assert http.get(f"/sessions/{session_id}").status_code == 404
+
+
 # --- the server names the tools it refuses --------------------------------------------------------
 
 
