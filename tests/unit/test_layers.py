@@ -15,7 +15,16 @@ from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("foundation", "brainsite", "sessions_app", "tools_app", "persistence_app", "fleet_app", "runners")
+PACKAGES = (
+    "foundation",
+    "brainsite",
+    "sessions_app",
+    "tools_app",
+    "persistence_app",
+    "fleet_app",
+    "runners",
+    "toolkits",
+)
 FLOOR = "foundation"
 WIRING_PACKAGE = "brainsite"
 APPS = ("sessions_app", "tools_app", "persistence_app", "fleet_app")
@@ -183,6 +192,23 @@ def test_runners_never_import_django_or_the_server_apps() -> None:
 
     # then
     assert violations == []
+
+
+def test_toolkits_stand_alone_without_the_server() -> None:
+    """toolkits/ serve Brain's providers and the standalone tool services alike: they may use
+    Django's storage API (django-storages) but never the server's apps, wiring or floor."""
+    # when
+    violations = sorted(
+        f"{module.name} imports {target}"
+        for module in _modules()
+        if module.app == "toolkits"
+        for target in ("channels", "ninja", "daphne", "celery", FLOOR, WIRING_PACKAGE, *APPS)
+        if module.imports_module(target)
+    )
+
+    # then
+    assert violations == []
+    assert "toolkits.sandbox.backend" in {module.name for module in _modules()}
 
 
 def test_runtime_services_and_eventlog_never_see_a_request_or_a_schema() -> None:
