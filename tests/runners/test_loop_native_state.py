@@ -18,6 +18,8 @@ from conftest import (
     restore_checkpoint,
 )
 
+from runners.media import IMAGE_TYPES
+
 MODEL = "openai/gpt-4.1-mini"
 
 
@@ -44,7 +46,9 @@ def test_open_is_passive_and_makes_no_model_or_tool_call(
     quiet = second.drain(quiet_for=1.0)
 
     # then
-    assert reply == {"attachment": "a1", "id": reply["id"], "result": {}}
+    # (the open result declares only what the model takes: images of every type, https URLs too)
+    media = {"types": list(IMAGE_TYPES), "https": True}
+    assert reply == {"attachment": "a1", "id": reply["id"], "result": {"media": media}}
     assert quiet == []
     assert provider.requests() == []
     assert read_native_files(tmp_path / "native", files) == before
