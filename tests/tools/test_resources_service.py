@@ -5,6 +5,7 @@ concurrency bound, a tool family registered beside the web tools)."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -222,3 +223,18 @@ def test_a_registered_family_is_served_and_calls_past_the_bound_are_refused_at_o
     assert [answer.json()["content"][0]["text"] for answer in answers] == ["released"] * MAX_OPERATIONS
     assert len(seen) == MAX_OPERATIONS
     assert {(call.tenant_id, call.session_id) for call in seen} == {("local", "s1")}
+
+
+def test_the_service_imports_nothing_of_the_server() -> None:
+    # given: what a standalone service may not stand on
+    server = ("django", "channels", "ninja", "daphne", "celery", "foundation", "brainsite", "tools_app", "sessions_app")
+    imported: set[str] = set()
+    for path in (ROOT / "services" / "resources").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                imported.add(node.module)
+    # then
+    assert sorted(name for name in imported if name.split(".")[0] in server) == []
+    assert "toolkits.web" in imported
