@@ -18,6 +18,7 @@ COPY brainsite/ brainsite/
 COPY foundation/ foundation/
 COPY sessions_app/ sessions_app/
 COPY tools_app/ tools_app/
+COPY toolkits/ toolkits/
 COPY persistence_app/ persistence_app/
 COPY fleet_app/ fleet_app/
 COPY runners/ runners/

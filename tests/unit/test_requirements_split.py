@@ -25,6 +25,7 @@ RUNTIME_CODE = (
     "persistence_app",
     "fleet_app",
     "runners",
+    "toolkits",
     "services",
     "examples",
     "scripts",

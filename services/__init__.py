@@ -1,0 +1,1 @@
+"""Standalone services that run beside Brain: the scripted model provider and the tool services."""
