@@ -21,6 +21,7 @@ COPY tools_app/ tools_app/
 COPY persistence_app/ persistence_app/
 COPY fleet_app/ fleet_app/
 COPY runners/ runners/
+COPY toolkits/ toolkits/
 COPY templates/ templates/
 COPY examples/ examples/
 COPY deploy/fleet_config.py deploy/
