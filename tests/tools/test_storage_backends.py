@@ -14,7 +14,7 @@ from tests.fixtures.services import FakeGCS, MotoS3
 from tests.support.storage import Settings, fresh_bucket
 from toolkits.storage.backends import FilesystemSettings, GCSSettings, S3Settings
 from toolkits.storage.keys import tenant_root
-from toolkits.storage.tools import PAGE_SIZE, TEXT_LIMIT_BYTES, StorageTools
+from toolkits.storage.tools import PAGE_SIZE, TEXT_LIMIT_BYTES, StorageTools, open_backend
 
 BACKENDS = ["s3_case", "gcs_case", "filesystem_case"]
 
@@ -60,8 +60,6 @@ def text(result: dict[str, Any]) -> str:
 
 async def raw_write(tools: StorageTools, settings: Settings, key: str, data: bytes) -> None:
     """An object written past the tools' checks (bytes no tool call can produce)."""
-    from toolkits.storage.backends import open_backend
-
     backend = open_backend(settings)
     await tools._run(lambda: backend.write(key, data), mutation=True)  # noqa: SLF001
 

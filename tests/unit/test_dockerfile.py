@@ -280,7 +280,7 @@ def test_every_path_the_dockerfile_copies_from_the_build_context_exists_and_is_n
     # when
     sources = [source for instruction in copies for source in _copy_sources(instruction)[0]]
     # then
-    assert len(sources) == 12
+    assert len(sources) == 13
     assert [source for source in sources if not (ROOT / source).exists()] == []
     assert [source for source in sources if ignored(source)] == []
 

@@ -6,7 +6,8 @@ bound are done with the same storage's own client: a page of keys (`listdir` rea
 folder, unpaged) and a read of at most a few bytes more than the limit (`open` downloads the
 whole object). GCS writes and deletes go through the bucket too, because django-storages retries
 them and a model's action is never sent twice. Every method blocks: the caller runs them in its
-worker threads. Failures are StorageFailure, which says whether the action may have happened.
+worker threads (tools.open_backend picks one for a configuration). Failures are StorageFailure,
+which says whether the action may have happened.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ __all__ = [
     "S3Settings",
     "StorageBackend",
     "StorageFailure",
-    "open_backend",
 ]
 
 CONNECT_TIMEOUT_SECONDS = 5.0
@@ -90,19 +90,6 @@ class StorageBackend(Protocol):
     def read(self, key: str, *, limit: int) -> bytes | None: ...
     def write(self, key: str, data: bytes) -> None: ...
     def delete(self, key: str) -> None: ...
-
-
-def open_backend(settings: S3Settings | GCSSettings | FilesystemSettings) -> StorageBackend:
-    """A backend for `settings`; builds no connection (the first call does, in its thread)."""
-    if isinstance(settings, S3Settings):
-        from .s3 import S3Backend
-
-        return S3Backend(settings)
-    if isinstance(settings, GCSSettings):
-        from .gcs import GCSBackend
-
-        return GCSBackend(settings)
-    return FilesystemBackend(settings)
 
 
 def _guarded(action: Callable[[], T], *, mutation: bool) -> T:

@@ -17,8 +17,17 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
-from .backends import FilesystemSettings, GCSSettings, S3Settings, StorageBackend, StorageFailure, open_backend
+from .backends import (
+    FilesystemBackend,
+    FilesystemSettings,
+    GCSSettings,
+    S3Settings,
+    StorageBackend,
+    StorageFailure,
+)
+from .gcs import GCSBackend
 from .keys import KeyRefused, check_key, check_list_prefix, decode_cursor, encode_cursor
+from .s3 import S3Backend
 
 __all__ = [
     "MAX_ADMITTED",
@@ -32,6 +41,7 @@ __all__ = [
     "StorageTools",
     "descriptors",
     "error_result",
+    "open_backend",
 ]
 
 PAGE_SIZE = 100  # spec (tools/resources): lists paginate at 100 keys
@@ -85,6 +95,15 @@ def descriptors(operations: tuple[str, ...] | list[str], *, prefix: str = "") ->
         {"name": f"{prefix}{operation}", "description": _SCHEMAS[operation][0], "input_schema": _SCHEMAS[operation][1]}
         for operation in operations
     ]
+
+
+def open_backend(settings: BackendSettings) -> StorageBackend:
+    """A backend for `settings`; builds no connection (the first call does, in its thread)."""
+    if isinstance(settings, S3Settings):
+        return S3Backend(settings)
+    if isinstance(settings, GCSSettings):
+        return GCSBackend(settings)
+    return FilesystemBackend(settings)
 
 
 def error_result(message: str, *, unknown_outcome: bool = False) -> dict[str, object]:

@@ -1,0 +1,1 @@
+"""Standalone services that run beside Brain: tool services and the scripted model provider."""
