@@ -7,22 +7,22 @@ Extension point: a tool family is a module with a `ToolSource` (registry.py),
 empty list when it is not configured, ValueError naming the variable at fault). It is
 registered with one line in SOURCES below; the service, its catalog, authentication,
 concurrency bound and deadline then serve it with nothing else to change. The storage tools
-join as `storage_tools.tools`, each `ServiceTool` with `mutates=True` for storage_write and
-storage_delete (so a failure after dispatch is an unknown outcome).
+are `storage_tools.tools`, with `mutates=True` on storage_write and storage_delete (so a failure
+after dispatch is an unknown outcome).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import web_tools
+from . import storage_tools, web_tools
 from .registry import Call, ServiceTool, ToolSource
 
 __all__ = ["SOURCES", "Call", "ServiceTool", "ToolSource", "service_tools"]
 
 SOURCES: tuple[ToolSource, ...] = (
     web_tools.tools,
-    # one line per tool family: storage_tools.tools,
+    storage_tools.tools,  # one line per tool family
 )
 
 
