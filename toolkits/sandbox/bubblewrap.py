@@ -50,14 +50,26 @@ def find_bubblewrap() -> str:
     return found
 
 
-def sandbox_argv(bwrap: str, work_dir: Path, command: str, *, uid: int | None, limits: Limits) -> list[str]:
-    """`uid` is the sandbox's own uid when the server runs as root, None otherwise."""
-    argv = [bwrap, "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+def sandbox_argv(
+    bwrap: str, work_dir: Path, command: str, *, uid: int | None, limits: Limits, info_fd: int | None = None
+) -> list[str]:
+    """`uid` is the sandbox's own uid when the server runs as root, None otherwise; bwrap writes
+    `{"child-pid": N}` (the namespace's init, as the host sees it) to `info_fd`."""
+    argv = [
+        bwrap,
+        *(["--info-fd", str(info_fd)] if info_fd is not None else []),
+        "--unshare-pid",
+        "--unshare-net",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     if uid is None:
         argv += ["--unshare-user", "--uid", "1000", "--gid", "1000"]
     argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for target, link in SYSTEM_LINKS:
         argv += ["--symlink", target, link]
+    argv += ["--perms", "0755", "--dir", "/etc"]  # privileged bwrap would make it 0700: unreadable to the uid
     for path in ETC_FILES:
         argv += ["--ro-bind-try", path, path]
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_bytes), "--perms", "1777", "--tmpfs", "/tmp"]

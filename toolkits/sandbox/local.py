@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -33,6 +34,9 @@ MAX_LIVE_SANDBOXES = 32  # on this machine at once, all tenants: each may run co
 # uid ranges start at 100000 and take 65536 per user), one per live sandbox: nothing else owns it.
 UID_BASE = 1_500_000_000
 READ_BYTES = 16 << 10  # one pipe read
+# bwrap exits as soon as the namespace's init reports the command's status; the kernel then
+# kills what is left in the namespace. A command's call returns once that is done, or after this.
+NAMESPACE_END_SECONDS = 5.0
 SANDBOX_ID = re.compile(r"^[0-9a-f]{32}$")
 
 
@@ -165,15 +169,25 @@ class LocalBackend:
         sandbox = self._live(sandbox_id)
         if sandbox is None:
             raise SandboxFailure("this sandbox is gone (terminated or expired)", reached=False)
-        argv = sandbox_argv(self.bwrap, sandbox.directory / "work", command, uid=sandbox.uid, limits=self.limits)
-        process = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},  # never the server's environment
+        info_read, info_write = os.pipe()
+        argv = sandbox_argv(
+            self.bwrap, sandbox.directory / "work", command, uid=sandbox.uid, limits=self.limits, info_fd=info_write
         )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                pass_fds=(info_write,),
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},  # never the server's environment
+            )
+        except BaseException:
+            os.close(info_read)
+            raise
+        finally:
+            os.close(info_write)
         sandbox.processes.add(process)
         output = _Output(output_limit, process)
         timed_out = False
@@ -187,6 +201,7 @@ class LocalBackend:
         finally:
             _kill_group(process)  # also on cancellation (an interrupt): nothing outlives the call
             await process.wait()
+            await _end_namespace(info_read)
             sandbox.processes.discard(process)
         killed = timed_out or output.truncated
         return ExecResult(
@@ -222,6 +237,33 @@ class LocalBackend:
                 _kill_group(process)
 
 
+async def _end_namespace(info_read: int) -> None:
+    """Kill the namespace's init (bwrap told its host pid on the info pipe) and wait until it
+    has reaped every process of the namespace: it is then a zombie or gone."""
+    try:
+        os.set_blocking(info_read, False)
+        raw = os.read(info_read, 4096)
+    except OSError:  # bwrap wrote nothing: it never made a namespace
+        raw = b""
+    finally:
+        os.close(info_read)
+    try:
+        pid = int(json.loads(raw.split(b"}")[0] + b"}")["child-pid"])
+    except (ValueError, KeyError, TypeError):
+        return
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + NAMESPACE_END_SECONDS
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        await asyncio.sleep(0.01)
+
+
 class _Output:
     """stdout and stderr of one command under one shared byte budget; past it the process
     group is killed and the output marked truncated."""
@@ -233,11 +275,12 @@ class _Output:
         self.process = process
 
     async def read(self, stream: asyncio.StreamReader, index: int) -> None:
+        # Read to the end even past the budget (discarding): asyncio reports the process's end
+        # only once its pipes reach end of file, which a paused pipe never does.
         while chunk := await stream.read(READ_BYTES):
             kept = chunk[: self.left]
             self.parts[index].extend(kept)
             self.left -= len(kept)
-            if len(kept) < len(chunk):
+            if len(kept) < len(chunk) and not self.truncated:
                 self.truncated = True
                 _kill_group(self.process)
-                return
