@@ -13,11 +13,11 @@ import pytest
 from tests.toolkits.support import local_backend
 from toolkits.sandbox.handles import HandleSigner
 from toolkits.sandbox.local import LocalBackend
-from toolkits.sandbox.tools import Answer, SandboxTools, Scope
+from toolkits.sandbox.tools import Answer, BackendConfig, SandboxTools, Scope
 
 KEY = b"k" * 32
 ALICE = Scope("acme", "session-a")
-CONFIGS = {"local": ({}, {})}
+CONFIGS: dict[str, BackendConfig] = {"local": ({}, {})}
 MARKER = "touch ran.txt; echo ran"
 
 
