@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.requirements-installed
 DEV_STAMP := $(VENV)/.requirements-dev-installed
 PIP_INSTALL := $(BIN)/pip install --quiet --disable-pip-version-check --no-compile
-DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx
+DEBIAN_PACKAGES := redis-server postgresql chromium iproute2 nginx bubblewrap
 # The admin's static files, hashed and compressed by collectstatic; runbrain serves them from here.
 STATIC_MANIFEST := staticfiles/staticfiles.json
 # The older published client (requirements-client-2.0.txt), beside the venv: see `test`.
