@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from connectrpc.code import Code
@@ -93,6 +93,7 @@ class FakeE2B:
 
     # envd's process service (the Connect application calls these)
     async def start(self, request: process_pb.StartRequest, ctx: object) -> AsyncIterator[process_pb.StartResponse]:
+        assert request.process is not None
         argv = [request.process.cmd, *request.process.args]
         with self.lock:
             self.started.append(argv)
@@ -101,10 +102,11 @@ class FakeE2B:
         yield _event(Oneof("start", process_pb.ProcessEvent.StartEvent(pid=4242)))
         if self.drop_exec:
             raise ConnectionAbortedError("the answer is lost")
-        for name, data in (("stdout", stdout), ("stderr", stderr)):
+        out: Oneof[Literal["stdout"], bytes] = Oneof("stdout", stdout)
+        err: Oneof[Literal["stderr"], bytes] = Oneof("stderr", stderr)
+        for output, data in ((out, stdout), (err, stderr)):
             if data:
-                output = process_pb.ProcessEvent.DataEvent(output=Oneof(name, data))
-                yield _event(Oneof("data", output))
+                yield _event(Oneof("data", process_pb.ProcessEvent.DataEvent(output=output)))
         end = process_pb.ProcessEvent.EndEvent(exit_code=process.returncode or 0, exited=True, status="exited")
         yield _event(Oneof("end", end))
 

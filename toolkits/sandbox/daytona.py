@@ -118,7 +118,10 @@ def _create(api: SandboxApi, target: str) -> str:
         try:
             sandbox = api.get_sandbox(sandbox.id, _request_timeout=CONTROL_TIMEOUT_SECONDS)
         except (OpenApiException, urllib3.exceptions.HTTPError, ValueError) as exc:
-            raise SandboxFailure(f"daytona create: the new sandbox could not be read ({_reason(exc)})", reached=True)
+            reason = _reason(exc)
+            raise SandboxFailure(
+                f"daytona create: the new sandbox could not be read ({reason})", reached=True
+            ) from None
     if _state(sandbox) != "started":
         _terminate(api, sandbox.id)
         raise SandboxFailure(f"daytona create: the sandbox did not start (state {_state(sandbox)})", reached=True)

@@ -74,7 +74,8 @@ class E2BBackend:
         options = self._options(credential, CONTROL_TIMEOUT_SECONDS)
         line = helper_shell_command(command, deadline_seconds=deadline_seconds, output_limit=output_limit)
         bound = result_line_limit(output_limit)
-        answer = await asyncio.to_thread(_exec, sandbox_id, line, deadline_seconds + RESULT_GRACE_SECONDS, bound, options)
+        timeout = deadline_seconds + RESULT_GRACE_SECONDS
+        answer = await asyncio.to_thread(_exec, sandbox_id, line, timeout, bound, options)
         return parse_helper_result(answer, output_limit=output_limit)
 
     async def inspect(
