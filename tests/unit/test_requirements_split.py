@@ -29,6 +29,7 @@ RUNTIME_CODE = (
     "services",
     "examples",
     "scripts",
+    "toolkits",
     "manage.py",
 )
 # Tests and checks only: none of these belongs in a runtime install.
