@@ -1,16 +1,10 @@
 """The sandbox backends by name: the one place a backend plugs in.
 
-Each entry names the backend's class (built once as `Class(data_dir=PATH)`, PATH a directory
-it may keep private files in; a cloud backend may ignore it), the binding parameters it takes
-with the environment variables the standalone service reads them from, and the same for its
-credential's keys (the names the published client lowers to). A cloud backend is one line:
-
-    "modal": BackendEntry("toolkits.sandbox.modal.ModalBackend",
-                          {"app": "MODAL_APP", "image": "MODAL_IMAGE"},
-                          {"tokenId": "MODAL_TOKEN_ID", "tokenSecret": "MODAL_TOKEN_SECRET"}),
-    "e2b": BackendEntry("toolkits.sandbox.e2b.E2BBackend", {"template": "E2B_TEMPLATE"}, {"apiKey": "E2B_API_KEY"}),
-    "daytona": BackendEntry("toolkits.sandbox.daytona.DaytonaBackend",
-                            {"apiUrl": "DAYTONA_API_URL", "target": "DAYTONA_TARGET"}, {"apiKey": "DAYTONA_API_KEY"}),
+Each entry names the backend's class (built once; a backend on this machine as
+`Class(data_dir=PATH)`, PATH a directory it may keep private files in, a cloud one as `Class()`),
+the binding parameters it takes with the environment variables the standalone service reads
+them from, and the same for its credential's keys (the names the published client lowers to).
+A new backend is one line.
 """
 
 from __future__ import annotations
@@ -31,10 +25,22 @@ class BackendEntry:
     path: str  # dotted path of a class implementing SandboxBackend
     settings_env: Mapping[str, str]  # binding parameter -> the service's environment variable
     credential_env: Mapping[str, str]  # credential key -> the service's environment variable
+    on_this_machine: bool = False  # built with data_dir (its sandboxes' private directories)
 
 
 BACKENDS: Mapping[str, BackendEntry] = {
-    "local": BackendEntry("toolkits.sandbox.local.LocalBackend", {}, {}),
+    "local": BackendEntry("toolkits.sandbox.local.LocalBackend", {}, {}, on_this_machine=True),
+    "modal": BackendEntry(
+        "toolkits.sandbox.modal.ModalBackend",
+        {"app": "MODAL_APP", "image": "MODAL_IMAGE"},
+        {"tokenId": "MODAL_TOKEN_ID", "tokenSecret": "MODAL_TOKEN_SECRET"},
+    ),
+    "e2b": BackendEntry("toolkits.sandbox.e2b.E2BBackend", {"template": "E2B_TEMPLATE"}, {"apiKey": "E2B_API_KEY"}),
+    "daytona": BackendEntry(
+        "toolkits.sandbox.daytona.DaytonaBackend",
+        {"apiUrl": "DAYTONA_API_URL", "target": "DAYTONA_TARGET"},
+        {"apiKey": "DAYTONA_API_KEY"},
+    ),
 }
 
 
@@ -49,4 +55,4 @@ def build_backend(name: str, *, data_dir: Path) -> SandboxBackend:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"sandbox backend {name!r} is not installed: {type(exc).__name__}: {exc}") from exc
-    return cast(SandboxBackend, cls(data_dir=data_dir))
+    return cast(SandboxBackend, cls(data_dir=data_dir) if entry.on_this_machine else cls())
