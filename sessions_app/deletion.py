@@ -10,7 +10,8 @@ api.py; never sees a request.
    publish writes `latest` under, so no upload in flight or queued brings it back; then its
    archived objects.
 
-A session that has sub-agent sessions is refused (409) until they are deleted.
+A session that has sub-agent sessions is refused (409) until they are deleted. A session whose
+log or checkpoints are damaged (it cannot load) is deleted all the same, steps 2 and 3.
 """
 
 from __future__ import annotations
@@ -19,14 +20,15 @@ import asyncio
 import contextlib
 from typing import TypedDict
 
-from foundation.errors import Conflict
+from foundation.errors import Conflict, NotFound
 from foundation.logs import logger
 from tools_app import db as tools_db
 
 from . import db
 from .operations import check_session_id
 from .records import Principal
-from .runtime.engine import Engine
+from .runtime.actor import SessionActor
+from .runtime.engine import Engine, SessionDamaged
 from .storage import SessionStorage
 
 __all__ = ["Deleted", "delete_session"]
@@ -53,11 +55,28 @@ def _remove_local(storage: SessionStorage, session_id: str) -> None:
 
 
 async def delete_session(engine: Engine, principal: Principal, session_id: str) -> Deleted:
-    actor = await engine.get_actor(principal.tenant, check_session_id(principal, session_id))
-    engine.ownership.require_writable(actor.id)
-    children = await db.achild_sessions(actor.id, limit=NAMED_CHILDREN)
+    session_id = check_session_id(principal, session_id)
+    try:
+        actor = await engine.get_actor(principal.tenant, session_id)
+    except SessionDamaged:
+        # a session whose log or checkpoints do not decode cannot load, but can be deleted
+        if await db.aget_session(principal.tenant, session_id) is None:
+            raise NotFound("session not found") from None
+        actor = None
+    engine.ownership.require_writable(session_id)
+    children = await db.achild_sessions(session_id, limit=NAMED_CHILDREN)
     if children:
         raise Conflict("the session has sub-agent sessions; delete them first: " + ", ".join(children))
+    if actor is not None:
+        await _stop(engine, actor)
+    async with engine.offline(principal.tenant, session_id, deleting=True):
+        await engine.purge(session_id, lambda: _remove_local(engine.storage, session_id))
+    await engine.ownership.leases.release(session_id)
+    logger.info("session deleted", extra={"session_id": session_id, "tenant": principal.tenant})
+    return {"id": session_id, "deleted": True}
+
+
+async def _stop(engine: Engine, actor: SessionActor) -> None:
     actor.close()  # stops a running turn, cancels queued inputs and pending approvals
     engine.executors.revoke_session(actor.id)
     task = actor.task
@@ -67,8 +86,3 @@ async def delete_session(engine: Engine, principal: Principal, session_id: str) 
             task.cancel(msg="the session is being deleted")
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.wait({task}, timeout=STOP_TURN_SECONDS)
-    async with engine.offline(principal.tenant, actor.id, deleting=True):
-        await engine.purge(actor.id, lambda: _remove_local(engine.storage, actor.id))
-    await engine.ownership.leases.release(actor.id)
-    logger.info("session deleted", extra={"session_id": actor.id, "tenant": principal.tenant})
-    return {"id": actor.id, "deleted": True}

@@ -74,6 +74,29 @@ def test_a_deleted_session_is_gone_from_every_route_its_files_and_a_restart(
     _gone(server, session["id"])
 
 
+def test_a_session_whose_log_is_damaged_can_still_be_deleted(brain_factory: Callable[..., BrainServer]) -> None:
+    # given: a session whose event log no longer decodes (it cannot load: GET is 500)
+    server = brain_factory()
+    session = create_session(server)
+    accepted = send_ok(server, session["id"], "hello")
+    wait_for_turn_end(server, session["id"], accepted["id"])
+    server.stop()
+    log = server.data_dir / "sessions" / session["id"] / "events.jsonl"
+    lines = log.read_bytes().split(b"\n")
+    lines[1] = b'{"id":"' + b"0" * 10 + b"not json"
+    log.write_bytes(b"\n".join(lines))
+    server.start()
+    with server.client() as client:
+        assert client.get(f"/sessions/{session['id']}").status_code == 500
+
+    # when
+    delete_session(server.sdk(), session["id"])
+
+    # then
+    _gone(server, session["id"])
+    assert not log.parent.exists()
+
+
 def test_the_answer_names_the_deleted_session(module_brain: BrainServer) -> None:
     # given
     session = create_session(module_brain)
