@@ -71,7 +71,9 @@ class SandboxProvider(ToolProvider):
                 f"signing_key_env: {self.settings.signing_key_env} must hold at least {MIN_KEY_BYTES} bytes"
             )
         self.tools = SandboxTools(
-            {self.backend_name: self.build_sandbox_backend()}, HandleSigner(key), max_live_per_tenant=self.settings.max_live_per_tenant
+            {self.backend_name: self.build_sandbox_backend()},
+            HandleSigner(key),
+            max_live_per_tenant=self.settings.max_live_per_tenant,
         )
         served = descriptors()
         self.operations: dict[str, ToolDescriptor] = {
