@@ -7,7 +7,8 @@ default). Calls carry $TOOL_API_KEY (24+ bytes) as a bearer token; handles are s
 $SANDBOX_SIGNING_KEY (32+ bytes; keep it stable across restarts). Each provider's settings and
 credential come from its environment variables (toolkits/sandbox/registry.py). `--catalog`
 prints the descriptors for Brain's host config `tools`; `live` creates a sandbox, runs a
-command, inspects and terminates it (in a `finally`), against the real provider.
+command, inspects and terminates it (in a `finally`), against the real provider
+(toolkits/sandbox/live.py), printing its report as JSON.
 """
 
 from __future__ import annotations
@@ -16,19 +17,18 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import sys
 from pathlib import Path
 
 from toolkits.sandbox.backend import SandboxBackend
 from toolkits.sandbox.handles import MIN_KEY_BYTES, HandleSigner
+from toolkits.sandbox.live import LiveCheckFailed, live_check
 from toolkits.sandbox.registry import BACKENDS, build_backend
-from toolkits.sandbox.tools import BackendConfig, SandboxTools, Scope
+from toolkits.sandbox.tools import BackendConfig, SandboxTools
 
 from .app import SandboxService, catalog
 
 MIN_API_KEY_BYTES = 24  # spec (tools/sandboxes): TOOL_API_KEY has at least 24 characters
-LIVE_COMMAND = "echo hello from the sandbox; uname -s"
 
 
 def _key(name: str, minimum: int) -> str:
@@ -61,34 +61,17 @@ def _backends(names: list[str], data_dir: Path) -> dict[str, SandboxBackend]:
     return backends
 
 
-async def _live(name: str, data_dir: Path) -> int:
-    configs = {name: _config(name)}
-    tools = SandboxTools(_backends([name], data_dir), HandleSigner(secrets.token_bytes(32)))
-    caller = Scope("live", f"live-{secrets.token_hex(4)}")
-    created = await tools.run("create", caller, {}, configs)
-    print(f"create: {created.text}")
-    if created.is_error or created.structured is None:
-        await tools.aclose()
-        return 1
-    handle = created.structured["handle"]
-    try:
-        ran = await tools.run("exec", caller, {"handle": handle, "command": LIVE_COMMAND}, configs)
-        print(f"exec: {ran.text}")
-        inspected = await tools.run("inspect", caller, {"handle": handle}, configs)
-        print(f"inspect: {inspected.text} {json.dumps(inspected.structured)}")
-        return 1 if ran.is_error or inspected.is_error else 0
-    finally:
-        ended = await tools.run("terminate", caller, {"handle": handle}, configs)
-        print(f"terminate: {ended.text}")
-        await tools.aclose()
-
-
 def main() -> None:
     if sys.argv[1:2] == ["live"]:
         if len(sys.argv) != 3:
             sys.exit("usage: python -m services.sandbox live PROVIDER")
-        data_dir = Path(os.environ.get("SANDBOX_DATA_DIR", ".sandbox-data")).resolve()
-        sys.exit(asyncio.run(_live(sys.argv[2], data_dir)))
+        name, data_dir = sys.argv[2], Path(os.environ.get("SANDBOX_DATA_DIR", ".sandbox-data")).resolve()
+        try:
+            report = asyncio.run(live_check(name, os.environ, data_dir=data_dir / name))
+        except LiveCheckFailed as exc:
+            sys.exit(str(exc))
+        print(json.dumps(report, indent=2))
+        return
     parser = argparse.ArgumentParser(
         prog="python -m services.sandbox", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )

@@ -21,10 +21,13 @@ class FakeDaytona:
     created: list[dict[str, object]] = field(default_factory=list)  # the create bodies
     executed: list[dict[str, object]] = field(default_factory=list)  # the execute bodies
     deleted: list[str] = field(default_factory=list)
+    authorizations_seen: set[str] = field(default_factory=set)  # every Authorization header received
     drop_exec: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, request: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
+        with self.lock:
+            self.authorizations_seen.add(str(request.headers.get("Authorization")))
         if request.headers.get("Authorization") != f"Bearer {API_KEY}":
             send_json(request, 401, {"statusCode": 401, "message": "Unauthorized"})
             return

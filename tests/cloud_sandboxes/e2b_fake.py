@@ -36,10 +36,13 @@ class FakeE2B:
     started: list[list[str]] = field(default_factory=list)  # the argv of each command
     connects: list[str] = field(default_factory=list)
     killed: list[str] = field(default_factory=list)
+    keys_seen: set[str] = field(default_factory=set)  # every X-API-Key the control plane received
     drop_exec: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def handle(self, request: BaseHTTPRequestHandler, method: str, path: str, body: bytes) -> None:
+        with self.lock:
+            self.keys_seen.add(str(request.headers.get("X-API-Key")))
         if request.headers.get("X-API-Key") != API_KEY:
             send_json(request, 401, {"code": 401, "message": "Invalid API key"})
             return

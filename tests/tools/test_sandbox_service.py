@@ -167,9 +167,11 @@ def test_live_runs_the_whole_lifecycle_locally_and_fails_explicitly_without_cred
     )
     # then
     assert local.returncode == 0, local.stderr
-    assert [line.split(":")[0] for line in local.stdout.splitlines() if line[:1].isalpha()][:1] == ["create"]
-    assert "hello from the sandbox" in local.stdout and "terminate: Sandbox terminated." in local.stdout
+    report = json.loads(local.stdout)
+    assert (report["provider"], report["terminated"]) == ("local", True)
+    assert report["exec"] == {"exit_code": 0, "stdout": "3\nbrain-live-check\n", "stderr": ""}
+    assert report["inspect"]["state"] == "running"
     assert list((tmp_path / "live" / "local" / "sandboxes").glob("[0-9a-f]*")) == []
     assert modal.returncode != 0
     assert modal.stdout == ""
-    assert "modal" in modal.stderr
+    assert modal.stderr.strip() == "modal live check: set MODAL_TOKEN_ID, MODAL_TOKEN_SECRET (missing credentials)"

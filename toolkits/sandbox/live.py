@@ -1,44 +1,22 @@
-"""The live check for people with a provider account: create a sandbox, run one command, inspect
-it and terminate it (always, in a `finally`), with credentials from the environment. Missing
+"""The live check for people with a provider account (and for `local`, which needs none): create a
+sandbox, run one command, inspect it and terminate it (always, in a `finally`), with the
+provider's settings and credentials from the environment variables registry.py names. Missing
 credentials fail at once, naming the variables; nothing is skipped silently. Running it against a
-live account can incur provider charges.
+live account can incur provider charges. `python -m services.sandbox live PROVIDER` runs it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from pathlib import Path
 
 from toolkits.sandbox.backend import SandboxBackend, SandboxFailure
-from toolkits.sandbox.daytona import DaytonaBackend
-from toolkits.sandbox.e2b import E2BBackend
-from toolkits.sandbox.modal import ModalBackend
+from toolkits.sandbox.registry import BACKENDS, build_backend
 
-__all__ = ["LIVE_PROVIDERS", "LiveCheckFailed", "LiveProvider", "live_check"]
+__all__ = ["LIVE_COMMAND", "LIVE_EXPECTED_OUTPUT", "LiveCheckFailed", "live_check"]
 
 LIVE_COMMAND = "python3 -c 'import sys; print(sys.version_info[0])'; echo brain-live-check"
 LIVE_EXPECTED_OUTPUT = "3\nbrain-live-check\n"
-
-
-@dataclass(frozen=True, slots=True)
-class LiveProvider:
-    """Environment variables → the binding's credential keys (required) and parameters."""
-
-    credentials: Mapping[str, str]
-    settings: Mapping[str, str]
-
-
-LIVE_PROVIDERS: Mapping[str, LiveProvider] = {
-    "modal": LiveProvider(
-        credentials={"MODAL_TOKEN_ID": "tokenId", "MODAL_TOKEN_SECRET": "tokenSecret"},
-        settings={"MODAL_APP": "app", "MODAL_IMAGE": "image"},
-    ),
-    "e2b": LiveProvider(credentials={"E2B_API_KEY": "apiKey"}, settings={"E2B_TEMPLATE": "template"}),
-    "daytona": LiveProvider(
-        credentials={"DAYTONA_API_KEY": "apiKey"},
-        settings={"DAYTONA_API_URL": "apiUrl", "DAYTONA_TARGET": "target"},
-    ),
-}
 
 
 class LiveCheckFailed(Exception):
@@ -46,31 +24,47 @@ class LiveCheckFailed(Exception):
 
 
 async def live_check(
-    backend_name: str, environ: Mapping[str, str], *, backend: SandboxBackend | None = None
+    backend_name: str, environ: Mapping[str, str], *, data_dir: Path, backend: SandboxBackend | None = None
 ) -> dict[str, object]:
     """Run the check; its report (the sandbox, the command's result, the inspected state).
-    `backend` replaces the provider's own (tests point one at a loopback fake)."""
-    provider = LIVE_PROVIDERS.get(backend_name)
-    if provider is None:
-        raise LiveCheckFailed(f"unknown provider {backend_name!r}: choose one of {', '.join(LIVE_PROVIDERS)}")
-    missing = [name for name in provider.credentials if not environ.get(name)]
+    `data_dir`: the backend's private directory (`local` keeps its sandboxes there). `backend`
+    replaces the one the registry builds (tests point one at a loopback fake)."""
+    entry = BACKENDS.get(backend_name)
+    if entry is None:
+        raise LiveCheckFailed(f"unknown provider {backend_name!r}: choose one of {', '.join(BACKENDS)}")
+    missing = [variable for variable in entry.credential_env.values() if not environ.get(variable)]
     if missing:
         raise LiveCheckFailed(f"{backend_name} live check: set {', '.join(missing)} (missing credentials)")
-    credential = {key: environ[name] for name, key in provider.credentials.items()}
-    settings = {key: environ[name] for name, key in provider.settings.items() if environ.get(name)}
-    chosen = backend if backend is not None else _backend(backend_name)
+    credential = {key: environ[variable] for key, variable in entry.credential_env.items()}
+    settings = {key: environ[variable] for key, variable in entry.settings_env.items() if environ.get(variable)}
+    if backend is None:
+        try:
+            backend = build_backend(backend_name, data_dir=data_dir)
+        except ValueError as exc:
+            raise LiveCheckFailed(f"{backend_name} live check: {exc}") from None
     try:
-        sandbox_id = await chosen.create(settings, credential)
+        return await _run(backend_name, backend, settings, credential)
+    finally:
+        close = getattr(backend, "aclose", None)  # optional: not part of the backend contract
+        if close is not None:
+            await close()
+
+
+async def _run(
+    backend_name: str, backend: SandboxBackend, settings: Mapping[str, str], credential: Mapping[str, str]
+) -> dict[str, object]:
+    try:
+        sandbox_id = await backend.create(settings, credential)
     except SandboxFailure as exc:
         raise LiveCheckFailed(f"{backend_name} live check: create failed: {exc}") from None
     try:
-        result = await chosen.exec(sandbox_id, LIVE_COMMAND, settings=settings, credential=credential)
-        state = await chosen.inspect(sandbox_id, settings=settings, credential=credential)
+        result = await backend.exec(sandbox_id, LIVE_COMMAND, settings=settings, credential=credential)
+        state = await backend.inspect(sandbox_id, settings=settings, credential=credential)
     except SandboxFailure as exc:
         raise LiveCheckFailed(f"{backend_name} live check: {exc}") from None
     finally:
         try:
-            await chosen.terminate(sandbox_id, settings=settings, credential=credential)
+            await backend.terminate(sandbox_id, settings=settings, credential=credential)
         except SandboxFailure as exc:
             raise LiveCheckFailed(f"{backend_name} live check: terminate failed, sandbox {sandbox_id}: {exc}") from None
     if result.exit_code != 0 or result.stdout != LIVE_EXPECTED_OUTPUT or result.timed_out or result.truncated:
@@ -82,11 +76,3 @@ async def live_check(
         "inspect": state,
         "terminated": True,
     }
-
-
-def _backend(name: str) -> SandboxBackend:
-    if name == "modal":
-        return ModalBackend()
-    if name == "e2b":
-        return E2BBackend()
-    return DaytonaBackend()

@@ -44,9 +44,10 @@ BACKENDS: Mapping[str, BackendEntry] = {
 }
 
 
-def build_backend(name: str, *, data_dir: Path) -> SandboxBackend:
+def build_backend(name: str, *, data_dir: Path, connection: Mapping[str, object] | None = None) -> SandboxBackend:
     """The backend `name`, built; ValueError (one line) when it is not known or not usable
-    here (for `local`: no working bubblewrap)."""
+    here (for `local`: no working bubblewrap). `connection`: keywords for the backend's
+    constructor, given only in code (the tests point a cloud backend at a loopback fake)."""
     entry = BACKENDS.get(name)
     if entry is None:
         raise ValueError(f"unknown sandbox backend {name!r} (known: {', '.join(sorted(BACKENDS))})")
@@ -55,4 +56,7 @@ def build_backend(name: str, *, data_dir: Path) -> SandboxBackend:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as exc:
         raise ValueError(f"sandbox backend {name!r} is not installed: {type(exc).__name__}: {exc}") from exc
-    return cast(SandboxBackend, cls(data_dir=data_dir) if entry.on_this_machine else cls())
+    keywords = dict(connection or {})
+    if entry.on_this_machine:
+        keywords["data_dir"] = data_dir
+    return cast(SandboxBackend, cls(**keywords))

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pydantic import Field
 
 from runners.protocol import ToolDescriptor
+from toolkits.sandbox.backend import SandboxBackend
 from toolkits.sandbox.handles import MIN_KEY_BYTES, HandleSigner
 from toolkits.sandbox.registry import BACKENDS, build_backend
 from toolkits.sandbox.tools import MAX_LIVE_PER_TENANT, OPERATIONS, SandboxTools, Scope, descriptors
@@ -69,15 +70,21 @@ class SandboxProvider(ToolProvider):
             raise ValueError(
                 f"signing_key_env: {self.settings.signing_key_env} must hold at least {MIN_KEY_BYTES} bytes"
             )
-        backend = build_backend(self.backend_name, data_dir=self.environment.data_dir / "providers" / name)
         self.tools = SandboxTools(
-            {self.backend_name: backend}, HandleSigner(key), max_live_per_tenant=self.settings.max_live_per_tenant
+            {self.backend_name: self.build_sandbox_backend()},
+            HandleSigner(key),
+            max_live_per_tenant=self.settings.max_live_per_tenant,
         )
         served = descriptors()
         self.operations: dict[str, ToolDescriptor] = {
             operation: {"name": operation, **served[operation]}  # type: ignore[typeddict-item]  # description and input_schema
             for operation in OPERATIONS
         }
+
+    def build_sandbox_backend(self) -> SandboxBackend:
+        """The backend, as its provider's own SDK defaults reach it; the seam a test's subclass
+        overrides to point a cloud backend at a loopback fake (tests/support/sandbox_provider.py)."""
+        return build_backend(self.backend_name, data_dir=self.environment.data_dir / "providers" / self.name)
 
     async def bind(self, *, tenant: str, operations: Sequence[str], parameters: object) -> list[ToolDescriptor]:
         _strings(parameters, self.entry.settings_env, "parameters", self.backend_name)
