@@ -22,7 +22,6 @@ COPY toolkits/ toolkits/
 COPY persistence_app/ persistence_app/
 COPY fleet_app/ fleet_app/
 COPY runners/ runners/
-COPY toolkits/ toolkits/
 COPY templates/ templates/
 COPY examples/ examples/
 COPY deploy/fleet_config.py deploy/
