@@ -195,9 +195,14 @@ def run_conversation(
 
     `tools` are config tools by name (the host config's `tools`); `bindings` bind installed
     providers, name → operations (the model sees `<name>_<operation>`)."""
-    declared = [ManagedTool(name) for name in tools or []]
-    declared += [ManagedTool(name, operations=list(operations)) for name, operations in (bindings or {}).items()]
-    session = brain.create(harness=harness, model=Model(model), tools=declared)
+    session = brain.create(
+        harness=harness,
+        model=Model(model),
+        tools=[
+            *(ManagedTool(name) for name in tools or []),
+            *(ManagedTool(name, operations=list(operations)) for name, operations in (bindings or {}).items()),
+        ],
+    )
     print(f"Session: {session['id']} ({harness}, {model})\n", flush=True)
     follower = EventFollower(brain, session["id"], on_retained=on_retained).start()
     try:

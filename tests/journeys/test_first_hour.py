@@ -288,6 +288,38 @@ def test_make_run_without_bubblewrap_says_in_one_line_that_the_sandbox_is_skippe
     assert printed[-1].endswith("Ctrl-C stops Brain.")
 
 
+def test_make_run_installs_bubblewrap_and_none_of_the_test_suites_debian_packages() -> None:
+    # when: what `make run` would run (nothing is run)
+    planned = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, env={**os.environ, "MAKEFLAGS": ""}, capture_output=True, text=True, check=True
+    ).stdout
+    # then: bubblewrap, before the demo starts, and nothing else from apt
+    installs = re.findall(r"apt-get install -y -qq ([^>]+?) >/dev/null", planned)
+    assert installs == ["bubblewrap"]
+    assert planned.index("apt-get install") < planned.index("scripts/run_demo.py")
+
+
+def test_make_run_goes_on_with_one_line_where_bubblewrap_cannot_be_installed(tmp_path: Path) -> None:
+    # given: a machine where neither dpkg, apt-get nor sudo can be found
+    environment = {"PATH": str(tmp_path), "HOME": str(tmp_path), "MAKEFLAGS": ""}
+    # when
+    completed = subprocess.run(
+        ["/usr/bin/make", "--no-print-directory", "demo-packages"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+    )
+    # then: it says so and succeeds, so `make run` starts the demo (which skips its sandbox)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "installing Debian package: bubblewrap (the demo's local sandbox)",
+        "make run: bubblewrap could not be installed; the demo runs without its sandbox",
+    ]
+
+
 # --- the URLs people type ----------------------------------------------------------------------
 
 

@@ -116,7 +116,7 @@ def test_a_rule_after_a_tool_result_calls_the_next_tool_with_what_its_regex_capt
     }
     scripted_provider.set_script({"rules": [rule]})
     client = openai.OpenAI(api_key="k", base_url=scripted_provider.openai_base_url, max_retries=0)
-    tool = {"type": "function", "function": {"name": "box_exec", "parameters": {"type": "object"}}}
+    tool: Any = {"type": "function", "function": {"name": "box_exec", "parameters": {"type": "object"}}}
     call = {"id": "c1", "type": "function", "function": {"name": "box_create", "arguments": "{}"}}
     messages: list[Any] = [
         {"role": "user", "content": "make a box"},
