@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from queue import Empty, Queue
 from typing import Any
 
@@ -186,14 +186,23 @@ def run_conversation(
     model: str,
     messages: list[str],
     tools: list[str] | None = None,
+    bindings: Mapping[str, Sequence[str]] | None = None,
     on_retained: Callable[[dict[str, Any]], None] = lambda event: None,
 ) -> str:
     """Create a session, send each message after the previous turn ends, print every turn.
     Returns the session id; the session stays open for more messages. TurnFailed when a turn
-    fails (the messages after it are not sent), BrainError when Brain refuses a request."""
-    # config tools by name (the host config's `tools`); ManagedTool with operations would be a
-    # provider binding instead
-    session = brain.create(harness=harness, model=Model(model), tools=[ManagedTool(name) for name in tools or []])
+    fails (the messages after it are not sent), BrainError when Brain refuses a request.
+
+    `tools` are config tools by name (the host config's `tools`); `bindings` bind installed
+    providers, name → operations (the model sees `<name>_<operation>`)."""
+    session = brain.create(
+        harness=harness,
+        model=Model(model),
+        tools=[
+            *(ManagedTool(name) for name in tools or []),
+            *(ManagedTool(name, operations=list(operations)) for name, operations in (bindings or {}).items()),
+        ],
+    )
     print(f"Session: {session['id']} ({harness}, {model})\n", flush=True)
     follower = EventFollower(brain, session["id"], on_retained=on_retained).start()
     try:

@@ -1,5 +1,7 @@
 """`make run`: Brain on examples/local.json with embedded defaults, a scripted model provider
-(no API keys needed), and a short streamed conversation to show what a session looks like.
+(no API keys needed), and a short streamed conversation to show what a session looks like: the
+agent calls `echo`, fetches a page the demo serves with `web_fetch` and runs Python in a `local`
+sandbox (scripts/demo_tools.py; skipped, with one line saying why, where bubblewrap cannot run).
 Brain keeps running afterwards until Ctrl-C.
 """
 
@@ -21,6 +23,16 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "local.json"
 sys.path.insert(0, str(ROOT))
+
+from scripts.demo_tools import (  # noqa: E402  # after the repository root is on the path
+    PAGE_PORT,
+    PAGE_URL,
+    SANDBOX_REQUEST,
+    demo_script,
+    installed_providers,
+    sandbox_unavailable,
+    serve_page,
+)
 
 
 def _token(data_dir: Path) -> str:
@@ -84,7 +96,12 @@ def main() -> None:
     port = "8091"  # and points the openai and anthropic providers here
     brain_port = int(config["listen"].rsplit(":", 1)[1])
     taken = _taken_ports(
-        {brain_port: "Brain", int(port): "the scripted model provider", int(tools_port): "the example tool service"}
+        {
+            brain_port: "Brain",
+            int(port): "the scripted model provider",
+            int(tools_port): "the example tool service",
+            PAGE_PORT: "the demo's web page",
+        }
     )
     if taken:  # never run the demo against whatever answers there (an earlier `make run`, say)
         sys.exit(
@@ -97,13 +114,21 @@ def main() -> None:
     env.setdefault("SCRIPTED_PROVIDER_KEY", "scripted-demo-key")
     env["BRAIN_TOOLS_KEY"] = _secret(data_dir, "BRAIN_TOOLS_KEY")
     env["BRAIN_APPROVAL_KEY"] = _secret(data_dir, "BRAIN_APPROVAL_KEY")
+    env["SANDBOX_SIGNING_KEY"] = _secret(data_dir, "SANDBOX_SIGNING_KEY")
+    tenant = config["tokens"][0]["tenant"]
+    no_sandbox = sandbox_unavailable()
+    if no_sandbox is not None:  # a demo: everything else still runs
+        print(f"make run: the sandbox part of the demo is skipped: {no_sandbox}", file=sys.stderr)
+    env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed_providers(tenant=tenant, sandbox=no_sandbox is None))
     python = sys.executable
     log_path = data_dir / "brain.log"
     children: list[subprocess.Popen[bytes]] = []
+    page = serve_page()
     try:
         provider = subprocess.Popen([python, "-m", "services.scripted_provider", "--port", port], cwd=ROOT, env=env)
         children.append(provider)
         _wait(provider, f"http://127.0.0.1:{port}/_requests", "scripted provider")
+        httpx.post(f"http://127.0.0.1:{port}/_script", json=demo_script(), timeout=10).raise_for_status()
         tools = subprocess.Popen([python, "-m", "examples.tools", "--port", tools_port], cwd=ROOT, env=env)
         children.append(tools)
         _wait(tools, f"http://127.0.0.1:{tools_port}/health", "example tool service")
@@ -121,8 +146,17 @@ def main() -> None:
         from examples.session import DEFAULT_MESSAGES, TRANSPORT_ERRORS, TurnFailed, describe_failure, run_conversation
 
         # The scripted model turns `call TOOL {json}` into a tool call: the echo turn shows
-        # tool.call and tool.result events from the example tool service.
-        messages = [*DEFAULT_MESSAGES, 'call echo {"text": "hello from the example tool service"}']
+        # tool.call and tool.result events from the example tool service, the web_fetch turn the
+        # demo page as text; asked for Python in a sandbox, it creates one and runs the command.
+        messages = [
+            *DEFAULT_MESSAGES,
+            'call echo {"text": "hello from the example tool service"}',
+            f"call web_fetch {json.dumps({'url': PAGE_URL})}",
+        ]
+        bindings = {"web": ["fetch"]}
+        if no_sandbox is None:
+            messages.append(SANDBOX_REQUEST)
+            bindings["local"] = ["create", "exec"]
         try:
             run_conversation(
                 Brain(url, env["BRAIN_API_KEY"]),
@@ -130,6 +164,7 @@ def main() -> None:
                 model="openai/gpt-4.1-mini",
                 messages=messages,
                 tools=["echo"],
+                bindings=bindings,
             )
         except (BrainError, TurnFailed, *TRANSPORT_ERRORS) as error:  # Brain keeps running: its log says why
             print(f"make run: the demo conversation failed: {describe_failure(error, url)}", file=sys.stderr)
@@ -140,6 +175,8 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        page.shutdown()
+        page.server_close()
         for child in reversed(children):
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)

@@ -141,18 +141,24 @@ class Script:
             subject = "\n".join(result.text for result in view.tool_results)
             for rule in self.rules:
                 if rule.after_tool and rule.matches(subject, view):
-                    return self._from_rule(view, rule)
+                    return self._from_rule(view, rule, subject)
             return self._finish(view, _summarise_tool_results(view.tool_results), ())
         text = view.user_texts[-1] if view.user_texts else ""
         for rule in self.rules:
             if not rule.after_tool and rule.matches(text, view):
-                return self._from_rule(view, rule)
+                return self._from_rule(view, rule, text)
         return self._from_directives(view, text)
 
-    def _from_rule(self, view: RequestView, rule: Rule) -> Plan:
+    def _from_rule(self, view: RequestView, rule: Rule, subject: str) -> Plan:
         if rule.status:
             return Plan(fail_status=rule.status, fail_message=rule.message)
-        plan = self._finish(view, _fill_placeholders(rule.reply, view), rule.tool_calls)
+        calls = rule.tool_calls
+        found = re.search(rule.regex, subject) if rule.regex else None
+        if found is not None:  # a model reads values (a sandbox handle) from what it was shown
+            calls = tuple(
+                ScriptedToolCall(name=call.name, arguments=_fill_groups(call.arguments, found)) for call in calls
+            )
+        plan = self._finish(view, _fill_placeholders(rule.reply, view), calls)
         return _replace(plan, delay_ms=rule.delay_ms or plan.delay_ms, stall=rule.stall, **dict(rule.usage))
 
     def _from_directives(self, view: RequestView, text: str) -> Plan:
@@ -217,6 +223,20 @@ def _fill_placeholders(reply: str, view: RequestView) -> str:
     for placeholder, value in values.items():
         reply = reply.replace(placeholder, value)
     return reply
+
+
+def _fill_groups(value: Any, found: re.Match[str]) -> Any:
+    """A rule's tool-call arguments with `{group1}`, `{group2}` … in their strings replaced by
+    the groups its `regex` captured."""
+    if isinstance(value, str):
+        for number, group in enumerate(found.groups(), start=1):
+            value = value.replace(f"{{group{number}}}", group or "")
+        return value
+    if isinstance(value, dict):
+        return {key: _fill_groups(item, found) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fill_groups(item, found) for item in value]
+    return value
 
 
 def _replace(plan: Plan, **changes: Any) -> Plan:

@@ -1,6 +1,7 @@
 """The first hour of a new user, each step against the real thing: a `runbrain` whose port is
-taken, `make run` (scripts/run_demo.py) started twice, the server's front page and the URLs
-people type, and the commands a fresh data dir sees first."""
+taken, `make run` (scripts/run_demo.py) started twice, its conversation (an agent fetching the
+demo's page and running Python in a local sandbox, or told why the sandbox is skipped), the
+server's front page and the URLs people type, and the commands a fresh data dir sees first."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import contextlib
 import errno
 import http.server
 import json
+import os
+import queue
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -29,8 +33,12 @@ from tests.persistence.test_sync_services import SyncWorker, _filesystem, _sync,
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMAND_TIMEOUT_SECONDS = 90
+# The whole demo conversation: seven turns, the first of which starts the loop runner (its SDK
+# import takes a while on a busy machine).
+DEMO_SECONDS = 300
 DEMO_CONFIG = json.loads((ROOT / "examples" / "local.json").read_text())
 DEMO_BRAIN_PORT = int(DEMO_CONFIG["listen"].rsplit(":", 1)[1])
+DEMO_PORTS = {DEMO_BRAIN_PORT: "Brain", 8091: "provider", 8092: "tools", 8093: "page"}
 
 
 @contextlib.contextmanager
@@ -121,7 +129,7 @@ def test_runbrain_that_cannot_listen_exits_non_zero_with_one_line(brain_factory:
 
 def test_make_run_refuses_to_start_when_brains_port_is_taken() -> None:
     # given: something else answers HTTP on the demo's Brain port (an earlier demo, another app)
-    helpers = {8091: _free(8091), 8092: _free(8092)}
+    helpers = {8091: _free(8091), 8092: _free(8092), 8093: _free(8093)}
     with _answering_server(DEMO_BRAIN_PORT) as asked:
         # when
         completed = subprocess.run(
@@ -147,8 +155,8 @@ def test_make_run_refuses_to_start_when_brains_port_is_taken() -> None:
 
 @pytest.mark.parametrize(
     ("port", "what"),
-    [(8091, "the scripted model provider"), (8092, "the example tool service")],
-    ids=["provider_case", "tools_case"],
+    [(8091, "the scripted model provider"), (8092, "the example tool service"), (8093, "the demo's web page")],
+    ids=["provider_case", "tools_case", "page_case"],
 )
 def test_make_run_names_each_demo_port_that_is_taken(port: int, what: str) -> None:
     # given: only one of the demo's service ports is held
@@ -173,6 +181,143 @@ def test_make_run_names_each_demo_port_that_is_taken(port: int, what: str) -> No
         if asked is not None:
             assert asked == []
     assert _free(DEMO_BRAIN_PORT)
+
+
+# --- the demo's conversation -------------------------------------------------------------------
+
+
+def _run_demo(environment: dict[str, str], stderr_path: Path) -> tuple[int, list[str], str]:
+    """scripts/run_demo.py until it says Ctrl-C stops Brain, then Ctrl-C (SIGINT to its process
+    group, as a terminal sends it): the exit code, the lines it printed, what it said on stderr."""
+    for port, what in DEMO_PORTS.items():
+        if not _free(port):
+            pytest.fail(f"port {port} ({what}) must be free for the demo")
+    lines: queue.Queue[str | None] = queue.Queue()
+    with stderr_path.open("wb") as stderr:
+        demo = subprocess.Popen(
+            [sys.executable, "scripts/run_demo.py"],
+            cwd=ROOT,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            start_new_session=True,
+        )
+
+    def read() -> None:
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=read, daemon=True).start()
+    printed: list[str] = []
+    try:
+        while not printed or "Ctrl-C stops Brain." not in printed[-1]:
+            line = lines.get(timeout=DEMO_SECONDS)
+            if line is None:
+                break
+            printed.append(line)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(demo.pid, signal.SIGINT)
+        code = demo.wait(timeout=COMMAND_TIMEOUT_SECONDS)
+    return code, printed, stderr_path.read_text()
+
+
+def _tool_lines(printed: list[str], kind: str, name: str) -> list[str]:
+    """The `[tool.call NAME …]` lines, or the `[tool.result …]` line right after each."""
+    calls = [index for index, line in enumerate(printed) if line.strip().startswith(f"[tool.call {name} ")]
+    if kind == "call":
+        return [printed[index].strip() for index in calls]
+    return [printed[index + 1].strip() for index in calls if printed[index + 1].strip().startswith("[tool.result ")]
+
+
+@pytest.mark.timeout(DEMO_SECONDS + 2 * COMMAND_TIMEOUT_SECONDS)
+def test_make_run_shows_an_agent_fetching_the_demo_page_and_running_python_in_a_local_sandbox(
+    tmp_path: Path,
+) -> None:
+    # when: `make run` on a machine with bubblewrap, until its conversation ends
+    code, printed, said = _run_demo({**os.environ}, tmp_path / "demo.stderr")
+    # then: every turn ended, and Ctrl-C stopped it cleanly
+    assert code == 0, said
+    assert "the demo conversation failed" not in said and "skipped" not in said, said
+    assert printed[-1].endswith("Ctrl-C stops Brain."), printed
+    # and: web_fetch read the page the demo serves, as text, in the streamed conversation
+    assert _tool_lines(printed, "call", "web_fetch") == ["[tool.call web_fetch {'url': 'http://127.0.0.1:8093/'}]"]
+    (fetched,) = _tool_lines(printed, "result", "web_fetch")
+    assert "The agent fetched this paragraph with web_fetch from a page the demo serves on 127.0.0.1:8093." in fetched
+    assert "'status': 200" in fetched and "'truncated': False" in fetched
+    assert "var unseen" not in fetched and "Home" not in fetched
+    # and: the agent created a local sandbox, read its handle and ran Python in it
+    (created,) = _tool_lines(printed, "result", "local_create")
+    handle = re.search(r"'handle': '(sbx1\.[^']+)'", created)
+    assert handle is not None, created
+    (ran,) = _tool_lines(printed, "call", "local_exec")
+    assert ran.startswith(f"[tool.call local_exec {{'handle': '{handle.group(1)}', 'command': 'python3 -c")
+    (output,) = _tool_lines(printed, "result", "local_exec")
+    assert re.search(
+        r"'structured_content': \{'exit_code': 0, 'stdout': 'Python 3\.\d+\.\d+ says 6 \* 7 = 42\\n'", output
+    )
+    assert "'timed_out': False" in output
+    assert any(re.fullmatch(r"Python 3\.\d+\.\d+ says 6 \* 7 = 42", line) for line in printed)
+    # and: nothing it started is left listening
+    assert {port: _free(port) for port in DEMO_PORTS} == dict.fromkeys(DEMO_PORTS, True)
+
+
+@pytest.mark.timeout(DEMO_SECONDS + 2 * COMMAND_TIMEOUT_SECONDS)
+def test_make_run_without_bubblewrap_says_in_one_line_that_the_sandbox_is_skipped_and_runs_the_rest(
+    tmp_path: Path,
+) -> None:
+    # given: a PATH with Python and no bwrap
+    environment = {**os.environ, "PATH": str(Path(sys.executable).parent)}
+    # when
+    code, printed, said = _run_demo(environment, tmp_path / "demo.stderr")
+    # then: one line says why, and the rest of the demo ran, the page fetched
+    assert code == 0, said
+    skipped = [line for line in said.splitlines() if "sandbox" in line]
+    assert skipped == [
+        "make run: the sandbox part of the demo is skipped: bubblewrap is not installed (no bwrap on PATH); "
+        "install the Debian package bubblewrap"
+    ]
+    assert "the demo conversation failed" not in said
+    (fetched,) = _tool_lines(printed, "result", "web_fetch")
+    assert "The agent fetched this paragraph with web_fetch" in fetched
+    assert _tool_lines(printed, "call", "local_create") == []
+    assert not any("sandbox" in line for line in printed)
+    assert printed[-1].endswith("Ctrl-C stops Brain.")
+
+
+def test_make_run_installs_bubblewrap_and_none_of_the_test_suites_debian_packages() -> None:
+    # when: what `make run` would run (nothing is run)
+    planned = subprocess.run(
+        ["make", "-n", "run"], cwd=ROOT, env={**os.environ, "MAKEFLAGS": ""}, capture_output=True, text=True, check=True
+    ).stdout
+    # then: bubblewrap, before the demo starts, and nothing else from apt
+    installs = re.findall(r"apt-get install -y -qq ([^>]+?) >/dev/null", planned)
+    assert installs == ["bubblewrap"]
+    assert planned.index("apt-get install") < planned.index("scripts/run_demo.py")
+
+
+def test_make_run_goes_on_with_one_line_where_bubblewrap_cannot_be_installed(tmp_path: Path) -> None:
+    # given: a machine where neither dpkg, apt-get nor sudo can be found
+    environment = {"PATH": str(tmp_path), "HOME": str(tmp_path), "MAKEFLAGS": ""}
+    # when
+    completed = subprocess.run(
+        ["/usr/bin/make", "--no-print-directory", "demo-packages"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_TIMEOUT_SECONDS,
+        check=False,
+    )
+    # then: it says so and succeeds, so `make run` starts the demo (which skips its sandbox)
+    assert completed.returncode == 0, completed.stderr
+    assert completed.stdout.splitlines() == [
+        "installing Debian package: bubblewrap (the demo's local sandbox)",
+        "make run: bubblewrap could not be installed; the demo runs without its sandbox",
+    ]
 
 
 # --- the URLs people type ----------------------------------------------------------------------

@@ -101,3 +101,31 @@ def test_the_default_demo_script_remembers_the_first_message(scripted_provider: 
     assert replies[2] == (
         'Your first message in this conversation was: "Hello! What can you do?". You have sent 3 messages so far.'
     )
+
+
+def test_a_rule_after_a_tool_result_calls_the_next_tool_with_what_its_regex_captured(
+    scripted_provider: ScriptedProviderServer,
+) -> None:
+    # given: a script that reads a handle out of a tool result, as a model chaining two tools does
+    scripted_provider.reset()
+    rule = {
+        "after_tool": True,
+        "regex": r"Handle: (\S+) \(exec allowed until (\S+)\)",
+        "requires_tool": "box_exec",
+        "tool_calls": [{"name": "box_exec", "arguments": {"handle": "{group1}", "command": ["echo", "{group2}"]}}],
+    }
+    scripted_provider.set_script({"rules": [rule]})
+    client = openai.OpenAI(api_key="k", base_url=scripted_provider.openai_base_url, max_retries=0)
+    tool: Any = {"type": "function", "function": {"name": "box_exec", "parameters": {"type": "object"}}}
+    call = {"id": "c1", "type": "function", "function": {"name": "box_create", "arguments": "{}"}}
+    messages: list[Any] = [
+        {"role": "user", "content": "make a box"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Created. Handle: sbx.a1.b2 (exec allowed until noon)."},
+    ]
+    # when
+    reply = client.chat.completions.create(model="gpt-4.1-mini", messages=messages, tools=[tool])
+    # then
+    (made,) = reply.choices[0].message.tool_calls or []
+    assert made.function.name == "box_exec"  # type: ignore[union-attr]  # a function call
+    assert json.loads(made.function.arguments) == {"handle": "sbx.a1.b2", "command": ["echo", "noon"]}  # type: ignore[union-attr]

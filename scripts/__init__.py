@@ -1,0 +1,1 @@
+"""Commands of the repository: `make run`'s demo and `make cluster`."""
