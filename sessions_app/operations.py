@@ -250,10 +250,10 @@ async def list_sessions(engine: Engine, principal: Principal, *, after: str, lim
 def _validate_message(
     text: str | None, key: str | None, delivery: str | None, media: list[Any] | None, *, input_bytes: int
 ) -> None:
-    if delivery == "steer":
-        raise Unsupported("delivery steer is not supported")
-    if delivery not in (None, "queue"):
-        raise InvalidRequest("delivery must be queue")
+    if delivery not in (None, "queue", "steer"):
+        raise InvalidRequest("delivery must be queue or steer")
+    if delivery == "steer" and media:
+        raise InvalidRequest("a steer is text only: send media with delivery queue")
     if text is None or not text.strip():
         raise InvalidRequest("text must not be blank")
     if len(text.encode()) > input_bytes:
@@ -296,24 +296,37 @@ async def send_message(
     traceparent: str = "",
 ) -> Event:
     """`media`: the images of the message (runners.media's rules), 400 naming the item that
-    breaks them, or when the session's harness said its model takes no such image."""
+    breaks them, or when the session's harness said its model takes no such image. `delivery`
+    "steer": guidance for the running turn (README, "Steering a running turn"); 422
+    `unsupported` when the session's harness does not take steers."""
     _validate_message(text, key, delivery, media, input_bytes=engine.limits.input_bytes)
     images = await check_media(media)
     actor = await _actor(engine, principal, session_id)
+    if delivery == "steer":
+        harness = engine.config.harnesses.get(actor.harness)
+        if harness is None or not harness.steering:
+            raise Unsupported(f"harness {actor.harness!r} does not take steers; send with delivery queue")
     actor.check_media_taken(images)
     engine.check_writes(session_id)
     assert text is not None
-    return await _send(engine.ownership, actor, text, images, key or None, traceparent)
+    return await _send(engine.ownership, actor, text, images, key or None, traceparent, delivery=delivery or "queue")
 
 
 async def _send(
-    ownership: Ownership, actor: SessionActor, text: str, media: list[Media], key: str | None, traceparent: str
+    ownership: Ownership,
+    actor: SessionActor,
+    text: str,
+    media: list[Media],
+    key: str | None,
+    traceparent: str,
+    *,
+    delivery: str = "queue",
 ) -> Event:
     """The input is admitted once, then in the journal (under the lease held: in a fleet) before
     it is in the log and before the 202; the session's sends take its lock in turn, so journal
     order is queue order. A key another instance journaled answers with that input's event."""
     async with actor.send_lock:
-        data, previous = actor.admit(text, key=key, media=media)
+        data, previous = actor.admit(text, key=key, media=media, delivery=delivery)
         if previous is not None:
             return previous
         token = ownership.require_writable(actor.id)

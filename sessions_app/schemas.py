@@ -78,14 +78,20 @@ class Media(StrictSchema):
 
 
 class Input(StrictSchema):
-    """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400, but the
-    reserved "steer" is in it so that operations can answer 422 `unsupported` (spec)."""
+    """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400; "steer" adds
+    the text to the running turn (422 `unsupported` when the session's harness does not steer)."""
 
     type: Literal["user.message", "user.interrupt"]
     text: str | None = None
     media: list[Media] | None = None
     key: str | None = None
-    delivery: Literal["queue", "steer"] | None = None
+    delivery: Literal["queue", "steer"] | None = Field(
+        default=None,
+        description=(
+            '"queue" (the default): run after the turns before it. "steer": guidance for the running'
+            " turn, folded in before its next model request; with no running turn it is queued."
+        ),
+    )
 
 
 class ApprovalDecision(StrictSchema):

@@ -23,7 +23,7 @@ def host_config(*, tools_url: str, listen: str, tenant: str) -> dict[str, object
         "public_url": f"http://{listen}",
         "data_dir": ".brain",
         "tokens": [{"token_env": "BRAIN_API_KEY", "tenant": tenant, "manage": True}],
-        "harnesses": {"loop": {"command": ["python", "-m", "runners.loop"]}},
+        "harnesses": {"loop": {"command": ["python", "-m", "runners.loop"], "steering": True}},
         "providers": {"openai": {"api_key_env": "OPENAI_API_KEY"}},
         "tools": tool_bindings(tools_url, tenant=tenant),
         "persistence": {"provider": "filesystem", "directory": ".brain-archive"},

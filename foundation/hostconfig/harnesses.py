@@ -20,6 +20,9 @@ class Harness(StrictModel):
     # how a turn's tool calls run: all at once (as the model asked for them), or one at a time
     # in the model's order, each starting when the previous one has its result
     tool_execution: Literal["parallel", "sequential"] = "parallel"
+    # whether its runner takes the protocol's `steer` request (the spec's SupportsSteering):
+    # without it a `delivery: "steer"` message to its sessions is 422 `unsupported`
+    steering: bool = False
 
     @field_validator("command")
     @classmethod

@@ -7,7 +7,7 @@
        and report every model request, compaction's too, as it ends (model.request)
     3. run that generation's tool calls in parallel through Brain, record the results, go to 2
     4. stop when the model makes no tool call and no steer is waiting, or when Brain marks a
-       tool result `end_turn`; commit the turn
+       tool result `end_turn` and no steer is waiting; commit the turn
 
 Any exception (failure, cancellation by interrupt) discards the turn: it never enters the context.
 """
@@ -105,7 +105,11 @@ async def _loop(
             for result in results:
                 turn.add_tool_result(result)
             if any(result.end_turn for result in results):
-                return  # a tool showed the user something: their next message continues
+                steers = io.take_steers()
+                if not steers:
+                    return  # a tool showed the user something: their next message continues
+                for steer in steers:  # the user answered already: a steer it took is never dropped
+                    turn.add_user(steer, steer=True)
             continue
         steers = io.take_steers()
         if not steers:

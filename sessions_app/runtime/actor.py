@@ -29,6 +29,7 @@ from .ownership import JournalBacklog
 from .session_host import PendingInput, SpawnCount, TurnFailure, turn_failure
 from .sink import write_failure_message
 from .state import SessionState
+from .steering import TurnSteers
 from .takeover import QUEUED_INPUT_CANCELLED, RESTART_MESSAGE, plan_adoption, unsettled
 
 __all__ = ["RESTART_MESSAGE", "SessionActor"]
@@ -113,26 +114,36 @@ class SessionActor(SessionState["SessionActor"]):
         return self.accept(data, key=key, traceparent=traceparent, input_id=input_id, seq=seq)
 
     def accept(self, data: dict[str, Any], *, key: str | None, traceparent: str, input_id: str, seq: int) -> Event:
-        """A user.message admit() let in: on disk before return, then queued."""
+        """A user.message admit() let in: on disk before return, then queued; a steer while a
+        turn takes steers is recorded into that turn (its input_id) and sent to its harness."""
         text, media = str(data["text"]), list(data.get("media", ()))
+        steers = self._turn_steers if data.get("delivery") == "steer" and not self._stop_reason else None
+        into = self.current.id if steers is not None and steers.open and self.current is not None else None
         try:
-            event = self.emit("user.message", data, event_id=input_id)
+            event = self.emit("user.message", data, input_id=into, event_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
             detail = str(exc) if isinstance(exc, LogWriteFailed | RecordTooLarge) else "event log write failed"
             raise BrainError(f"the message was not accepted: {detail}") from exc
         if key is not None:
             self._keys.remember(key, event.offset)
-        self.queue.append(PendingInput(event.id, text, traceparent, time.monotonic(), seq, media))
+        pending = PendingInput(event.id, text, traceparent, time.monotonic(), seq, media)
+        if steers is not None and into is not None:
+            steers.add(pending)
+            return event
+        self.queue.append(pending)
         if self.status == SessionStatus.IDLE:
             self._start_next()
         return event
 
-    def admit(self, text: str, *, key: str | None, media: list[Media]) -> tuple[dict[str, Any], Event | None]:
+    def admit(
+        self, text: str, *, key: str | None, media: list[Media], delivery: str = "queue"
+    ) -> tuple[dict[str, Any], Event | None]:
         """The user.message's data, and the event a resent key names (else None); raises
-        Conflict/Overloaded when the session cannot take it now."""
+        Conflict/Overloaded when the session cannot take it now (steers held by the running
+        turn count as queued: each may yet run as an input of its own)."""
         check_status(self.status)
-        data: dict[str, Any] = {"type": "user.message", "text": text, "delivery": "queue"}
+        data: dict[str, Any] = {"type": "user.message", "text": text, "delivery": delivery}
         if media:
             data["media"] = media
         if key is not None:
@@ -142,8 +153,9 @@ class SessionActor(SessionState["SessionActor"]):
                 return data, previous
         host, size = self._host, self.log.size
         size_of_input = len(text) + sum(len(item["url"]) for item in media)
+        queued = len(self.queue) + (len(self._turn_steers) if self._turn_steers is not None else 0)
         check_capacity(
-            limits=host.limits, draining=host.draining, queued=len(self.queue), log_size=size, input_size=size_of_input
+            limits=host.limits, draining=host.draining, queued=queued, log_size=size, input_size=size_of_input
         )
         return data, None
 
@@ -156,6 +168,7 @@ class SessionActor(SessionState["SessionActor"]):
             return
         self.current = pending
         self.turn_id = new_id()
+        self._turn_steers = TurnSteers(self.turn_id)
         self._stop_reason = ""
         self._failure = None
         self.task = asyncio.get_running_loop().create_task(self._run_turn(pending), name=f"turn-{self.id}")
@@ -242,6 +255,7 @@ class SessionActor(SessionState["SessionActor"]):
 
     async def _run_turn(self, pending: PendingInput) -> None:
         failure: TurnFailure | None = None
+        steers = self._turn_steers if self._turn_steers is not None else TurnSteers(self.turn_id)
         self._spawns = SpawnCount()
         trace = self._trace = self._telemetry.start_turn(
             self.id, self.record.harness, traceparent=pending.traceparent, accepted=pending.accepted
@@ -258,7 +272,11 @@ class SessionActor(SessionState["SessionActor"]):
                 async with attachment.host.turn_slots:
                     if self._stop_reason:
                         raise asyncio.CancelledError
-                    result = await attachment.request("prompt", pending.prompt(), turn=self.turn_id)
+                    steers.prompted(attachment)
+                    try:
+                        result = await attachment.request("prompt", pending.prompt(), turn=self.turn_id)
+                    finally:
+                        steers.open = False  # later steers queue: the harness's turn is over
                 if self._failure is not None:
                     raise self._failure
                 if self._stop_reason or (isinstance(result, dict) and result.get("interrupted")):
@@ -270,11 +288,13 @@ class SessionActor(SessionState["SessionActor"]):
                     self.record.checkpoint = {"id": entry["id"], "offset": entry["offset"], "time": entry["time"]}
         except asyncio.CancelledError:
             if not self._stop_reason:
+                steers.drop()  # the session moved or unloads: its new owner settles them
                 raise
             failure = self._stopped_failure()
         except Exception as exc:  # supervision boundary: an unexpected bug fails this turn only
             failure = turn_failure(exc, earlier=self._failure, session_id=self.id)
         finally:
+            self._turn_steers = None
             self.task = None
             self.current = None
             self._slot = None
@@ -282,9 +302,13 @@ class SessionActor(SessionState["SessionActor"]):
                 self._trace = None
                 trace.end(failure.code if failure is not None else "")
                 self.checkpoints.count_log_growth()
+        # Steers the harness did not take run next, in order; a turn that did not complete
+        # takes its steers down with it (cancelled with the queue).
         if failure is None:
+            self.queue.extendleft(reversed(steers.untaken()))
             self._finish_turn(pending)
         else:
+            self.queue.extendleft(reversed(steers.drop()))
             await self._fail_turn(pending, failure)
 
     def _stopped_failure(self) -> TurnFailure:

@@ -26,6 +26,7 @@ from .ownership import Journal
 from .pubsub import Fanout, Subscriber
 from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure
 from .sink import EventSink, write_failure_message
+from .steering import TurnSteers
 from .takeover import QUEUED_INPUT_CANCELLED
 from .toolcalls import ToolCalls
 from .turn_records import TurnRecords
@@ -73,6 +74,7 @@ class SessionState(Generic[Actor]):
         self._marked_running = False  # whether the running marker is on disk
         self._slot: TurnSlot | None = None  # the running turn's hold on a limits.active slot
         self._spawns = SpawnCount()  # sub-agent sessions the running turn started
+        self._turn_steers: TurnSteers | None = None  # the running turn's steers (steering.py)
         # The images the session's model takes, as its harness said when it last opened the
         # session here (runners.media.MediaSupport; None: it declared none); unknown until then.
         self._media_support: MediaSupport | None = None

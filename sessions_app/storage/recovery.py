@@ -49,9 +49,17 @@ def rebuild_state(
     events: Iterable[ScannedEvent], *, inputs: set[str] | None = None
 ) -> tuple[dict[str, int], list[str], str]:
     """From scanned events: idempotency keys, inputs accepted but never settled, last status;
-    `inputs` collects every user.message id."""
+    `inputs` collects every user.message id.
+
+    A steer recorded into a running turn (a user.message with delivery "steer" and that turn's
+    input_id) settles when its turn completes; when the turn ends in a session.error it stays
+    open until its own outcome (the cancellation the runtime records next). One that later runs
+    as an input of its own (its harness did not take it) is open again from its running status.
+    """
     keys: dict[str, int] = {}
     unsettled: list[str] = []
+    steers: dict[str, list[str]] = {}  # a running turn's input id -> the steers recorded into it
+    steer_ids: set[str] = set()
     running = ""
     status = SessionStatus.IDLE.value
     for event in events:
@@ -62,22 +70,32 @@ def rebuild_state(
             unsettled.append(event.id)
             if inputs is not None:
                 inputs.add(event.id)
+            if event.data.get("delivery") == "steer" and event.input_id:
+                steers.setdefault(event.input_id, []).append(event.id)
+                steer_ids.add(event.id)
         elif event.type == "session.status":
             value = event.data.get("status", status)
             status = value if isinstance(value, str) else status
             input_id = event.input_id
             # a new status for another input (or none, as on close) ends the running turn
             if running and running != input_id:
-                with contextlib.suppress(ValueError):
-                    unsettled.remove(running)
+                _settle(unsettled, running, steers.pop(running, ()))
             # the running input stays unsettled until its turn ends
             running = input_id if status == SessionStatus.RUNNING else ""
+            if running in steer_ids and running not in unsettled:
+                unsettled.insert(0, running)  # a steer its harness did not take runs on its own
             if status != SessionStatus.RUNNING and input_id:
-                with contextlib.suppress(ValueError):
-                    unsettled.remove(input_id)
+                _settle(unsettled, input_id, steers.pop(input_id, ()))
         elif event.type == "session.error":
+            steers.pop(event.input_id, None)  # its steers get their own outcomes
             with contextlib.suppress(ValueError):
                 unsettled.remove(event.input_id)
             if running == event.input_id:
                 running = ""
     return keys, unsettled, status
+
+
+def _settle(unsettled: list[str], input_id: str, steers: Iterable[str]) -> None:
+    for settled in (input_id, *steers):
+        with contextlib.suppress(ValueError):
+            unsettled.remove(settled)

@@ -31,13 +31,15 @@ def fleet_factory(
     persistence: dict[str, Any] | None = None,
     environment: dict[str, str] | None = None,
     database_settings: dict[str, str] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Callable[..., BrainServer]:
     """A factory of fleet instances by name; the first one's tokens and environment serve all.
     `persistence` replaces the shared directory under `tmp_path` (an object store: then the
     cluster block says no shared directory), `environment` adds to the instances' variables;
     `instance(name, **settings)` overrides persistence settings of one instance (its
     `interval_seconds`, say). `database_settings` are PostgreSQL settings of the fleet's database
-    for every connection the instances open (`log_statement`, say)."""
+    for every connection the instances open (`log_statement`, say). `config`: host config
+    sections every instance gets (its `harnesses`, `providers` and `tools`, say)."""
     name = f"{database_prefix}_{secrets.token_hex(4)}"
     database = postgres_server.create_database(name)
     if database_settings:
@@ -55,7 +57,7 @@ def fleet_factory(
     first: list[BrainServer] = []
 
     def instance(name: str, **settings: Any) -> BrainServer:
-        server = brain_factory(start=False, persistence={**persistence, **settings})
+        server = brain_factory(start=False, persistence={**persistence, **settings}, **(config or {}))
         server.config["cluster"] = {"instance": name, "url": server.url, "lease_seconds": lease_seconds}
         if shared_directory:
             server.config["cluster"]["shared_directory"] = True

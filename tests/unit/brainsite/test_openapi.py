@@ -21,7 +21,8 @@ METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options"}
 # Keys that only document: they never change what a body may be.
 COSMETIC_KEYS = frozenset({"title", "description", "example", "examples", "summary", "tags"})
 # Where we publish more than the contract says: the enums a send validates (`type`, and
-# `delivery`, whose "steer" services answer with 422). Checked exactly, then removed.
+# `delivery`, whose "steer" joins the running turn: README, "Steering a running turn"). Checked
+# exactly, then removed.
 REFINEMENTS = {
     ("Input", "type"): ["user.message", "user.interrupt"],
     ("Input", "delivery"): ["queue", "steer"],

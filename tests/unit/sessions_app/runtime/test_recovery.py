@@ -365,3 +365,35 @@ def test_recover_reports_a_checkpoint_journal_that_does_not_decode(log: _Log) ->
 
     # then
     assert str(caught.value) == "checkpoint journal entry at byte 0 cannot be decoded"
+
+
+def _steer(log: _Log, event_id: str, *, into: str) -> None:
+    data = {"type": "user.message", "text": "steer", "delivery": "steer"}
+    log._add("user.message", data, event_id=event_id, input_id=into)
+
+
+@pytest.mark.parametrize(
+    ("ending", "unsettled"),
+    [
+        pytest.param("completed", [], id="completed_case"),
+        pytest.param("running", [A, B], id="killed_mid_turn_case"),
+        pytest.param("failed", [B], id="failed_before_its_cancellation_case"),
+        pytest.param("refused_then_running", [B], id="refused_steer_running_on_its_own_case"),
+        pytest.param("refused_then_idle", [], id="refused_steer_completed_case"),
+    ],
+)
+def test_a_steer_settles_with_the_turn_it_was_recorded_into(tmp_path: Path, ending: str, unsettled: list[str]) -> None:
+    log = _Log(tmp_path / "s")
+    log.message(A)
+    log.status("running", input_id=A)
+    _steer(log, B, into=A)
+    if ending == "completed":
+        log.status("idle", input_id=A)
+    elif ending == "failed":
+        log.error(A)
+        log.status("interrupted", input_id=A)
+    elif ending.startswith("refused"):
+        log.status("running", input_id=B)  # its harness did not take it: it runs right after A
+        if ending == "refused_then_idle":
+            log.status("idle", input_id=B)
+    assert log.recover().unsettled == unsettled
