@@ -93,6 +93,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/tool_turns_bench.py
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/load_bench.py
+	$(BIN)/python bench/reconnect_bench.py
 	$(BIN)/python bench/persistence_bench.py
 	$(BIN)/python bench/executor_bench.py
 	$(BIN)/python bench/spawn_bench.py

@@ -16,8 +16,9 @@ as an application backend would, including the two things a network makes necess
   returns the stored event instead of queueing the message twice;
 - the event stream remembers the cursor of the last retained event (what an SSE client keeps as
   Last-Event-ID) and, when the connection drops, reconnects after it: no retained event is missed
-  or shown twice. Live-only `assistant.delta` events sent while disconnected are gone, so a reply
-  is completed from its retained `assistant.message`.
+  or shown twice. A reconnect mid-reply gets the reply's text so far as one `assistant.delta`
+  whose `offset` says where it starts, so the part already printed is skipped; what a server
+  could not keep (see the README) is completed from the retained `assistant.message`.
 """
 
 from __future__ import annotations
@@ -158,11 +159,14 @@ def _print_turn(follower: EventFollower, input_id: str) -> None:
             continue
         kind, data = event["type"], event["data"]
         if kind == "assistant.delta":
-            shown += data["text"]
-            print(data["text"], end="", flush=True)
+            offset = data.get("offset", len(shown))  # servers before offsets: every delta is new
+            if offset <= len(shown):  # a replay after a reconnect repeats what was printed
+                new = data["text"][len(shown) - offset :]
+                shown += new
+                print(new, end="", flush=True)
         elif kind == "assistant.message":
             text = data["text"]
-            # deltas are live-only: the retained message completes what a reconnect missed
+            # the retained message completes what a reconnect could not get back
             print(text[len(shown) :] if text.startswith(shown) else f"\n{text}", end="", flush=True)
             shown = ""
         elif kind == "tool.call":

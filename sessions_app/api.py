@@ -76,7 +76,11 @@ _EVENTS_PARAMETERS = [
     },
 ]
 # With `Accept: text/event-stream` brainsite.asgi hands the same path to the SSE consumer.
-_EVENT_STREAM = {"text/event-stream": {"schema": {"type": "string"}}}
+_STREAM_TEXT = (
+    "SSE frames: the retained events after the cursor, then the text of the message being written "
+    "(one assistant.delta with its offset, when a turn is writing one), then live events."
+)
+_EVENT_STREAM = {"text/event-stream": {"schema": {"type": "string", "description": _STREAM_TEXT}}}
 
 INTERRUPT_REQUESTED = b'{"status":"interrupt_requested"}'
 

@@ -1,4 +1,5 @@
-"""SSE stream of a session's events (Channels): replay after the cursor, then live, no gap.
+"""SSE stream of a session's events (Channels): replay after the cursor, then the text of the
+message in progress (one assistant.delta with its offset), then live, no gap and no duplicate.
 
 Reads only the actor's log (replay) and its bounded subscriber queue (live); never writes.
 """
@@ -34,7 +35,8 @@ class EventStreamConsumer(StreamingConsumer):
         try:
             engine, tokens = brain_of(self.scope).engine, brain_of(self.scope).tokens
             principal = await tokens.authenticate(self.header(b"authorization"))
-            actor, subscriber, start, end = await operations.open_stream(engine, principal, session_id, after=after)
+            opened = await operations.open_stream(engine, principal, session_id, after=after)
+            actor, subscriber, start, end, partial = opened
         except BrainError as error:
             await self.send_error(error)
             return
@@ -49,6 +51,8 @@ class EventStreamConsumer(StreamingConsumer):
                     break
                 await self._write(b"".join(event.sse_frame() for event in events), subscriber)
                 position = events[-1].offset + len(events[-1].line) + 1
+            if partial:  # the message in progress, after the retained events and before live ones
+                await self._write(partial, subscriber)
             if actor.status == SessionStatus.CLOSED:
                 subscriber.close()
             while True:

@@ -408,16 +408,17 @@ async def read_events(engine: Engine, principal: Principal, session_id: str, *, 
 
 async def open_stream(
     engine: Engine, principal: Principal, session_id: str, *, after: str
-) -> tuple[SessionActor, Subscriber, int, int]:
-    """Register a live subscriber, then return what to replay: log bytes [start, end)."""
+) -> tuple[SessionActor, Subscriber, int, int, bytes]:
+    """Register a live subscriber, then return what to replay: log bytes [start, end), then the
+    text of the message in progress (an assistant.delta frame, or b"")."""
     actor = await _actor(engine, principal, session_id)
     start = await asyncio.to_thread(actor.log.position_after, after) if after else 0  # a cursor reads a line
     engine.subscriber_slots.acquire()
     subscriber = Subscriber(max_events=engine.limits.subscriber_events, max_bytes=engine.limits.subscriber_bytes)
-    end = actor.subscribe(subscriber)
+    end, partial = actor.subscribe(subscriber)
     if engine.draining:  # stopping: the stream replays what there is and ends (reconnect elsewhere)
         subscriber.close()
-    return actor, subscriber, start, end
+    return actor, subscriber, start, end, partial
 
 
 def close_stream(engine: Engine, actor: SessionActor, subscriber: Subscriber) -> None:

@@ -144,11 +144,18 @@ class Deleted(WireSchema):
     deleted: bool
 
 
+# An addition to the contract's words, not its shapes (descriptions only document).
+_EVENT_DATA = (
+    "Type-specific payload. A live `assistant.delta` carries `text` and `offset`: the characters "
+    "(Unicode code points) of its message's text before it, so a client drops what it already has."
+)
+
+
 class Event(WireSchema):
     id: str
     type: str
     time: DateTime
-    data: Any
+    data: Any = Field(description=_EVENT_DATA)
     input_id: str | None = None
     cursor: str | None = None
 

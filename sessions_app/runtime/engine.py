@@ -33,6 +33,7 @@ from tools_app.tool_path import ToolPath
 
 from .actor import SessionActor
 from .approvals import Approvals
+from .deltas import DeltaBudget
 from .engine_values import SessionDamaged, Stats
 from .hooks import ArchiveHooks
 from .model_keys import ModelKeys
@@ -91,6 +92,7 @@ class Engine:
         self.storage = SessionStorage(self.data_dir)
         self.actors: dict[str, SessionActor] = {}
         self.subscriber_slots = SubscriberSlots(config.limits.subscribers)
+        self.delta_budget = DeltaBudget()  # streamed text kept for streams opened mid-message
         self._draining = False
         self._tasks: set[asyncio.Task[None]] = set()
         self.residency = Residency(

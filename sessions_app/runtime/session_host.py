@@ -17,6 +17,7 @@ from sessions_app.harness.pool import Attachment, HostUnavailable
 from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError
 
+from .deltas import DeltaBudget
 from .turnslots import TurnSlot
 
 # the actor type a host serves (SessionActor): a parameter here keeps this module below actor.py
@@ -43,6 +44,10 @@ class SessionHost(Protocol[Actor]):
 
     @property
     def limits(self) -> Limits: ...
+
+    @property
+    def delta_budget(self) -> DeltaBudget:
+        """The server's bound on the streamed text its sessions keep for reconnects."""
 
     def turn_slot(self) -> AbstractAsyncContextManager[TurnSlot]: ...
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from sessions_app.eventlog import LIVE_ONLY, Event, EventLog, LogWriteFailed, public_message
 
+from .deltas import DeltaBudget, DeltaBuffer
 from .pubsub import Fanout, Subscriber
 
 __all__ = ["EventSink", "write_failure_message"]
@@ -23,10 +24,11 @@ def write_failure_message(exc: BaseException) -> str:
 
 
 class EventSink:
-    def __init__(self, log: EventLog, subscribers: Fanout) -> None:
+    def __init__(self, log: EventLog, subscribers: Fanout, deltas: DeltaBudget) -> None:
         self.log = log
         self.subscribers = subscribers
         self._owed: deque[Event] = deque()
+        self.deltas = DeltaBuffer(deltas)  # the message in progress, for streams opened mid-message
 
     @property
     def owes(self) -> bool:
@@ -34,11 +36,19 @@ class EventSink:
 
     def emit(self, type_: str, data: Any, *, input_id: str | None = None, event_id: str = "") -> Event:
         """Record (unless live-only, and after what is owed) and publish one event. Raises
-        OSError or RecordTooLarge with nothing published."""
+        OSError or RecordTooLarge with nothing published. An assistant.delta gets its `offset`
+        and is kept for replay until its message is retained."""
+        delta = type_ == "assistant.delta"
+        if delta:
+            data = {**data, "offset": self.deltas.streamed}
         event = Event.build(type_, data, input_id=input_id, event_id=event_id)
+        if delta:
+            self.deltas.add(str(data["text"]), input_id=input_id or "")
         if type_ not in LIVE_ONLY:
             self.pay_owed()
             self.log.append(event)
+            if type_ == "assistant.message":
+                self.deltas.clear()
         if self.subscribers:
             self.subscribers.publish(event.sse_frame())
         return event
@@ -57,11 +67,13 @@ class EventSink:
             self.log.append(self._owed[0])
             self._owed.popleft()
 
-    def subscribe(self, subscriber: Subscriber) -> int:
-        """Register a live subscriber; returns the log end it must replay up to (no await: no gap).
+    def subscribe(self, subscriber: Subscriber) -> tuple[int, bytes]:
+        """Register a live subscriber; returns the log end it must replay up to and the text of
+        the message in progress (an assistant.delta frame, or b""), to send after that replay.
+        No await: every delta is in that frame or reaches the subscriber live, never both.
         Owed events follow the replay as live frames."""
         self.subscribers.add(subscriber)
         for event in self._owed:
             frame = event.sse_frame()
             subscriber.offer(frame, len(frame))
-        return self.log.size
+        return self.log.size, self.deltas.replay()

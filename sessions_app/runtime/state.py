@@ -63,7 +63,7 @@ class SessionState(Generic[Actor]):
         self.current: PendingInput | None = None
         self.turn_id = ""
         self.subscribers = Fanout()
-        self.events = EventSink(log, self.subscribers)  # the log's writer, with the events it owes
+        self.events = EventSink(log, self.subscribers, host.delta_budget)  # the log's writer, with what it owes
         self._keys = IdempotencyKeys(log)
         self.task: asyncio.Task[None] | None = None
         self._stop_reason = ""  # "interrupt", "close" or "shutdown" while a turn is being stopped
@@ -147,6 +147,7 @@ class SessionState(Generic[Actor]):
 
     def _adopt_status(self, status: SessionStatus) -> None:
         self.record.status = status
+        self.events.deltas.clear()  # a turn starts or ends: no message is in progress
         self.record.updated_at = now_rfc3339()
         self._host.mark_dirty(self)
         if status != SessionStatus.RUNNING:
@@ -176,8 +177,9 @@ class SessionState(Generic[Actor]):
         OSError or RecordTooLarge."""
         return self.events.emit(type_, data, input_id=input_id, event_id=event_id)
 
-    def subscribe(self, subscriber: Subscriber) -> int:
-        """Register a live subscriber; returns the log end it must replay up to (no await: no gap)."""
+    def subscribe(self, subscriber: Subscriber) -> tuple[int, bytes]:
+        """Register a live subscriber; returns the log end it must replay up to, then the text of
+        the message in progress as one assistant.delta frame (b"": none). No await: no gap."""
         return self.events.subscribe(subscriber)
 
     def unsubscribe(self, subscriber: Subscriber) -> None:

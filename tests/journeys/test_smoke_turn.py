@@ -43,8 +43,8 @@ def test_a_message_runs_a_turn_seen_live_and_in_history(brain: BrainServer) -> N
     assert [(event["type"], event.get("input_id"), event["data"]) for event in seen[seen.index(message) :]] == [
         ("user.message", None, {"type": "user.message", "text": "hello", "delivery": "queue"}),
         ("session.status", message["id"], {"status": "running"}),
-        ("assistant.delta", message["id"], {"text": "echo:"}),
-        ("assistant.delta", message["id"], {"text": " hello"}),
+        ("assistant.delta", message["id"], {"text": "echo:", "offset": 0}),
+        ("assistant.delta", message["id"], {"text": " hello", "offset": 5}),
         (
             "assistant.message",
             message["id"],

@@ -85,8 +85,8 @@ def test_a_stream_has_sse_headers_and_exact_frames(module_brain: BrainServer) ->
     ]
     deltas = [event for kind, event in shapes if kind == "live"]
     assert [(d["input_id"], d["data"]) for d in deltas] == [
-        (message["id"], {"text": "echo:"}),
-        (message["id"], {"text": " hello"}),
+        (message["id"], {"text": "echo:", "offset": 0}),
+        (message["id"], {"text": " hello", "offset": 5}),
     ]
     assert set(deltas[0]) == {"id", "type", "time", "input_id", "data"}
 
