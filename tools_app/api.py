@@ -100,7 +100,7 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
         session = canonical_session_id(body.session) or ""
         if not session or (principal.session and principal.session != session):
             raise NotFound("session not found")
-        if brain.executors.remote is not None:  # a fleet: the session may be owned elsewhere, its row is shared
+        if brain.executors.remote.shared:  # a fleet: the session may be owned elsewhere, its row is shared
             config = await brain.saved_session_config(principal.tenant, session)
             if config is None:
                 raise NotFound("session not found")

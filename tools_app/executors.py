@@ -37,6 +37,7 @@ __all__ = [
     "ExecutorUnavailable",
     "LocalExecutors",
     "RemoteExecutors",
+    "SoloExecutors",
     "bound_to",
     "normalized_tools",
 ]
@@ -45,7 +46,10 @@ __all__ = [
 class RemoteExecutors(Protocol):
     """How the hub reaches executors other instances hold (a fleet's relay): binds announced,
     closes withdrawn, a closed session's executors elsewhere closed, a session's call sent to
-    whichever instance serves its alias (this one included)."""
+    whichever instance serves its alias (this one included). `shared`: other instances exist (a
+    session's row, not this process's actor, is the truth about its bindings)."""
+
+    shared: bool
 
     def announce_soon(self, session: str, alias: str, executor_id: str) -> None: ...
 
@@ -70,6 +74,51 @@ class RemoteExecutors(Protocol):
     ) -> object: ...
 
 
+class SoloExecutors:
+    """The remote of a single instance: no other instance holds an executor, so there is
+    nothing to announce or withdraw, and a call goes to the executor held here."""
+
+    shared = False
+
+    def __init__(self, local: LocalExecutors) -> None:
+        self.local = local
+
+    def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
+        pass
+
+    def withdraw_soon(self, executor: Executor) -> None:
+        pass
+
+    def revoke_soon(self, session: str) -> None:
+        pass
+
+    async def held_elsewhere(self, executor_id: str) -> Executor | None:
+        return None
+
+    def bind_elsewhere_soon(self, session: str, executor: Executor) -> None:
+        pass
+
+    async def call(
+        self,
+        session: str,
+        alias: str,
+        *,
+        call_id: str,
+        tool: str,
+        arguments: object,
+        scope: dict[str, str],
+        progress: Callable[[object], None],
+    ) -> object:
+        return await self.local.call(
+            self.local.executor_for(session, alias),
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            scope=scope,
+            progress=progress,
+        )
+
+
 class ExecutorHub:
     """The process's runtime executors (`local`) and, in a fleet, the `remote` way to those other
     instances hold. One no session has bound closes `unbound_seconds` after its registration
@@ -77,7 +126,7 @@ class ExecutorHub:
 
     def __init__(self, local: LocalExecutors | None = None, *, remote: RemoteExecutors | None = None) -> None:
         self.local = local if local is not None else LocalExecutors()
-        self.remote = remote
+        self.remote: RemoteExecutors = remote if remote is not None else SoloExecutors(self.local)
 
     @classmethod
     def of(cls, limits: Limits, *, remote: RemoteExecutors | None = None) -> ExecutorHub:
@@ -106,20 +155,18 @@ class ExecutorHub:
         """The executor serves `session`'s alias from now on (announced in a fleet)."""
         if executor.holder is not None:  # held by another instance: its route names that one
             executor.session = session
-            if self.remote is not None:
-                self.remote.bind_elsewhere_soon(session, executor)
+            self.remote.bind_elsewhere_soon(session, executor)
             return
         self.local.route(executor, session)
-        if self.remote is not None:
-            self.remote.announce_soon(session, executor.binding, executor.id)
+        self.remote.announce_soon(session, executor.binding, executor.id)
 
     async def held_elsewhere(self, executor_id: str) -> Executor | None:
-        """An executor another live instance of the fleet holds; None without a remote."""
-        return await self.remote.held_elsewhere(executor_id) if self.remote is not None else None
+        """An executor another live instance of the fleet holds; None on a single instance."""
+        return await self.remote.held_elsewhere(executor_id)
 
     def close(self, executor: Executor, *, reason: str = "the executor closed") -> None:
         """Unregister: pending calls end with unknown outcomes; the credential stops working."""
-        if self.local.remove(executor, reason=reason) and self.remote is not None:
+        if self.local.remove(executor, reason=reason):
             self.remote.withdraw_soon(executor)
 
     def revoke_session(self, session: str) -> None:
@@ -127,8 +174,7 @@ class ExecutorHub:
         other instances too."""
         for executor in self.local.serving(session):
             self.close(executor, reason="the session closed")
-        if self.remote is not None:
-            self.remote.revoke_soon(session)
+        self.remote.revoke_soon(session)
 
     def _expire_unbound(self) -> None:
         for executor in self.local.expired():
@@ -187,15 +233,6 @@ class ExecutorHub:
         """One call of whichever executor serves the session's alias now, here or (with a
         remote) on another instance. Raises ExecutorUnavailable before dispatch, CallLost
         after it; cancellation propagates."""
-        if self.remote is not None:
-            return await self.remote.call(
-                session, alias, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
-            )
-        return await self.local.call(
-            self.local.executor_for(session, alias),
-            call_id=call_id,
-            tool=tool,
-            arguments=arguments,
-            scope=scope,
-            progress=progress,
+        return await self.remote.call(
+            session, alias, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
         )

@@ -6,9 +6,8 @@ instance, its incarnation and the executor id); the last bind wins, so a rebind 
 instance takes the alias over. A call whose route names another instance is sent once to that
 instance's channel; the holder pushes it on the executor's stream and sends progress and the
 result back to the caller's channel. Nothing is replayed: a call whose holder leaves the fleet
-(its instance row gone or expired, or a new incarnation under its name) before a result came,
-or whose send or reply path fails on Redis, ends with an unknown outcome; a call to a holder
-that is not alive is refused before it is sent.
+(row gone or expired, or a new incarnation) before a result came, or whose send or reply path
+fails on Redis, ends unknown; a call to a holder that is not alive is refused before sending.
 
 Each executor registered here is recorded in Redis (tools_app.relay_records) with its holder, so
 its routes reaching another instance are forwarded here (fleet_app.routing), and with what a
@@ -16,9 +15,8 @@ session created elsewhere binds it by: that instance writes the alias's route na
 tells this one, which marks it bound. A session's routes are one hash: closing the session on its
 owner closes the executors that serve it on every instance.
 
-Nothing from Redis is trusted unsealed (tools_app.relay_seal); a holder is reached at the address
-the instances table gives; a call reaches only an executor bound to its session and tenant.
-"""
+Nothing from Redis is trusted unsealed (tools_app.relay_seal); a holder is reached at the instances
+table's address; a call reaches only an executor bound to its session and tenant."""
 
 from __future__ import annotations
 
@@ -61,7 +59,9 @@ class _Pending:
 class ExecutorRelay:
     """This instance's end of the relay: announces its binds, sends calls to other instances and
     serves the calls they send to the executors held here (`local`). The hub is built with it
-    as its remote (tools_app.executors.RemoteExecutors)."""
+    as its remote (tools_app.executors.RemoteExecutors); other instances hold executors too."""
+
+    shared = True
 
     def __init__(
         self, local: LocalExecutors, *, redis_url: str, instance: str, incarnation: str, secret: bytes, member: Members
