@@ -47,6 +47,7 @@ class FakeModal:
     started: list[list[str]] = field(default_factory=list)  # the argv of each command run
     router_calls: list[str] = field(default_factory=list)
     terminated: list[str] = field(default_factory=list)
+    tokens_seen: set[tuple[str, str]] = field(default_factory=set)  # every token id and secret received
     drop_exec: bool = False  # the router loses every command's output
     router_url: str = ""
     router_jwt: str = ""
@@ -70,6 +71,7 @@ class _Servicer(api_grpc.ModalClientBase):
 
     def _authorized(self, stream: Any) -> None:
         metadata = stream.metadata
+        self.fake.tokens_seen.add((str(metadata.get("x-modal-token-id")), str(metadata.get("x-modal-token-secret"))))
         if metadata.get("x-modal-token-id") != TOKEN_ID or metadata.get("x-modal-token-secret") != TOKEN_SECRET:
             raise GRPCError(Status.UNAUTHENTICATED, "invalid token")
 
