@@ -1,10 +1,12 @@
-"""E2B and Daytona sandboxes end to end: a session created with the published client's
-declarations (`E2B(template=, api_key=)`, `Daytona(api_url=, target=, api_key=)`; under 2.0.0 the
-wire body they lower to), a real `runbrain` with the providers `e2b` and `daytona` installed, the
-`loop` harness and a scripted model that creates a sandbox, runs a command in it and terminates
-it. The sandboxes are the loopback fakes of tests/cloud_sandboxes, reached through the official
-SDKs; the providers are the tests' LoopbackSandboxProvider (the production class with the
-backend's connection keywords in code). Modal is not here: its fake ends inside create."""
+"""Modal, E2B and Daytona sandboxes end to end: a session created with the published client's
+declarations (`Modal(app=, image=, token_id=, token_secret=)`, `E2B(template=, api_key=)`,
+`Daytona(api_url=, target=, api_key=)`; under 2.0.0 the wire body they lower to), a real
+`runbrain` with the providers `modal`, `e2b` and `daytona` installed, the `loop` harness and a
+scripted model that creates a sandbox, runs a command in it and terminates it. The sandboxes are
+the loopback fakes of tests/cloud_sandboxes, reached through the official SDKs; E2B and Daytona
+through the tests' LoopbackSandboxProvider (the production class with the backend's connection
+keywords in code), Modal through the production provider with the SDK's own `MODAL_SERVER_URL`
+set in the test server's environment."""
 
 from __future__ import annotations
 
@@ -21,10 +23,11 @@ from typing import Any
 import brain
 import pytest
 
-from tests.cloud_sandboxes import daytona_fake, e2b_fake
+from tests.cloud_sandboxes import daytona_fake, e2b_fake, modal_fake
 from tests.cloud_sandboxes.daytona_fake import FakeDaytona
 from tests.cloud_sandboxes.e2b_fake import FakeE2B, serve_e2b
 from tests.cloud_sandboxes.http_fake import serve
+from tests.cloud_sandboxes.modal_fake import FakeModal, serve_modal
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import ROOT, BrainServer, history
 from tests.tools.test_builtin_tools_loop import results_of, turn
@@ -47,6 +50,8 @@ class Clouds:
     e2b_api_url: str
     e2b_envd_url: str
     daytona: FakeDaytona
+    modal: FakeModal
+    modal_url: str
 
 
 @dataclass(frozen=True)
@@ -67,13 +72,22 @@ class Declaration:
 
 @pytest.fixture
 def clouds() -> Iterator[Clouds]:
-    fake_e2b, fake_daytona = FakeE2B(), FakeDaytona()
-    with serve_e2b(fake_e2b) as (api_url, envd_url), serve(fake_daytona.handle) as daytona_url:
+    fake_e2b, fake_daytona, fake_modal = FakeE2B(), FakeDaytona(), FakeModal()
+    with (
+        serve_e2b(fake_e2b) as (api_url, envd_url),
+        serve(fake_daytona.handle) as daytona_url,
+        serve_modal(fake_modal) as modal_url,
+    ):
         fake_daytona.base_url = daytona_url
-        yield Clouds(fake_e2b, api_url, envd_url, fake_daytona)
+        yield Clouds(fake_e2b, api_url, envd_url, fake_daytona, fake_modal, modal_url)
 
 
 def declaration(provider: str, clouds: Clouds) -> Declaration:
+    if provider == "modal":
+        key = modal_fake.TOKEN_SECRET
+        parameters = {"app": "my-tools", "image": "python:3.12-slim"}
+        options = {**parameters, "token_id": modal_fake.TOKEN_ID, "token_secret": key}
+        return Declaration("Modal", options, parameters, {"tokenId": modal_fake.TOKEN_ID, "tokenSecret": key}, key)
     if provider == "e2b":
         key = e2b_fake.API_KEY
         return Declaration("E2B", {"template": "base", "api_key": key}, {"template": "base"}, {"apiKey": key}, key)
@@ -101,7 +115,9 @@ def cloud_server(brain_factory: Callable[..., BrainServer], provider: ScriptedPr
     installed = {
         "e2b": {"class": LOOPBACK_PROVIDER, "options": {"test_connection": e2b_connection}},
         "daytona": {"class": LOOPBACK_PROVIDER, "options": {"test_connection": {"allow_http_api": True}}},
+        "modal": {"class": "tools_app.providers.sandbox.SandboxProvider", "options": {}},
     }
+    server.env["MODAL_SERVER_URL"] = clouds.modal_url  # the SDK's own setting, process-wide
     server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed)
     server.env["SANDBOX_SIGNING_KEY"] = SIGNING_KEY
     server.start()
@@ -137,7 +153,7 @@ def create_session(server: BrainServer, declared: Declaration) -> str:
     return str(session["id"])
 
 
-@pytest.mark.parametrize("provider", ["e2b", "daytona"])
+@pytest.mark.parametrize("provider", ["modal", "e2b", "daytona"])
 def test_a_model_creates_a_cloud_sandbox_runs_a_command_and_terminates_it_with_the_binding_credential(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, clouds: Clouds, provider: str
 ) -> None:
@@ -170,7 +186,12 @@ def test_a_model_creates_a_cloud_sandbox_runs_a_command_and_terminates_it_with_t
     assert refused["result"]["content"][0]["text"] == "this sandbox handle belongs to another session"
     assert ended["result"]["structured_content"] == {"terminated": True}
     # and: the fake saw the binding's parameters and its key, and ran one command
-    if provider == "e2b":
+    if provider == "modal":
+        assert clouds.modal.requests["AppGetOrCreate"].app_name == "my-tools"
+        assert clouds.modal.requests["ImageGetOrCreate"].image.dockerfile_commands == ["FROM python:3.12-slim"]
+        assert clouds.modal.tokens_seen == {(modal_fake.TOKEN_ID, declared.key)}
+        assert len(clouds.modal.started) == 1 and clouds.modal.terminated == ["sb-v2-1"]
+    elif provider == "e2b":
         assert [body["templateID"] for body in clouds.e2b.created] == ["base"]
         assert clouds.e2b.keys_seen == {declared.key}
         assert len(clouds.e2b.started) == 1 and clouds.e2b.killed == ["e2b-1"]
@@ -179,7 +200,8 @@ def test_a_model_creates_a_cloud_sandbox_runs_a_command_and_terminates_it_with_t
         assert clouds.daytona.authorizations_seen == {f"Bearer {declared.key}"}
         assert len(clouds.daytona.executed) == 1 and clouds.daytona.deleted == ["dtn-1"]
     # and: the credential keys are the ones the client lowers to, and the key is never shown
-    assert set(declared.credential) == set(BACKENDS[provider].credential_env) == {"apiKey"}
+    assert set(declared.credential) == set(BACKENDS[provider].credential_env)
+    assert set(declared.credential) == ({"tokenId", "tokenSecret"} if provider == "modal" else {"apiKey"})
     assert set(declared.parameters) == set(BACKENDS[provider].settings_env)
     with server.client() as client:
         resources = [client.get(f"/sessions/{session_id}").text for session_id in (owner, intruder)]
