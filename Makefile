@@ -70,14 +70,22 @@ cluster: dev-bootstrap system-packages
 
 # Tests run on TEST_WORKERS parallel workers, a module per worker (each worker starts its own
 # PostgreSQL, Redis and object stores, and every server listens on a port of its own); most of a
-# test's time is spent waiting on real processes, so there are more workers than cores.
-# -rfEs lists every failure and every skipped test with its reason at the end of each run.
-# The client suite (`-m client`) then runs again under the 2.0.0 client.
+# test's time is spent waiting on real processes, so there are more workers than cores. The
+# client suite (`-m client`) runs at the same time under the 2.0.0 client on CLIENT_WORKERS more
+# (its output follows the main run's). -rfEs lists every failure and every skipped test with its
+# reason at the end of each run; either run failing fails `make test`.
 TEST_WORKERS ?= 4
-PYTEST := $(BIN)/python -m pytest -q -rfEs -n $(TEST_WORKERS) --dist loadfile
+CLIENT_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -rfEs --dist loadfile
 test: dev-bootstrap system-packages lint typecheck $(CLIENT_2_0_STAMP)
-	$(PYTEST) --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
-	PYTHONPATH=$(CLIENT_2_0) BRAIN_TEST_CLIENT=2.0.0 $(PYTEST) -m client --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests
+	@client_log=$$(mktemp /tmp/brain-client-2.0.XXXXXX.log); \
+	PYTHONPATH=$(CLIENT_2_0) BRAIN_TEST_CLIENT=2.0.0 BRAIN_TEST_FIRST_PORT_BLOCK=$(TEST_WORKERS) \
+		$(PYTEST) -n $(CLIENT_WORKERS) -m client \
+		--basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests > $$client_log 2>&1 & client=$$!; \
+	$(PYTEST) -n $(TEST_WORKERS) --durations=25 --basetemp=$$(mktemp -d /tmp/brain-tests.XXXXXX) tests; main=$$?; \
+	wait $$client; under_2_0=$$?; \
+	echo "== the client suite under aex-brain 2.0.0 (exit $$under_2_0) =="; cat $$client_log; \
+	test $$main = 0 && test $$under_2_0 = 0
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check .
