@@ -16,7 +16,7 @@ from foundation.errors import InvalidRequest
 from foundation.principal import principal_of, require_manage, require_write
 from foundation.wire import SESSION_ID_PATTERN, SessionId
 
-from . import deletion, operations
+from . import configuration, deletion, operations
 from .app_object import request_brain
 from .eventlog import Event as LoggedEvent
 from .records import ApprovalBody, SessionBody
@@ -159,6 +159,15 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
             raise InvalidRequest("user.interrupt accepts no other fields")
         await operations.interrupt_session(engine, principal, id)
         return HttpResponse(INTERRUPT_REQUESTED, status=202, content_type="application/json")
+    if body.type == "session.configure":
+        if body.model_fields_set - {"type", "config"} or body.config is None:
+            raise InvalidRequest("session.configure takes config and no other fields")
+        change = body.config.model_dump(exclude_unset=True)
+        if any(value is None for value in change.values()):
+            raise InvalidRequest("config fields of a change must not be null")
+        return _event_response(await configuration.configure_session(engine, principal, id, change))
+    if body.config is not None:
+        raise InvalidRequest("config belongs to session.configure")
     event = await operations.send_message(
         engine,
         principal,

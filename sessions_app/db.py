@@ -9,7 +9,7 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import Q
+from django.db.models import Exists, Q
 
 from fleet_app.lease_token import LeaseFence
 from fleet_app.models import JournalEntry, SessionLease
@@ -38,6 +38,7 @@ __all__ = [
     "import_session",
     "alist_sessions",
     "asave_session_states",
+    "asave_session_config",
     "LeaseFence",
     "digest_token",
     "mirror_config_tokens",
@@ -201,6 +202,21 @@ def save_session_states(
         return max(int(cursor.rowcount), 0)
 
 
+def save_session_config(record: SessionRecord, *, fence: LeaseFence | None = None) -> bool:
+    """A configuration change applied (session.configure): the row's config and descriptors,
+    fenced like the write-behind's rows in a fleet. Whether the row was written."""
+    rows = Session.objects.filter(id=record.id)
+    if fence is not None:
+        epoch = fence.epochs.get(record.id)
+        if epoch is None:
+            return False  # no longer held here: the successor owns the row
+        held = SessionLease.objects.filter(
+            session_id=record.id, owner=fence.owner, incarnation=fence.incarnation, epoch=epoch
+        )
+        rows = rows.filter(Exists(held))
+    return rows.update(config=dict(record.config), descriptors=list(record.descriptors)) > 0
+
+
 def claim_running_sessions(
     marked: Iterable[str] = (), *, owner: str | None = None, using: str = DEFAULT_DB_ALIAS
 ) -> list[SessionRecord]:
@@ -238,6 +254,7 @@ aget_session_by_id = database_sync_to_async(get_session_by_id)
 aimport_session = database_sync_to_async(import_session)
 alist_sessions = database_sync_to_async(list_sessions)
 asave_session_states = database_sync_to_async(save_session_states)
+asave_session_config = database_sync_to_async(save_session_config)
 aclaim_running_sessions = database_sync_to_async(claim_running_sessions)
 achild_sessions = database_sync_to_async(child_sessions)
 

@@ -16,6 +16,7 @@ from tools_app.bindings import check_bindings
 from tools_app.vault import MODEL_CREDENTIAL_ALIAS, CredentialVault, SealedCredential, describe
 
 from . import db
+from .config_checks import MAX_KEY_BYTES, check_config, unavailable
 from .eventlog import Event, EventLog, new_id
 from .records import SEALED, ApprovalRecord, Principal, SessionConfig, SessionRecord
 from .runtime.actor import SessionActor
@@ -23,11 +24,6 @@ from .runtime.approvals import MAX_REASON_CHARS
 from .runtime.engine import Engine
 from .runtime.ownership import Ownership
 from .runtime.pubsub import Subscriber
-
-# An unavailable tool's refusal quotes the names the request gave: at most this many, each cut to
-# the longest tool name a config may declare (foundation.hostconfig.tools.TOOL_NAME).
-MAX_QUOTED_TOOLS = 5
-MAX_QUOTED_TOOL_CHARS = 64
 
 __all__ = [
     "EventPage",
@@ -46,10 +42,6 @@ __all__ = [
     "send_message",
 ]
 
-MAX_MODEL_CHARS = 256  # spec: config.model up to 256 characters
-MAX_TOOLS = 128  # spec: up to 128 tools per session
-MAX_KEY_BYTES = 128  # spec: idempotency keys up to 128 bytes
-REASONING_EFFORTS = frozenset({"off", "minimal", "low", "medium", "high", "xhigh", "max"})
 # A provider key is a line (Bedrock's id:secret:session-token the longest, about 2 KiB); the
 # bound keeps a hostile body from sealing megabytes into the vault and every checkpoint.
 MAX_MODEL_KEY_BYTES = 8 << 10
@@ -88,23 +80,8 @@ async def create_session(
         raise Forbidden("creating sessions needs a manage token without a session limit")
     if harness not in engine.config.harnesses:
         raise Unsupported(f"harness {harness!r} is not configured")
-    model = config["model"]
-    provider, _, model_name = model.partition("/")
-    if not provider or not model_name or len(model) > MAX_MODEL_CHARS:
-        raise InvalidRequest("config.model must be provider/model, up to 256 characters")
-    if provider not in engine.config.providers:
-        raise InvalidRequest(f"model provider {provider!r} is not configured")
-    effort = config.get("reasoning_effort")
-    if effort is not None and effort not in REASONING_EFFORTS:
-        raise InvalidRequest("config.reasoning_effort must be one of " + ", ".join(sorted(REASONING_EFFORTS)))
+    provider = check_config(engine, config)
     tools = config["tools"]
-    if len(tools) > MAX_TOOLS:
-        raise InvalidRequest("config.tools allows at most 128 tools")
-    if len(set(tools)) != len(tools):
-        raise InvalidRequest("config.tools lists a tool twice")
-    instructions = config.get("instructions")
-    if instructions is not None and len(instructions.encode()) > engine.limits.input_bytes:
-        raise InvalidRequest("config.instructions exceeds input_bytes")
     source, model_key = _model_credential(engine, model_credential, provider=provider)
     if credentials and engine.config.credential_keys is None:
         raise Unsupported("private binding credentials need credential_keys in the host config")
@@ -118,7 +95,7 @@ async def create_session(
     values = _credential_values(credentials or [], aliases={binding["alias"] for binding in bindings.bindings})
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
-        raise Forbidden(_unavailable(await engine.registry.aunavailable_to(principal.tenant, tools)))
+        raise Forbidden(unavailable(await engine.registry.aunavailable_to(principal.tenant, tools)))
     if bindings.bindings:
         config["bindings"] = bindings.bindings
     record = SessionRecord.new(
@@ -175,18 +152,6 @@ def _model_credential(
             f" not of the session's model provider {provider!r}"
         )
     return {"reference": reference}, None
-
-
-def _unavailable(names: list[str]) -> str:
-    """`tools 'a', 'b' are not available to this tenant`: the names the request gave (so nothing
-    is said of other tenants' tools), the first few, each cut to a tool name's length."""
-    quoted = ", ".join(repr(name[:MAX_QUOTED_TOOL_CHARS]) for name in names[:MAX_QUOTED_TOOLS])
-    more = f" and {len(names) - MAX_QUOTED_TOOLS} more" if len(names) > MAX_QUOTED_TOOLS else ""
-    if not names:  # an admin binding added since the first look
-        return "a requested tool is not available to this tenant"
-    if len(names) == 1:
-        return f"tool {quoted} is not available to this tenant"
-    return f"tools {quoted}{more} are not available to this tenant"
 
 
 def _credential_values(credentials: list[Any], *, aliases: set[str]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ __all__ = [
     "Approval",
     "ApprovalDecision",
     "Checkpoint",
+    "ConfigChange",
     "CreateSession",
     "CredentialInput",
     "Deleted",
@@ -77,11 +78,22 @@ class Media(StrictSchema):
     url: str
 
 
-class Input(StrictSchema):
-    """`user.message` or `user.interrupt`. A `delivery` outside the enum is 400; "steer" adds
-    the text to the running turn (422 `unsupported` when the session's harness does not steer)."""
+class ConfigChange(StrictSchema):
+    """The fields of a session's configuration a `session.configure` changes (at least one)."""
 
-    type: Literal["user.message", "user.interrupt"]
+    model: str | None = None
+    tools: list[str] | None = None
+    instructions: str | None = None
+    reasoning_effort: str | None = None
+
+
+class Input(StrictSchema):
+    """`user.message`, `user.interrupt` or `session.configure`. A `delivery` outside the enum
+    is 400; "steer" adds the text to the running turn (422 `unsupported` when the session's
+    harness does not steer). `config` (session.configure only): the configuration fields to
+    change, applied between the turns around it."""
+
+    type: Literal["user.message", "user.interrupt", "session.configure"]
     text: str | None = None
     media: list[Media] | None = None
     key: str | None = None
@@ -90,6 +102,13 @@ class Input(StrictSchema):
         description=(
             '"queue" (the default): run after the turns before it. "steer": guidance for the running'
             " turn, folded in before its next model request; with no running turn it is queued."
+        ),
+    )
+    config: ConfigChange | None = Field(
+        default=None,
+        description=(
+            "session.configure only: the model, tools, instructions or reasoning_effort to change,"
+            " checked as create checks them; applied after the turns queued before it."
         ),
     )
 

@@ -8,6 +8,7 @@ the engine only as a SessionHost.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
@@ -26,7 +27,7 @@ from tools_app.invocation import CallResult, error_result
 from .admission import check_capacity, check_status
 from .approvals import decided_event
 from .ownership import JournalBacklog
-from .session_host import PendingInput, SpawnCount, TurnFailure, turn_failure
+from .session_host import ConfigChange, PendingInput, SpawnCount, TurnFailure, turn_failure
 from .sink import write_failure_message
 from .state import SessionState
 from .steering import TurnSteers
@@ -159,13 +160,40 @@ class SessionActor(SessionState["SessionActor"]):
         )
         return data, None
 
-    def _start_next(self) -> None:
+    def configure(self, change: ConfigChange) -> tuple[Event, bool]:
+        """A session.configure: recorded (its data the fields it changes), then applied at once
+        when no turn runs or waits (True), else queued behind them, applied in its turn."""
+        check_status(self.status)
+        host, size = self._host, len(json.dumps(change.fields))
+        queued = len(self.queue) + (len(self._turn_steers) if self._turn_steers is not None else 0)
+        check_capacity(
+            limits=host.limits, draining=host.draining, queued=queued, log_size=self.log.size, input_size=size
+        )
+        try:
+            event = self.emit("session.configure", change.fields)
+        except (OSError, RecordTooLarge) as exc:
+            logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
+            raise BrainError(f"the change was not accepted: {write_failure_message(exc)}") from exc
+        if self.task is None and not self.queue:
+            self.apply_config(change)
+            return event, True
+        self.queue.append(PendingInput(event.id, "", "", time.monotonic(), change=change))
+        return event, False
+
+    def _start_next(self) -> bool:
+        """Start the next queued turn, applying the changes queued before it; False when the
+        queue held none."""
+        while self.queue and (change := self.queue[0].change) is not None:
+            self.queue.popleft()
+            self.apply_config(change)
+        if not self.queue:
+            return False
         pending = self.queue.popleft()
         try:
             self._set_status(SessionStatus.RUNNING, input_id=pending.id)
         except (OSError, RecordTooLarge) as exc:
             self._fail_without_log(exc, pending.id)
-            return
+            return True
         self.current = pending
         self.turn_id = new_id()
         self._turn_steers = TurnSteers(self.turn_id)
@@ -173,6 +201,7 @@ class SessionActor(SessionState["SessionActor"]):
         self._failure = None
         self.task = asyncio.get_running_loop().create_task(self._run_turn(pending), name=f"turn-{self.id}")
         self._host.track(self.task)
+        return True
 
     def interrupt(self) -> None:
         """user.interrupt: stop the running turn; a no-op without one."""
@@ -266,6 +295,7 @@ class SessionActor(SessionState["SessionActor"]):
             async with self._host.turn_slot() as self._slot:
                 if trace is not None:
                     trace.started()
+                await self.config_saved()  # a change applied before this turn is in the row first
                 attachment = await self._host.attach(self)
                 self.learn_media_support(attachment.media)
                 self.refuse_untaken_media(pending.media)
@@ -325,8 +355,8 @@ class SessionActor(SessionState["SessionActor"]):
                 self._cancel_queue()
                 self._set_status(SessionStatus.CLOSED)
                 self._host.release(self)
-            elif self.queue and not stop_reason and not self._host.draining:
-                self._start_next()
+            elif not stop_reason and not self._host.draining and self._start_next():
+                pass  # the next turn runs
             else:
                 self._cancel_queue()
                 self._set_status(SessionStatus.IDLE, input_id=pending.id)

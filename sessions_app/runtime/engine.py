@@ -179,6 +179,9 @@ class Engine:
     def mark_dirty(self, actor: Stateful) -> None:
         self._rows.mark(actor.record)
 
+    async def save_config(self, actor: Stateful) -> None:
+        await self._rows.save_config(actor.record)
+
     def mark_settled(self, actor: Stateful) -> None:
         """The session settled: its new state is due for background sync."""
         if self._archive is not None:

@@ -5,6 +5,8 @@ session's attachment. Knows sessions only as AttachmentHandlers with an id and a
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,15 +44,18 @@ class _Residence:
     resident: Resident
     attachment: Attachment
     open_params: Callable[[], OpenParams]
-    credential: str  # fingerprint of the provider options the runner was opened with
+    credential: str  # fingerprint of the provider options and configuration the runner was opened with
 
 
 def _credential(params: OpenParams) -> str:
-    return credential_fingerprint(params["provider"])
+    """The provider options' fingerprint, and the configuration's: a key rotated or a
+    session.configure applied since the runner opened makes it stale."""
+    configured = json.dumps([params["config"], params["tools"]], sort_keys=True, default=str)
+    return credential_fingerprint(params["provider"]) + hashlib.sha256(configured.encode()).hexdigest()
 
 
 def _stale(residence: _Residence) -> bool:
-    """Opened with provider options (a key) other than the current ones."""
+    """Opened with provider options (a key) or a configuration other than the current ones."""
     return residence.credential != _credential(residence.open_params())
 
 
@@ -89,7 +94,8 @@ class Residency:
 
     async def attach(self, resident: Resident, open_params: Callable[[], OpenParams]) -> Attachment:
         """The session's attachment, opening one (passively, from native/) when needed. One
-        opened with a provider key that has changed since is recycled: detached, then opened
+        opened with a provider key or a configuration (session.configure) that has changed
+        since is recycled: detached, then opened
         again with the current key (spec: "recycles any idle runner using the old credential
         before the next turn")."""
         current = self.attachment_of(resident)

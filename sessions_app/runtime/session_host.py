@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from foundation.hostconfig import Limits
 from foundation.logs import logger
 from runners.media import Media, PromptParams
+from runners.protocol import ToolDescriptor
 from sessions_app.eventlog import RecordTooLarge, public_message
 from sessions_app.harness.host import HostLost, RunnerError
 from sessions_app.harness.pool import Attachment, HostUnavailable
@@ -23,7 +24,7 @@ from .turnslots import TurnSlot
 # the actor type a host serves (SessionActor): a parameter here keeps this module below actor.py
 Actor = TypeVar("Actor", contravariant=True)
 
-__all__ = ["PendingInput", "SessionHost", "SpawnCount", "Stateful", "TurnFailure", "turn_failure"]
+__all__ = ["ConfigChange", "PendingInput", "SessionHost", "SpawnCount", "Stateful", "TurnFailure", "turn_failure"]
 
 
 class Stateful(Protocol):
@@ -66,6 +67,9 @@ class SessionHost(Protocol[Actor]):
 
     def mark_settled(self, actor: Stateful) -> None: ...
 
+    async def save_config(self, actor: Stateful) -> None:
+        """Write the session's applied configuration (session.configure) to its row."""
+
     def track(self, task: asyncio.Task[None]) -> None: ...
 
 
@@ -78,6 +82,15 @@ class TurnFailure(Exception):
         self.message = message
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigChange:
+    """A checked session.configure: the fields it changes, and the session's tool descriptors
+    for its new tools (None: the tools do not change)."""
+
+    fields: dict[str, Any]
+    descriptors: list[ToolDescriptor] | None = None
+
+
 @dataclass(slots=True)
 class PendingInput:
     id: str
@@ -86,6 +99,7 @@ class PendingInput:
     accepted: float = 0.0  # time.monotonic() when it was accepted
     seq: int = 0  # its input journal entry in a fleet (0: not journaled)
     media: list[Media] = field(default_factory=list)  # its images (runners.media), checked at the send
+    change: ConfigChange | None = None  # a session.configure: applied in its place in the queue, no turn
 
     def prompt(self) -> PromptParams:
         """The `prompt` request's params: the text, and its images when it has any."""

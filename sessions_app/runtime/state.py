@@ -10,21 +10,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from foundation.errors import InvalidRequest
 from foundation.logs import logger
 from foundation.telemetry import Telemetry, TurnTrace
 from runners.media import Media, MediaSupport, refusal
 from sessions_app.eventlog import Event, EventLog, RecordTooLarge, now_rfc3339
-from sessions_app.records import SessionRecord, SessionStatus
+from sessions_app.records import SessionConfig, SessionRecord, SessionStatus
 from sessions_app.storage import SessionFiles
 
 from .approvals import Approvals
 from .idempotency import IdempotencyKeys
 from .ownership import Journal
 from .pubsub import Fanout, Subscriber
-from .session_host import PendingInput, SessionHost, SpawnCount, TurnFailure
+from .session_host import ConfigChange, PendingInput, SessionHost, SpawnCount, TurnFailure
 from .sink import EventSink, write_failure_message
 from .steering import TurnSteers
 from .takeover import QUEUED_INPUT_CANCELLED
@@ -79,6 +79,7 @@ class SessionState(Generic[Actor]):
         # session here (runners.media.MediaSupport; None: it declared none); unknown until then.
         self._media_support: MediaSupport | None = None
         self._media_known = False
+        self._config_saved: asyncio.Task[None] | None = None  # the row write of the last change applied
 
     # -- state -------------------------------------------------------------------------------
 
@@ -111,10 +112,39 @@ class SessionState(Generic[Actor]):
         """Whether unloading would lose work: a turn, queued input or open streams."""
         return self.task is not None or bool(self.queue) or bool(self.subscribers)
 
+    # -- configuration -----------------------------------------------------------------------
+
+    def apply_config(self, change: ConfigChange) -> None:
+        """A session.configure takes effect: the record (its row written at once), the tools a
+        call may name; the harness gets it at the next turn's attach (residency re-opens a
+        runner opened with another configuration)."""
+        config = {**self.record.config, **change.fields}
+        self.record.config = cast(SessionConfig, config)
+        if change.descriptors is not None:
+            self.record.descriptors = change.descriptors
+            self._tool_calls.retool(tuple(config.get("tools", ())))
+        if "model" in change.fields:  # what the new model takes is learned at its next open
+            self._media_support, self._media_known = None, False
+        self.record.updated_at = now_rfc3339()
+        self._host.mark_dirty(self)
+        self._config_saved = asyncio.get_running_loop().create_task(self._save_config())
+        self._host.track(self._config_saved)
+
+    async def _save_config(self) -> None:
+        try:
+            await self._host.save_config(self)
+        except Exception:  # the database: the change holds here; the row is written at the next change
+            logger.exception("session config write failed", extra={"session_id": self.id})
+
+    async def config_saved(self) -> None:
+        """Wait for the row write of the change applied last (none: at once)."""
+        if self._config_saved is not None:
+            await asyncio.shield(self._config_saved)
+
     # -- images ------------------------------------------------------------------------------
 
     def learn_media_support(self, support: MediaSupport | None) -> None:
-        """What the harness's open result said; the session's model never changes."""
+        """What the harness's open result said (forgotten when a change sets another model)."""
         self._media_support, self._media_known = support, True
 
     def check_media_taken(self, media: list[Media]) -> None:

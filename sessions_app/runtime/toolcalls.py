@@ -71,6 +71,11 @@ class ToolCalls:
         self._bindings = bindings
         self._tasks: set[asyncio.Task[Invocation]] = set()
 
+    def retool(self, tools: tuple[str, ...]) -> None:
+        """A session.configure changed the session's tools: calls from now on are authorized
+        against these (a call already dispatched keeps the authorization it had)."""
+        self._tools = tools
+
     def cancel_all(self) -> None:
         """Interrupt or close: every in-flight call ends with its cancellation result."""
         for task in list(self._tasks):

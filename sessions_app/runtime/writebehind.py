@@ -34,6 +34,12 @@ class WriteBehind:
         """A session this process no longer writes: its pending row is dropped."""
         self._dirty.pop(session_id, None)
 
+    async def save_config(self, record: SessionRecord) -> None:
+        """A configuration change, written at once (not behind): the next turn, a restore from
+        the archive and a new owner read the row. In a fleet, only under the lease still held."""
+        fence, _ = self._leases.fence_rows((record.id,))
+        await db.asave_session_config(record, fence=fence)
+
     async def flush(self) -> None:
         if not self._dirty:
             return

@@ -20,11 +20,12 @@ from tools_app import schemas as tool_schemas
 METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options"})
 # Keys that only document: they never change what a body may be.
 COSMETIC_KEYS = frozenset({"title", "description", "example", "examples", "summary", "tags"})
-# Where we publish more than the contract says: the enums a send validates (`type`, and
-# `delivery`, whose "steer" joins the running turn: README, "Steering a running turn"). Checked
-# exactly, then removed.
+# Where we publish more than the contract says: the enums a send validates (`type`, whose
+# "session.configure" changes the configuration between turns: README, "Changing a session's
+# configuration"; and `delivery`, whose "steer" joins the running turn: README, "Steering a
+# running turn"). Checked exactly, then removed.
 REFINEMENTS = {
-    ("Input", "type"): ["user.message", "user.interrupt"],
+    ("Input", "type"): ["user.message", "user.interrupt", "session.configure"],
     ("Input", "delivery"): ["queue", "steer"],
 }
 
@@ -35,6 +36,11 @@ LATER_SDK = "x-later-sdk-2.3.0"
 LATER_SDK_FIELDS = frozenset({("CreateSession", "model_credential"), ("Input", "media")})
 LATER_SDK_COMPONENTS = frozenset({"Media", "ModelCredential"})
 
+# Additive fields (documented in the README) of the contract's request schemas: each optional (a
+# 2.0.0 client never sends it), exactly a reference to its additive component, then removed
+# before the comparison with the contract proper.
+ADDITIVE_FIELDS = {("Input", "config"): "ConfigChange"}  # session.configure's change
+
 # Additive operations (documented in the README): served beside the contract's, never changing
 # one of them. Each is checked for its operationId, the contract's bearer security and error
 # envelope; the components only they use are listed too.
@@ -44,7 +50,15 @@ ADDITIVE_OPERATIONS = {
     ("delete", "/sessions/{id}"): "delete",  # what aex-brain 2.3.0's Brain.delete sends
 }
 ADDITIVE_COMPONENTS = frozenset(
-    {"Approval", "ApprovalDecision", "Deleted", "TaskItem", "TaskPage", *LATER_SDK_COMPONENTS}
+    {
+        "Approval",
+        "ApprovalDecision",
+        "Deleted",
+        "TaskItem",
+        "TaskPage",
+        *LATER_SDK_COMPONENTS,
+        *ADDITIVE_FIELDS.values(),
+    }
 )
 
 Document = dict[str, Any]
@@ -133,8 +147,24 @@ def _apply_later_sdk_fields(document: Document) -> list[str]:
     return problems
 
 
+def _apply_additive_fields(document: Document) -> list[str]:
+    """Check each ADDITIVE_FIELDS field (optional, its component's reference), then remove it."""
+    problems = []
+    schemas = document["components"]["schemas"]
+    for (schema, field), component in sorted(ADDITIVE_FIELDS.items()):
+        served = schemas[schema]["properties"].pop(field, None)
+        reference = {"$ref": f"#/components/schemas/{component}"}
+        if served is None:
+            problems.append(f"{schema}.{field}: not served")
+        elif [option for option in served.get("anyOf", [served]) if option != {"type": "null"}] != [reference]:
+            problems.append(f"{schema}.{field}: is not a reference to {component}")
+        if field in schemas[schema].get("required", []):
+            problems.append(f"{schema}.{field}: required, but the 2.0.0 client never sends it")
+    return problems
+
+
 def _apply_refinements(document: Document) -> list[str]:
-    problems = _apply_later_sdk_fields(document)
+    problems = _apply_later_sdk_fields(document) + _apply_additive_fields(document)
     schemas = document["components"]["schemas"]
     for (schema, field), values in REFINEMENTS.items():
         published = schemas[schema]["properties"][field]
@@ -329,6 +359,20 @@ def test_the_comparison_catches_a_changed_contract(change: Any) -> None:
 
     # then
     assert problems != []
+
+
+def test_the_comparison_catches_an_additive_field_made_required_or_retyped() -> None:
+    # given a served document whose session.configure config is required, and one where it is a string
+    required, retyped = _served(), _served()
+    required["components"]["schemas"]["Input"]["required"].append("config")
+    retyped["components"]["schemas"]["Input"]["properties"]["config"] = {"type": "string"}
+
+    # when
+    problems = _differences(required, _contract()), _differences(retyped, _contract())
+
+    # then
+    assert "Input.config: required, but the 2.0.0 client never sends it" in problems[0]
+    assert problems[1] == ["Input.config: is not a reference to ConfigChange"]
 
 
 def test_the_comparison_catches_an_undocumented_extra_operation() -> None:

@@ -1,0 +1,72 @@
+"""session.configure: a change of a running session's model, instructions, reasoning effort or
+tools, checked as `POST /sessions` checks a configuration, then queued with its messages and
+applied between the turns around it (README, "Changing a session's configuration")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from foundation.errors import Forbidden, InvalidRequest
+
+from .config_checks import check_config, unavailable
+from .eventlog import Event
+from .operations import check_session_id
+from .records import Principal, SessionRecord
+from .runtime.engine import Engine
+from .runtime.session_host import ConfigChange
+
+__all__ = ["CONFIGURABLE", "configure_session"]
+
+# The fields a change may set; bindings and the model credential are fixed at create.
+CONFIGURABLE = ("model", "instructions", "reasoning_effort", "tools")
+
+
+async def configure_session(engine: Engine, principal: Principal, session_id: str, fields: dict[str, Any]) -> Event:
+    """Record the change and queue it (applied at once when no turn runs or waits); the
+    session.configure event. 400 for a change create would refuse in its configuration, 403 for
+    tools the tenant may not use, 409 for a closed or interrupted session, nothing queued."""
+    if not fields:
+        raise InvalidRequest("config must set at least one of " + ", ".join(CONFIGURABLE))
+    extra = sorted(set(fields) - set(CONFIGURABLE))
+    if extra:
+        raise InvalidRequest(f"config.{extra[0]} cannot change; a change sets " + ", ".join(CONFIGURABLE))
+    actor = await engine.get_actor(principal.tenant, check_session_id(principal, session_id))
+    record = actor.record
+    provider = check_config(engine, {**record.config, **fields})
+    _check_model_credential(record, provider)
+    descriptors = None
+    if "tools" in fields:
+        descriptors = await _descriptors(engine, record, list(fields["tools"]))
+    engine.ownership.require_writable(actor.id)
+    engine.check_writes(actor.id)
+    async with actor.send_lock:  # in order with the session's sends
+        event, applied = actor.configure(ConfigChange(fields, descriptors))
+    if applied:
+        await actor.config_saved()  # the row has it before the 202
+    return event
+
+
+def _check_model_credential(record: SessionRecord, provider: str) -> None:
+    """A session's own key or named key is its model provider's: another provider is refused."""
+    source = record.model_credential
+    current = record.config["model"].split("/", 1)[0]
+    if source and provider != current:
+        kind = "api_key" if "api_key" in source else "reference"
+        raise InvalidRequest(
+            f"the session's model_credential {kind} is a key of provider {current!r}: its model cannot"
+            f" change to provider {provider!r}"
+        )
+
+
+async def _descriptors(engine: Engine, record: SessionRecord, tools: list[str]) -> list[Any]:
+    """The session's descriptors with `tools` for its configured tools: its bindings' tools
+    kept, a name of theirs refused, a tool the tenant may not use 403 as at create."""
+    configured = set(record.config.get("tools", ()))
+    bound = [descriptor for descriptor in record.descriptors if descriptor["name"] not in configured]
+    taken = sorted({descriptor["name"] for descriptor in bound} & set(tools))
+    if taken:
+        raise InvalidRequest(f"tool {taken[0]!r} is the name of one of the session's binding tools")
+    descriptors = await engine.registry.adescriptors_for(record.tenant, tools)
+    if descriptors is None:
+        raise Forbidden(unavailable(await engine.registry.aunavailable_to(record.tenant, tools)))
+    return [*descriptors, *bound]
