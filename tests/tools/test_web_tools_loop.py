@@ -16,7 +16,7 @@ import pytest
 
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history
-from tests.support.web_servers import PageServer, started
+from tests.support.web_servers import PageServer, SearchFake, started
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
@@ -34,6 +34,11 @@ def refused_pages() -> Iterator[PageServer]:
     yield from started(PageServer)
 
 
+@pytest.fixture
+def search_fake() -> Iterator[SearchFake]:
+    yield from started(SearchFake)
+
+
 def web_server(brain_factory: Callable[..., BrainServer], provider: ScriptedProvider, pages: PageServer) -> BrainServer:
     tool = {"name": "web_fetch", "transport": "provider", "provider": "web", "operation": "fetch", "tenants": ["acme"]}
     server = brain_factory(start=False, harnesses={"loop": LOOP_HARNESS}, providers=provider.providers(), tools=[tool])
@@ -48,16 +53,16 @@ def web_server(brain_factory: Callable[..., BrainServer], provider: ScriptedProv
     return server
 
 
-def create_web_session(server: BrainServer) -> str:
+def create_web_session(server: BrainServer, tool: str = "web_fetch") -> str:
     """The 2.3.0 client's own declaration, or its lowered wire body where the client lacks it."""
     import brain
 
     client = server.sdk("alice")
     if hasattr(brain, "ManagedTool"):
-        session = client.create(harness="loop", model=brain.Model(MODEL), tools=[brain.ManagedTool("web_fetch")])
+        session = client.create(harness="loop", model=brain.Model(MODEL), tools=[brain.ManagedTool(tool)])
     else:
-        session = client.create({"harness": "loop", "config": {"model": MODEL, "tools": ["web_fetch"]}})
-    assert session["config"]["tools"] == ["web_fetch"]
+        session = client.create({"harness": "loop", "config": {"model": MODEL, "tools": [tool]}})
+    assert session["config"]["tools"] == [tool]
     return str(session["id"])
 
 
@@ -118,6 +123,55 @@ def test_a_turn_fetching_a_refused_address_gets_an_error_result_and_no_connectio
     assert texts[1].startswith("refused: the host '2130706433' is a number that is not a dotted-decimal IPv4")
     assert texts[2].startswith("refused: 169.254.169.254 is the cloud metadata address")
     assert (refused_pages.accepts, pages.accepts) == (0, 0)
+
+
+def search_server(
+    brain_factory: Callable[..., BrainServer], provider: ScriptedProvider, search_fake: SearchFake
+) -> BrainServer:
+    """The production WebProvider with Brave search at the loopback fake (`search_endpoint`)."""
+    tool = {
+        "name": "web_search",
+        "transport": "provider",
+        "provider": "web",
+        "operation": "search",
+        "tenants": ["acme"],
+    }
+    server = brain_factory(start=False, harnesses={"loop": LOOP_HARNESS}, providers=provider.providers(), tools=[tool])
+    options = {"search_provider": "brave", "search_key_env": "BRAVE_TEST_KEY", "search_endpoint": search_fake.url}
+    installed = {"web": {"class": "tools_app.providers.web.WebProvider", "options": options}}
+    server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed)
+    server.env["BRAVE_TEST_KEY"] = search_fake.key
+    server.start()
+    return server
+
+
+def test_a_turn_searches_the_web_through_brave_and_the_model_gets_the_results(
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, search_fake: SearchFake
+) -> None:
+    # given
+    server = search_server(brain_factory, scripted_provider, search_fake)
+    session_id = create_web_session(server, "web_search")
+    # when
+    events = turn(server, session_id, f"call web_search {json.dumps({'query': 'brain loopback', 'count': 2})}")
+    # then: the fake answered only a request in Brave's documented shape with the key
+    (request,) = search_fake.requests
+    assert request["method"] == "GET"
+    assert request["path"] == "/res/v1/web/search?q=brain+loopback&count=2"
+    assert request["headers"]["X-Subscription-Token"] == search_fake.key
+    assert request["headers"]["Accept"] == "application/json"
+    assert "Authorization" not in request["headers"]
+    (result,) = results_of(events)
+    assert result["outcome"] == "ok"
+    assert result["result"]["structured_content"]["results"] == [
+        {"title": "Result 0", "snippet": "Snippet 0 & more", "url": "https://example.org/0"},
+        {"title": "Result 1", "snippet": "Snippet 1 & more", "url": "https://example.org/1"},
+    ]
+    text = result["result"]["content"][0]["text"]
+    assert "1. Result 0\n   https://example.org/0" in text and "2. Result 1\n   https://example.org/1" in text
+    assert search_fake.key not in json.dumps(events)  # the key never reaches the session's log
+    answer = [event["data"]["text"] for event in events if event["type"] == "assistant.message"][-1]
+    assert answer.startswith("Tool web_search returned:") and "https://example.org/0" in answer
+    assert events[-1]["data"]["status"] == "idle"
 
 
 def test_the_production_provider_refuses_a_test_allow_list_option_at_startup(
