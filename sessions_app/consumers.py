@@ -7,6 +7,7 @@ Reads only the actor's log (replay) and its bounded subscriber queue (live); nev
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
@@ -18,6 +19,7 @@ from .app_object import brain_of
 from .records import SessionStatus
 
 if TYPE_CHECKING:
+    from .records import Principal
     from .runtime.pubsub import Subscriber
 
 __all__ = ["EventStreamConsumer"]
@@ -33,14 +35,14 @@ class EventStreamConsumer(StreamingConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         after = query["after"][0] if "after" in query else (self.header(b"last-event-id") or "")
         try:
-            engine, tokens = brain_of(self.scope).engine, brain_of(self.scope).tokens
-            principal = await tokens.authenticate(self.header(b"authorization"))
+            engine = brain_of(self.scope).engine
+            principal = await self.authorize(session_id)
             opened = await operations.open_stream(engine, principal, session_id, after=after)
             actor, subscriber, start, end, partial = opened
         except BrainError as error:
             await self.send_error(error)
             return
-        untrack = tokens.track_stream(self.header(b"authorization"), subscriber.close)  # revocation ends it
+        untrack = self.track(subscriber.close)
         try:
             await self.send_headers(status=200, headers=SSE_HEADERS)
             await self.send_body(b"", more_body=True)
@@ -73,6 +75,15 @@ class EventStreamConsumer(StreamingConsumer):
         finally:
             untrack()
             operations.close_stream(engine, actor, subscriber)
+
+    async def authorize(self, session_id: str) -> Principal:
+        """Whose stream it is: the bearer token's grant. BrainError refuses it."""
+        return await brain_of(self.scope).tokens.authenticate(self.header(b"authorization"))
+
+    def track(self, close: Callable[[], None]) -> Callable[[], None]:
+        """Register `close` to end the stream when its grant goes (a revoked token); returns the
+        call that forgets it."""
+        return brain_of(self.scope).tokens.track_stream(self.header(b"authorization"), close)
 
     def _abort(self) -> None:
         # base_send is the middleware's wrapper; only the server's own send reaches the socket

@@ -98,15 +98,19 @@ def mirror_config_tokens(config: HostConfig, tokens: Iterable[str]) -> None:
 
 
 def find_grant(digest: str) -> Principal | None:
-    row = ApiToken.objects.filter(digest=digest).values("tenant_id", "manage", "read_only", "session", "label").first()
+    fields = ("tenant_id", "manage", "read_only", "session", "label", "source")
+    row = ApiToken.objects.filter(digest=digest).values(*fields).first()
     if row is None:
         return None
+    # A config token's label is the environment variable it is read from: records of what the
+    # token did (an approval's decided_by) name the token, never the variable.
+    named = row["label"] if row["source"] != TokenSource.CONFIG else ""
     return Principal(
         tenant=row["tenant_id"],
         manage=row["manage"],
         read_only=row["read_only"],
         session=row["session"],
-        label=row["label"] or f"token {digest[:12]}",
+        label=named or f"token {digest[:12]}",
     )
 
 
