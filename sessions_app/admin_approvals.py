@@ -137,4 +137,4 @@ class ApprovalAdmin(admin.ModelAdmin[Approval]):
             self.message_user(request, f"The decision was refused: {exc.message}", messages.ERROR)
             return
         self.log_change(request, obj, f"{record.status.capitalize()} in the admin.")
-        self.message_user(request, f"{obj.tool} call {record.status}.", messages.SUCCESS)
+        self.message_user(request, f"The {obj.tool} call was {record.status}.", messages.SUCCESS)

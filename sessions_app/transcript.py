@@ -308,6 +308,12 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
         reason = _string(data.get("reason"))
         details = _join(why=reason, approval=data.get("approval_id"), call=data.get("call_id"))
         return "approval", "Approval decided", text, details, decision not in ("approved", "")
+    if type_ == "model.request":
+        usage = data.get("usage")
+        tokens = {k: v for k, v in usage.items() if k.endswith("_tokens")} if isinstance(usage, dict) else {}
+        text = f"{_string(data.get('model'))} {_string(data.get('state'))}"
+        details = _join(purpose=data.get("purpose"), attempts=data.get("attempts"), **tokens)
+        return "other", "Model request", text, details, data.get("state") == "failed"
     if type_ == "session.status":
         return "status", "Status", _string(data.get("status")), "", False
     if type_ == "session.error":

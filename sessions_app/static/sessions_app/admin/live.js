@@ -32,6 +32,12 @@
       return ["approval", "Approval decided", str(data.tool) + ": " + str(data.decision) + " by " + (str(data.decided_by) || "nobody"),
         join([["why", data.reason], ["approval", data.approval_id], ["call", data.call_id]]), data.decision !== "approved"];
     }
+    if (type === "model.request") {
+      var usage = data.usage && typeof data.usage === "object" ? data.usage : {};
+      var tokens = Object.keys(usage).filter(function (k) { return /_tokens$/.test(k); }).map(function (k) { return [k.replace(/_/g, " "), usage[k]]; });
+      return ["other", "Model request", str(data.model) + " " + str(data.state),
+        join([["purpose", data.purpose], ["attempts", data.attempts]].concat(tokens)), data.state === "failed"];
+    }
     if (type === "session.status") return ["status", "Status", str(data.status), "", false];
     if (type === "session.error") return ["error", "Error", str(data.message), join([["code", data.code]]), true];
     return ["other", type || "event", json(data), "", false];
