@@ -30,8 +30,7 @@ from brainsite.upload_limits import request_body_limit  # noqa: E402
 from foundation import telemetry  # noqa: E402
 from foundation.asgi import Scope  # noqa: E402
 from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
-from sessions_app.console_stream import CONSOLE_STREAM_PATH, ConsoleStreamConsumer  # noqa: E402
-from sessions_app.consumers import EventStreamConsumer  # noqa: E402
+from sessions_app.consumers import CONSOLE_STREAM_PATH, ConsoleStreamConsumer, EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
 
 __all__ = ["application", "launcher"]

@@ -28,10 +28,16 @@ from foundation.errors import BrainError, CursorUnavailable
 from foundation.session_ids import SESSION_ID
 
 from . import db
-from .admin_approvals import ApprovalAdmin, pending_approvals
-from .admin_controls import CONTROLS, Control, on_server_loop, request_brain
-from .admin_live import live_sessions
 from .auth import tokens_of
+from .console.admin import (
+    CONTROLS,
+    ApprovalAdmin,
+    Control,
+    live_sessions,
+    on_server_loop,
+    pending_approvals,
+    request_brain,
+)
 from .eventlog import decode_cursor
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
 from .records import Principal, SessionRecord, SessionStatus
@@ -233,6 +239,7 @@ class SessionAdmin(admin.ModelAdmin[Session]):
             path("<str:object_id>/events/", wrap(self.events_json_view), name=f"{name}_events"),
             path("<str:object_id>/interrupt/", wrap(self.interrupt_view), name=f"{name}_interrupt"),
             path("<str:object_id>/stream/", wrap(self.stream_view), name=f"{name}_stream"),
+            path("<str:object_id>/approvals/<str:approval_id>/decide/", wrap(self.decide_view), name=f"{name}_decide"),
             path("<str:object_id>/resume/", wrap(self.resume_view), name=f"{name}_resume"),
             path("<str:object_id>/close/", wrap(self.close_view), name=f"{name}_close"),
             *super().get_urls(),
@@ -300,6 +307,13 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         (sessions_app.console_stream) before Django; anything else reaching here is refused."""
         self._viewable(request, object_id)
         return HttpResponseNotAllowed(["GET"])
+
+    def decide_view(self, request: HttpRequest, object_id: str, approval_id: str) -> HttpResponse:
+        """A pending approval of the session decided from its page: under the session's URL, so a
+        fleet forwards it to the session's owner (fleet_app.decision.CONSOLE_PATH)."""
+        approvals = self.admin_site.get_model_admin(Approval)
+        assert isinstance(approvals, ApprovalAdmin)
+        return approvals.decide_view(request, approval_id, session_id=unquote(object_id))
 
     # -- interrupt, resume and close -------------------------------------------------------------------
 

@@ -11,22 +11,30 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from foundation.errors import BrainError
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from foundation.errors import BrainError, Forbidden
+from foundation.session_ids import canonical_session_id
 from foundation.streaming import SSE_HEADERS, StreamingConsumer, wait_for_room
 
-from . import operations
+from . import db, operations
 from .app_object import brain_of
-from .records import SessionStatus
+from .records import Principal, SessionStatus
 
 if TYPE_CHECKING:
     from .records import Principal
     from .runtime.pubsub import Subscriber
 
-__all__ = ["EventStreamConsumer"]
+__all__ = ["CONSOLE_STREAM_PATH", "ConsoleStreamConsumer", "EventStreamConsumer"]
 
 KEEPALIVE_SECONDS = 15.0  # spec: a keepalive comment every 15 s while idle
 REPLAY_BATCH = 100  # spec: replay in batches of 100
 KEEPALIVE = b": keepalive\n\n"
+# The admin's live transcript (sessions_app.admin names it `sessions_app_session_stream`):
+# brainsite.asgi hands a GET of it to ConsoleStreamConsumer.
+CONSOLE_STREAM_PATH = r"^/admin/sessions_app/session/([^/]+)/stream/$"
+NOT_STAFF = "the live transcript needs a staff member logged into the admin who may view sessions"
 
 
 class EventStreamConsumer(StreamingConsumer):
@@ -96,3 +104,25 @@ class EventStreamConsumer(StreamingConsumer):
         is one whose live buffer overflowed meanwhile (spec: slow clients are disconnected)."""
         await wait_for_room(self.scope, give_up=lambda: subscriber is not None and subscriber.overflowed)
         await self.send_body(data, more_body=True)
+
+
+class ConsoleStreamConsumer(EventStreamConsumer):
+    """The admin's live transcript: the session's SSE stream, byte for byte the API's, for a staff
+    member logged into the admin, authenticated by the admin's session cookie instead of a bearer
+    token. It opens the stream as a read-only grant of the session's tenant, so no API token is
+    made, shown or needed; GET only, it writes nothing (CSRF does not apply)."""
+
+    async def authorize(self, session_id: str) -> Principal:
+        key = parse_cookie(self.header(b"cookie") or "").get(settings.SESSION_COOKIE_NAME, "")
+        canonical = canonical_session_id(session_id)
+        tenant = await db.aconsole_tenant(key, canonical) if key and canonical else None
+        if tenant is None:  # an unknown session is refused alike: nothing is told to who may not look
+            raise Forbidden(NOT_STAFF)
+        return Principal(tenant=tenant, read_only=True, label="the admin")
+
+    def track(self, close: Callable[[], None]) -> Callable[[], None]:
+        return _untracked  # a logout ends nothing already open, as for any admin page being read
+
+
+def _untracked() -> None:
+    """Nothing to forget: the stream was never tracked."""

@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from importlib import import_module
 from typing import Any
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Q
 
@@ -325,3 +328,23 @@ aget_approval = database_sync_to_async(get_approval)
 afinish_approval = database_sync_to_async(finish_approval)
 awithdraw_decision = database_sync_to_async(withdraw_decision)
 acancel_pending_approvals = database_sync_to_async(cancel_pending_approvals)
+
+
+async def aconsole_tenant(session_key: str, session_id: str) -> str | None:
+    """The tenant of a session (canonical id) for the admin's live transcript, when `session_key`
+    is the admin session of an active staff member who may view sessions; None otherwise (an
+    unknown session too)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = await get_user({"session": store})
+    tenant: str | None = await _aconsole_tenant(user, session_id)
+    return tenant
+
+
+def _console_tenant(user: Any, session_id: str) -> str | None:
+    if not (user.is_active and user.is_staff and user.has_perm("sessions_app.view_session")):
+        return None
+    tenant = Session.objects.filter(id=session_id).values_list("tenant_id", flat=True).first()
+    return None if tenant is None else str(tenant)
+
+
+_aconsole_tenant = database_sync_to_async(_console_tenant)

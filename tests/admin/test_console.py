@@ -86,9 +86,9 @@ def test_an_operator_approves_a_pending_call_from_the_session_page_and_it_runs_a
         assert f'data-approval="{pending["approval_id"]}"' in page  # the decision form is on the page
 
         # when
-        response = operator.post(
-            _decide_path(pending["approval_id"]), {"decision": "approve", "reason": "fine", "back": "session"}
-        )
+        action = f"/admin/sessions_app/session/{session['id']}/approvals/{pending['approval_id']}/decide/"
+        assert f'action="{action}"' in page
+        response = operator.post(action, {"decision": "approve", "reason": "fine", "back": "session"})
 
     # then
     assert response.status_code == 302, response.text[:2000]
