@@ -48,7 +48,8 @@ SIGNATURE_HEADER = "brain-fleet-signature"
 SIGNATURE_HEADERS = (INSTANCE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
 CLIENT_HEADER = "brain-fleet-client"  # the client's address as the forwarding instance saw it
 # What a forwarded request carries beyond its method, target and body, every one signed: the
-# client's credentials (a bearer token; for the admin's console routes, the admin's cookies) and
+# client's credentials (a bearer token; the admin's cookies, which routing passes on for the
+# admin's console routes only) and
 # stream position, the trace, and the client's address as the receiving instance saw it (for
 # per-address limits on the owner). Anything else is not forwarded, so nothing unsigned reaches
 # the owner.
