@@ -104,7 +104,6 @@ class Forward:
 
 # The forwarded streams of the admin's live transcripts count as one caller's share.
 CONSOLE_CALLER: ShareKey = ("console", "")
-COOKIE = b"cookie"
 
 
 def _target(scope: Scope) -> bytes:
@@ -278,11 +277,8 @@ class FleetRouter:
             url=to.peer.url,
             method=str(scope.get("method", "GET")),
             target=_target(scope),
-            headers={
-                name.decode("latin-1"): value.decode("latin-1")
-                for name, value in scope.get("headers", ())
-                if request.console or name != COOKIE  # only the admin's console routes need the cookies
-            },
+            headers={name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())},
+            cookies=request.console,  # only the admin's console routes need the cookies
             body=body,
             client_address=str(client[0] or ""),
             now=time.time(),
