@@ -30,7 +30,7 @@ from brainsite.upload_limits import request_body_limit  # noqa: E402
 from foundation import telemetry  # noqa: E402
 from foundation.asgi import Scope  # noqa: E402
 from foundation.errors import PayloadTooLarge, error_envelope  # noqa: E402
-from sessions_app.consumers import EventStreamConsumer  # noqa: E402
+from sessions_app.consumers import CONSOLE_STREAM_PATH, ConsoleStreamConsumer, EventStreamConsumer  # noqa: E402
 from tools_app.consumers import ExecutorCommandsConsumer, ExecutorRPCConsumer  # noqa: E402
 
 __all__ = ["application", "launcher"]
@@ -40,6 +40,7 @@ DJANGO_PREFIXES = ("/admin", "/static/")  # served by the full Django stack (ses
 _EVENTS_PATH = re.compile(r"^/sessions/([^/]+)/events$")
 _COMMANDS_PATH = re.compile(r"^/executors/([^/]+)/commands$")
 _RPC_PATH = re.compile(r"^/executors/([^/]+)/rpc$")
+_CONSOLE_PATH = re.compile(CONSOLE_STREAM_PATH)
 
 
 class BodyTooLarge(Exception):
@@ -49,7 +50,16 @@ class BodyTooLarge(Exception):
 class BrainHttpMiddleware:
     """Outermost HTTP layer; knows nothing of sessions."""
 
-    def __init__(self, launcher: Launcher, django_app: Any, api_app: Any, stream_app: Any, commands_app: Any) -> None:
+    def __init__(
+        self,
+        launcher: Launcher,
+        django_app: Any,
+        api_app: Any,
+        stream_app: Any,
+        commands_app: Any,
+        console_app: Any = None,
+    ) -> None:
+        self.console_app = console_app  # the admin's live transcript (sessions_app.console_stream)
         self.launcher = launcher
         self.django_app = django_app
         self.api_app = api_app
@@ -100,6 +110,12 @@ class BrainHttpMiddleware:
             await self.commands_app(scope, receive, send_with_headers)
             return
         path = scope.get("path", "")
+        match = _CONSOLE_PATH.match(path)
+        if match and scope.get("method") == "GET" and self.console_app is not None:
+            scope["url_route"] = {"kwargs": {"id": match.group(1)}}
+            scope["brain_route"] = "admin/sessions/<id>/stream"
+            await self.console_app(scope, receive, send_with_headers)
+            return
         if path.startswith(DJANGO_PREFIXES):
             app = self.django_app
             scope["brain_route"] = next(prefix for prefix in DJANGO_PREFIXES if path.startswith(prefix))
@@ -222,6 +238,7 @@ application = ProtocolTypeRouter(
                 _TooLargeGuard(ApiHandler()),
                 EventStreamConsumer.as_asgi(),
                 ExecutorCommandsConsumer.as_asgi(),
+                ConsoleStreamConsumer.as_asgi(),
             ),
             origins_of=lambda: (cors.origins if (cors := launcher.host_config().cors) is not None else None),
         ),

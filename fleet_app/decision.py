@@ -21,6 +21,7 @@ from .signing import SIGNATURE_HEADER
 from .streams import opens_stream
 
 __all__ = [
+    "CONSOLE_PATH",
     "NOTHING_FOUND",
     "SESSION_PATH",
     "Decision",
@@ -38,6 +39,12 @@ __all__ = [
 
 # `/sessions/{id}` and everything under it; `/sessions` itself (create, list) is served locally.
 SESSION_PATH = re.compile(r"^/sessions/([^/]+)(?:/|$)")
+# The admin's routes that act on a live session (its live transcript, interrupt, resume and
+# close, a pending approval's decision): forwarded to the owner like the API's, and authenticated
+# there by the admin's session cookie (forwarded, signed) instead of a bearer token.
+CONSOLE_PATH = re.compile(
+    r"^/admin/sessions_app/session/([^/]+)/(stream|interrupt|resume|close|approvals/[0-9a-fA-F]{1,64}/decide)/$"
+)
 SIGNATURE = SIGNATURE_HEADER.encode()
 MOVING = "the session is moving to another instance"
 
@@ -50,6 +57,7 @@ class Request:
     key: str  # the session's or the executor's id; "" for other routes
     signed: bool  # from another instance (its signature is verified before anything is decided)
     stream: bool  # answered with a stream (fleet_app.streams.opens_stream)
+    console: bool = False  # one of the admin's CONSOLE_PATH routes: no bearer token to check
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +115,9 @@ def read_request(scope: Scope, *, executors: bool) -> Request:
     if session := SESSION_PATH.match(path):
         # the owner's lease names the lowercase id the session routes accept in either case
         return Request("session", canonical_session_id(session.group(1)) or session.group(1), signed, stream)
+    if console := CONSOLE_PATH.match(path):
+        live = console.group(2) == "stream" and scope.get("method") == "GET"
+        return Request("session", canonical_session_id(console.group(1)) or console.group(1), signed, live, True)
     if executors and (executor := EXECUTOR_PATH.match(path)):
         return Request("executor", executor.group(1), signed, stream)
     return Request("other", "", signed, stream)

@@ -55,6 +55,7 @@ from foundation.errors import BrainError, Unavailable
 
 from .app_object import RoutedAppObject, fleet_key
 from .decision import (
+    CONSOLE_PATH,
     NOTHING_FOUND,
     SESSION_PATH,
     ForwardTo,
@@ -101,6 +102,10 @@ class Forward:
     admit: Callable[[str], Callable[[], None]] | None
 
 
+# The forwarded streams of the admin's live transcripts count as one caller's share.
+CONSOLE_CALLER: ShareKey = ("console", "")
+
+
 def _target(scope: Scope) -> bytes:
     raw = scope.get("raw_path") or scope.get("path", "").encode()
     query = scope.get("query_string", b"")
@@ -142,7 +147,9 @@ class FleetRouter:
             return receive  # ours, or not the fleet's: the common case reads nothing, asks nothing
         caller: ShareKey = ("", "")
         try:
-            if request.route == "session" and not request.signed:  # the owner's own 401 here, before any lookup
+            if request.console:  # the admin's: the owner checks its session cookie; its streams share one bucket
+                caller = CONSOLE_CALLER
+            elif request.route == "session" and not request.signed:  # the owner's own 401 here, before any lookup
                 caller = await authenticate_caller(brain.tokens, scope, request.key, key=fleet_key(brain))
             body = await read_body(receive, limit)
             if body is not None and request.signed:
@@ -176,7 +183,7 @@ class FleetRouter:
         headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())}
         path = scope.get("path", "")
         try:
-            if not SESSION_PATH.match(path) and not EXECUTOR_PATH.match(path):
+            if not SESSION_PATH.match(path) and not EXECUTOR_PATH.match(path) and not CONSOLE_PATH.match(path):
                 raise FleetAuthError("a signed request outside the fleet's paths")
             sender = verify_request(
                 key,
@@ -271,6 +278,7 @@ class FleetRouter:
             method=str(scope.get("method", "GET")),
             target=_target(scope),
             headers={name.decode("latin-1"): value.decode("latin-1") for name, value in scope.get("headers", ())},
+            cookies=request.console,  # only the admin's console routes need the cookies
             body=body,
             client_address=str(client[0] or ""),
             now=time.time(),

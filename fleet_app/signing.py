@@ -46,13 +46,17 @@ TIME_HEADER = "brain-fleet-time"
 NONCE_HEADER = "brain-fleet-nonce"
 SIGNATURE_HEADER = "brain-fleet-signature"
 SIGNATURE_HEADERS = (INSTANCE_HEADER, TIME_HEADER, NONCE_HEADER, SIGNATURE_HEADER)
+COOKIE_HEADER = "cookie"
 CLIENT_HEADER = "brain-fleet-client"  # the client's address as the forwarding instance saw it
 # What a forwarded request carries beyond its method, target and body, every one signed: the
-# client's credentials and stream position, the trace, and the client's address as the
-# receiving instance saw it (for per-address limits on the owner). Anything else is not
-# forwarded, so nothing unsigned reaches the owner.
+# client's credentials (a bearer token; the admin's cookies, passed on for the admin's console
+# routes only: sign_forwarded) and
+# stream position, the trace, and the client's address as the receiving instance saw it (for
+# per-address limits on the owner). Anything else is not forwarded, so nothing unsigned reaches
+# the owner.
 FORWARDED_HEADERS = (
     "authorization",
+    COOKIE_HEADER,
     "accept",
     "content-type",
     "last-event-id",
@@ -168,11 +172,15 @@ def sign_forwarded(
     client_address: str,
     now: float,
     nonce: str,
+    cookies: bool = False,
 ) -> SignedRequest:
     """The request a client sent this instance, as forwarded to `receiver` at `url`: only
-    FORWARDED_HEADERS (values that could split a header line dropped), the client's address in
-    CLIENT_HEADER, and the signature over all of it."""
+    FORWARDED_HEADERS (values that could split a header line dropped; the cookies only with
+    `cookies`, for the admin's console routes), the client's address in CLIENT_HEADER, and the
+    signature over all of it."""
     lowered = _lower(headers)
+    if not cookies:
+        lowered.pop(COOKIE_HEADER, None)
     forwarded = {name: lowered[name] for name in FORWARDED_HEADERS if lowered.get(name) and _clean(lowered[name])}
     forwarded[CLIENT_HEADER] = client_address if _clean(client_address) else ""
     path = _path_prefix(url) + target

@@ -3,22 +3,17 @@ with their transcripts; interrupted and closed through sessions_app.operations).
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import functools
 import secrets
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
-from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
@@ -32,19 +27,28 @@ from foundation.app_object import SCOPE_KEY
 from foundation.errors import BrainError, CursorUnavailable
 from foundation.session_ids import SESSION_ID
 
-from . import db, operations
-from .app_object import SessionsAppObject, brain_of
+from . import db
 from .auth import tokens_of
+from .console.admin import (
+    CONTROLS,
+    ApprovalAdmin,
+    Control,
+    live_sessions,
+    on_server_loop,
+    pending_approvals,
+    request_brain,
+)
 from .eventlog import decode_cursor
 from .models import ApiToken, Approval, Session, Tenant, TokenSource
 from .records import Principal, SessionRecord, SessionStatus
-from .runtime.engine import Engine
+from .runtime.approvals import MAX_REASON_CHARS
 from .storage import SessionFiles, SessionStorage
 from .transcript import measure_session, read_transcript
 
-T = TypeVar("T")
+__all__ = ["ApiTokenAdmin", "ApprovalAdmin", "SessionAdmin", "TenantAdmin", "on_server_loop"]
 
 ISSUED_TOKEN_TEMPLATE = "admin/sessions_app/apitoken/issued_token.html"
+LIVE_TEMPLATE = "admin/sessions_app/session/live_sessions.html"
 CONTROL_TEMPLATE = "admin/sessions_app/session/control_confirmation.html"
 RAW_PAGE_EVENTS = 100  # events per raw JSON page (the API's default page)
 MAX_LISTED_CHILDREN = 50  # sub-agent sessions linked on a session's page
@@ -206,10 +210,17 @@ class SessionAdmin(admin.ModelAdmin[Session]):
             "transcript": None,
             "transcript_error": "",
             "fleet": _fleet_lease(request, obj.id),
+            "pending_approvals": pending_approvals(obj.id),
+            "can_decide": self.admin_site.is_registered(Approval)
+            and request.user.has_perm("sessions_app.change_approval"),
+            "max_reason_chars": MAX_REASON_CHARS,
         }
         before, after = request.GET.get("before", ""), request.GET.get("after", "")
+        context["live_after"] = None  # the newest page streams what follows its last event
         try:
-            context["transcript"] = read_transcript(files.event_log, before=before, after=after)
+            page = context["transcript"] = read_transcript(files.event_log, before=before, after=after)
+            if not page.newer:
+                context["live_after"] = page.entries[-1].cursor if page.entries else after
         except FileNotFoundError:
             context["transcript_error"] = "This server has no event log for the session."
         except CursorUnavailable:
@@ -223,12 +234,31 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         wrap = self.admin_site.admin_view
         name = f"{self.opts.app_label}_{self.opts.model_name}"
         return [
+            path("live/", wrap(self.live_view), name=f"{name}_live"),
             path("<str:object_id>/json/", wrap(self.session_json_view), name=f"{name}_json"),
             path("<str:object_id>/events/", wrap(self.events_json_view), name=f"{name}_events"),
             path("<str:object_id>/interrupt/", wrap(self.interrupt_view), name=f"{name}_interrupt"),
+            path("<str:object_id>/stream/", wrap(self.stream_view), name=f"{name}_stream"),
+            path("<str:object_id>/approvals/<str:approval_id>/decide/", wrap(self.decide_view), name=f"{name}_decide"),
+            path("<str:object_id>/resume/", wrap(self.resume_view), name=f"{name}_resume"),
             path("<str:object_id>/close/", wrap(self.close_view), name=f"{name}_close"),
             *super().get_urls(),
         ]
+
+    def live_view(self, request: HttpRequest) -> HttpResponse:
+        """The sessions live right now (sessions_app.admin_live), with status, owner and age."""
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        sessions, more = live_sessions(request)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Live sessions",
+            "opts": self.opts,
+            "sessions": sessions,
+            "more": more,
+            "fleet": in_fleet(request),
+        }
+        return TemplateResponse(request, LIVE_TEMPLATE, context)
 
     def _viewable(self, request: HttpRequest, object_id: str) -> Session:
         obj = self.get_object(request, unquote(object_id))
@@ -272,10 +302,26 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         next_cursor = events[-1].cursor if events else after
         return HttpResponse(body + orjson.dumps(next_cursor) + b"}", content_type="application/json")
 
-    # -- interrupt and close -------------------------------------------------------------------
+    def stream_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The live transcript's URL: brainsite.asgi hands a GET of it to the SSE consumer
+        (sessions_app.console_stream) before Django; anything else reaching here is refused."""
+        self._viewable(request, object_id)
+        return HttpResponseNotAllowed(["GET"])
+
+    def decide_view(self, request: HttpRequest, object_id: str, approval_id: str) -> HttpResponse:
+        """A pending approval of the session decided from its page: under the session's URL, so a
+        fleet forwards it to the session's owner (fleet_app.decision.CONSOLE_PATH)."""
+        approvals = self.admin_site.get_model_admin(Approval)
+        assert isinstance(approvals, ApprovalAdmin)
+        return approvals.decide_view(request, approval_id, session_id=unquote(object_id))
+
+    # -- interrupt, resume and close -------------------------------------------------------------------
 
     def interrupt_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._control_view(request, object_id, CONTROLS["interrupt"])
+
+    def resume_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._control_view(request, object_id, CONTROLS["resume"])
 
     def close_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._control_view(request, object_id, CONTROLS["close"])
@@ -301,7 +347,7 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         return HttpResponseRedirect(change_url)
 
     def _control(self, request: HttpRequest, obj: Session, control: Control) -> None:
-        brain = _brain(request)
+        brain = request_brain(request)
         if brain is None:
             self.message_user(request, "The session runtime is not reachable from this request.", messages.ERROR)
             return
@@ -315,69 +361,10 @@ class SessionAdmin(admin.ModelAdmin[Session]):
         self.message_user(request, f"{control.requested}.", messages.SUCCESS)
 
 
-@dataclass(frozen=True, slots=True)
-class Control:
-    """An admin action on sessions that the runtime carries out, as the API's route would."""
-
-    name: str
-    title: str  # the verb on buttons and the confirmation page
-    operation: Callable[[Engine, Principal, str], Coroutine[Any, Any, None]]
-    explanation: str
-    requested: str  # the message once it was asked of the runtime
-    logged: str  # the admin history's entry
-
-
-CONTROLS = {
-    "interrupt": Control(
-        name="interrupt",
-        title="Interrupt",
-        operation=operations.interrupt_session,
-        explanation="A running turn stops and the session becomes interrupted; it waits for a resume "
-        "through the API. A session without a running turn is left as it is.",
-        requested="Interrupt requested: a running turn stops",
-        logged="Interrupted in the admin.",
-    ),
-    "close": Control(
-        name="close",
-        title="Close",
-        operation=operations.close_session,
-        explanation="A closed session accepts no more input, its streams end and its executor tokens "
-        "are revoked; a running turn stops first. Its history stays readable. This cannot be undone.",
-        requested="Close requested: the session closes as soon as no turn runs",
-        logged="Closed in the admin.",
-    ),
-}
-
-
-def on_server_loop(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
-    """Run a coroutine on the server's event loop, where the runtime lives, from an admin view's
-    worker thread, and wait for its result.
-
-    The coroutine runs as a task in a fresh context: the view's context would send the database
-    calls of the coroutine, and of every task it starts (a turn, a status write), back to this
-    worker thread, which is gone once the response is sent. In a fresh one they go where the API's
-    go.
-    """
-
-    async def detached() -> T:
-        return await asyncio.get_running_loop().create_task(make(), context=contextvars.Context())
-
-    return async_to_sync(detached)()
-
-
-def _brain(request: HttpRequest) -> SessionsAppObject | None:
-    """The application object of the server answering the request; None outside one (a WSGI
-    test client)."""
-    scope = getattr(request, "scope", None)
-    if isinstance(scope, dict) and SCOPE_KEY in scope:
-        return brain_of(scope)
-    return None
-
-
 def _live_record(request: HttpRequest, session_id: str) -> SessionRecord | None:
     """The record of a session loaded on this server, with its live status. A dict lookup and an
     attribute read, each atomic under the GIL: safe from the admin's worker thread."""
-    brain = _brain(request)
+    brain = request_brain(request)
     return brain.engine.loaded_record(session_id) if brain is not None else None
 
 
@@ -391,7 +378,7 @@ def _fleet_lease(request: HttpRequest, session_id: str) -> dict[str, Any] | None
 
 
 def _session_files(request: HttpRequest, session_id: str) -> SessionFiles:
-    brain = _brain(request)
+    brain = request_brain(request)
     if not SESSION_ID.fullmatch(session_id):  # ids come from the database; a path never takes anything else
         raise Http404("session not found")
     if brain is not None:
@@ -409,37 +396,3 @@ def _forget_tokens(request: HttpRequest) -> None:
     scope = getattr(request, "scope", None)
     if isinstance(scope, dict) and SCOPE_KEY in scope:
         tokens_of(scope).forget()
-
-
-@admin.register(Approval)
-class ApprovalAdmin(admin.ModelAdmin[Approval]):
-    """Approvals of tool calls, read-only: who decided which call, when and why. Decisions are
-    made through the API (POST /sessions/{id}/approvals/{approval_id})."""
-
-    list_display = ("id", "tool", "status", "tenant", "session", "created_at", "decided_by", "decided_at")
-    list_filter = ("status", "tenant")
-    search_fields = ("^id", "^session__id", "tool")
-    ordering = ("-created_at",)
-    readonly_fields = (
-        "id",
-        "session",
-        "tenant",
-        "call_id",
-        "tool",
-        "arguments",
-        "status",
-        "created_at",
-        "expires_at",
-        "decided_by",
-        "decided_at",
-        "reason",
-    )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Approval | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Approval | None = None) -> bool:
-        return False

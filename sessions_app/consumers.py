@@ -7,24 +7,34 @@ Reads only the actor's log (replay) and its bounded subscriber queue (live); nev
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs
 
-from foundation.errors import BrainError
+from django.conf import settings
+from django.http.cookie import parse_cookie
+
+from foundation.errors import BrainError, Forbidden
+from foundation.session_ids import canonical_session_id
 from foundation.streaming import SSE_HEADERS, StreamingConsumer, wait_for_room
 
-from . import operations
+from . import db, operations
 from .app_object import brain_of
-from .records import SessionStatus
+from .records import Principal, SessionStatus
 
 if TYPE_CHECKING:
+    from .records import Principal
     from .runtime.pubsub import Subscriber
 
-__all__ = ["EventStreamConsumer"]
+__all__ = ["CONSOLE_STREAM_PATH", "ConsoleStreamConsumer", "EventStreamConsumer"]
 
 KEEPALIVE_SECONDS = 15.0  # spec: a keepalive comment every 15 s while idle
 REPLAY_BATCH = 100  # spec: replay in batches of 100
 KEEPALIVE = b": keepalive\n\n"
+# The admin's live transcript (sessions_app.admin names it `sessions_app_session_stream`):
+# brainsite.asgi hands a GET of it to ConsoleStreamConsumer.
+CONSOLE_STREAM_PATH = r"^/admin/sessions_app/session/([^/]+)/stream/$"
+NOT_STAFF = "the live transcript needs a staff member logged into the admin who may view sessions"
 
 
 class EventStreamConsumer(StreamingConsumer):
@@ -33,14 +43,14 @@ class EventStreamConsumer(StreamingConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         after = query["after"][0] if "after" in query else (self.header(b"last-event-id") or "")
         try:
-            engine, tokens = brain_of(self.scope).engine, brain_of(self.scope).tokens
-            principal = await tokens.authenticate(self.header(b"authorization"))
+            engine = brain_of(self.scope).engine
+            principal = await self.authorize(session_id)
             opened = await operations.open_stream(engine, principal, session_id, after=after)
             actor, subscriber, start, end, partial = opened
         except BrainError as error:
             await self.send_error(error)
             return
-        untrack = tokens.track_stream(self.header(b"authorization"), subscriber.close)  # revocation ends it
+        untrack = self.track(subscriber.close)
         try:
             await self.send_headers(status=200, headers=SSE_HEADERS)
             await self.send_body(b"", more_body=True)
@@ -74,6 +84,15 @@ class EventStreamConsumer(StreamingConsumer):
             untrack()
             operations.close_stream(engine, actor, subscriber)
 
+    async def authorize(self, session_id: str) -> Principal:
+        """Whose stream it is: the bearer token's grant. BrainError refuses it."""
+        return await brain_of(self.scope).tokens.authenticate(self.header(b"authorization"))
+
+    def track(self, close: Callable[[], None]) -> Callable[[], None]:
+        """Register `close` to end the stream when its grant goes (a revoked token); returns the
+        call that forgets it."""
+        return brain_of(self.scope).tokens.track_stream(self.header(b"authorization"), close)
+
     def _abort(self) -> None:
         # base_send is the middleware's wrapper; only the server's own send reaches the socket
         abort = self.scope.get("brain_abort_connection")
@@ -85,3 +104,25 @@ class EventStreamConsumer(StreamingConsumer):
         is one whose live buffer overflowed meanwhile (spec: slow clients are disconnected)."""
         await wait_for_room(self.scope, give_up=lambda: subscriber is not None and subscriber.overflowed)
         await self.send_body(data, more_body=True)
+
+
+class ConsoleStreamConsumer(EventStreamConsumer):
+    """The admin's live transcript: the session's SSE stream, byte for byte the API's, for a staff
+    member logged into the admin, authenticated by the admin's session cookie instead of a bearer
+    token. It opens the stream as a read-only grant of the session's tenant, so no API token is
+    made, shown or needed; GET only, it writes nothing (CSRF does not apply)."""
+
+    async def authorize(self, session_id: str) -> Principal:
+        key = parse_cookie(self.header(b"cookie") or "").get(settings.SESSION_COOKIE_NAME, "")
+        canonical = canonical_session_id(session_id)
+        tenant = await db.aconsole_tenant(key, canonical) if key and canonical else None
+        if tenant is None:  # an unknown session is refused alike: nothing is told to who may not look
+            raise Forbidden(NOT_STAFF)
+        return Principal(tenant=tenant, read_only=True, label="the admin")
+
+    def track(self, close: Callable[[], None]) -> Callable[[], None]:
+        return _untracked  # a logout ends nothing already open, as for any admin page being read
+
+
+def _untracked() -> None:
+    """Nothing to forget: the stream was never tracked."""

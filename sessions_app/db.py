@@ -5,9 +5,12 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from importlib import import_module
 from typing import Any
 
+from channels.auth import get_user
 from channels.db import database_sync_to_async
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from django.db.models import Exists, Q
 
@@ -99,15 +102,19 @@ def mirror_config_tokens(config: HostConfig, tokens: Iterable[str]) -> None:
 
 
 def find_grant(digest: str) -> Principal | None:
-    row = ApiToken.objects.filter(digest=digest).values("tenant_id", "manage", "read_only", "session", "label").first()
+    fields = ("tenant_id", "manage", "read_only", "session", "label", "source")
+    row = ApiToken.objects.filter(digest=digest).values(*fields).first()
     if row is None:
         return None
+    # A config token's label is the environment variable it is read from: records of what the
+    # token did (an approval's decided_by) name the token, never the variable.
+    named = row["label"] if row["source"] != TokenSource.CONFIG else ""
     return Principal(
         tenant=row["tenant_id"],
         manage=row["manage"],
         read_only=row["read_only"],
         session=row["session"],
-        label=row["label"] or f"token {digest[:12]}",
+        label=named or f"token {digest[:12]}",
     )
 
 
@@ -338,3 +345,23 @@ aget_approval = database_sync_to_async(get_approval)
 afinish_approval = database_sync_to_async(finish_approval)
 awithdraw_decision = database_sync_to_async(withdraw_decision)
 acancel_pending_approvals = database_sync_to_async(cancel_pending_approvals)
+
+
+async def aconsole_tenant(session_key: str, session_id: str) -> str | None:
+    """The tenant of a session (canonical id) for the admin's live transcript, when `session_key`
+    is the admin session of an active staff member who may view sessions; None otherwise (an
+    unknown session too)."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = await get_user({"session": store})
+    tenant: str | None = await _aconsole_tenant(user, session_id)
+    return tenant
+
+
+def _console_tenant(user: Any, session_id: str) -> str | None:
+    if not (user.is_active and user.is_staff and user.has_perm("sessions_app.view_session")):
+        return None
+    tenant = Session.objects.filter(id=session_id).values_list("tenant_id", flat=True).first()
+    return None if tenant is None else str(tenant)
+
+
+_aconsole_tenant = database_sync_to_async(_console_tenant)

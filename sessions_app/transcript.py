@@ -61,7 +61,7 @@ class Entry:
     type: str
     time: str
     input_id: str
-    role: str  # user, assistant, tool-call, tool-result, status, error, other
+    role: str  # user, assistant, tool-call, tool-result, approval, status, error, other
     label: str  # what the role column says
     text: str  # the main text, cut to DISPLAY_CHARS
     details: str  # a short second line: tool outcome, usage, error code
@@ -298,6 +298,22 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
         is_error = result.get("is_error") is True
         details = _join(call=data.get("call_id"), outcome=data.get("outcome"), error="yes" if is_error else "")
         return "tool-result", "Tool result", _content_text(result.get("content")), details, is_error
+    if type_ == "approval.requested":
+        text = f"{_string(data.get('tool'))}({_json(data.get('arguments'))})"
+        details = _join(approval=data.get("approval_id"), call=data.get("call_id"), expires=data.get("expires_at"))
+        return "approval", "Approval requested", text, details, False
+    if type_ == "approval.decided":
+        decision = _string(data.get("decision"))
+        text = f"{_string(data.get('tool'))}: {decision} by {_string(data.get('decided_by')) or 'nobody'}"
+        reason = _string(data.get("reason"))
+        details = _join(why=reason, approval=data.get("approval_id"), call=data.get("call_id"))
+        return "approval", "Approval decided", text, details, decision not in ("approved", "")
+    if type_ == "model.request":
+        usage = data.get("usage")
+        tokens = {k: v for k, v in usage.items() if k.endswith("_tokens")} if isinstance(usage, dict) else {}
+        text = f"{_string(data.get('model'))} {_string(data.get('state'))}"
+        details = _join(purpose=data.get("purpose"), attempts=data.get("attempts"), **tokens)
+        return "other", "Model request", text, details, data.get("state") == "failed"
     if type_ == "session.status":
         return "status", "Status", _string(data.get("status")), "", False
     if type_ == "session.error":

@@ -97,3 +97,19 @@ def test_the_route_is_read_from_the_path_and_the_signature_header() -> None:
     assert read_request(commands, executors=False) == Request("other", "", False, True)
     assert read_request(signed, executors=True) == Request("session", SESSION, True, False)
     assert read_request({"path": "/sessions", "method": "POST"}, executors=True) == Request("other", "", False, False)
+
+
+def test_the_admins_console_routes_of_a_session_go_to_its_owner_and_no_other_admin_page_does() -> None:
+    # given
+    base = f"/admin/sessions_app/session/{SESSION.upper()}"
+    stream = {"path": base + "/stream/", "method": "GET", "headers": []}
+    decide_post = {"path": base + "/approvals/" + "ab" * 16 + "/decide/", "method": "POST", "headers": []}
+    interrupt = {"path": base + "/interrupt/", "method": "POST", "headers": []}
+    page = {"path": base + "/change/", "method": "GET", "headers": []}
+    elsewhere = {"path": base + "/approvals/../../login/decide/", "method": "POST", "headers": []}
+    # when / then
+    assert read_request(stream, executors=True) == Request("session", SESSION, False, True, True)
+    assert read_request(decide_post, executors=True) == Request("session", SESSION, False, False, True)
+    assert read_request(interrupt, executors=True) == Request("session", SESSION, False, False, True)
+    assert read_request(page, executors=True) == Request("other", "", False, False)
+    assert read_request(elsewhere, executors=True) == Request("other", "", False, False)

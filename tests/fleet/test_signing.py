@@ -229,7 +229,7 @@ def test_a_request_signed_for_one_process_is_refused_by_the_next_process_of_its_
 
 def test_only_the_signed_headers_are_honoured() -> None:
     # given: the signed headers, a signature, and unsigned extras
-    headers = {**signed(), "cookie": "sessionid=stolen", "x-forwarded-proto": "https", "accept-encoding": "gzip"}
+    headers = {**signed(), "x-csrftoken": "stolen", "x-forwarded-proto": "https", "accept-encoding": "gzip"}
     # when
     honoured = honoured_headers(headers, host="10.0.0.1:8080", body=b"{}")
     # then
@@ -241,3 +241,15 @@ def test_only_the_signed_headers_are_honoured() -> None:
         (b"last-event-id", HEADERS["last-event-id"].encode()),
         (b"brain-fleet-client", b"203.0.113.7"),
     ]
+
+
+def test_a_cookie_added_after_signing_is_refused_since_the_admins_cookies_are_signed() -> None:
+    # given: a signed request without cookies, and the same request with one added on the way
+    added = {**signed(), "cookie": "sessionid=stolen"}
+    changed = {**signed(headers={**HEADERS, "cookie": "sessionid=mine"}), "cookie": "sessionid=stolen"}
+    # when / then
+    with pytest.raises(FleetAuthError):
+        verify(added, ReplayGuard())
+    with pytest.raises(FleetAuthError):
+        verify(changed, ReplayGuard())
+    assert verify(signed(headers={**HEADERS, "cookie": "sessionid=mine"}), ReplayGuard()) == "brain-b"

@@ -21,6 +21,7 @@ from brain import Brain, RuntimeTool
 from foundation.hostconfig import ApprovalRule
 from tests.admin.support import AdminClient, create_superuser
 from tests.fixtures.server import ROOT, BrainServer
+from tests.support.deciders import config_token_name
 from tests.tools.conftest import Install, binding, context, text_of
 from tests.tools.servers import ToolZoo
 from tools_app.invocation import ApprovalGate, Invocation
@@ -164,7 +165,7 @@ def test_a_rejected_runtime_tool_call_ends_with_the_rejection_and_never_reaches_
     assert result["outcome"] == "error"
     assert result["result"]["is_error"] is True
     assert "unknown_outcome" not in result["result"]
-    assert "rejected by TEST_BOB_TOKEN: not today" in _text(result["result"])
+    assert f"rejected by {config_token_name(gated_runtime, 'bob')}: not today" in _text(result["result"])
     assert tool.runs == []
 
 
@@ -255,7 +256,7 @@ def test_a_rejected_provider_binding_call_ends_with_the_rejection_and_is_never_s
     assert response.status_code == 200, response.text
     (result,) = _of_type(events, "tool.result")
     assert result["outcome"] == "error"
-    assert "rejected by TEST_BOB_TOKEN: no" in _text(result["result"])
+    assert f"rejected by {config_token_name(gated_provider, 'bob')}: no" in _text(result["result"])
     assert zoo.calls("/identity") == []
 
 

@@ -20,6 +20,7 @@ from tests.fixtures.server import (
     wait_for_status,
     wait_for_turn_end,
 )
+from tests.support.deciders import config_token_name
 from tests.tools.servers import ToolZoo
 
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
@@ -78,7 +79,7 @@ def test_an_approved_call_runs_and_its_result_reaches_the_model(guarded: BrainSe
     assert response.status_code == 200, response.text
     approval = response.json()
     assert approval["status"] == "approved"
-    assert approval["decided_by"] == "TEST_BOB_TOKEN"
+    assert approval["decided_by"] == config_token_name(guarded, "bob")
     assert approval["call_id"] == pending["call_id"]
     assert approval["arguments"] == {"text": "launch"}
     call = _of_type(events, "tool.call")[0]
@@ -89,7 +90,7 @@ def test_an_approved_call_runs_and_its_result_reaches_the_model(guarded: BrainSe
     types = [event["type"] for event in events if event["type"].startswith(("tool.", "approval."))]
     assert types == ["tool.call", "approval.requested", "approval.decided", "tool.result"]
     decided = _of_type(events, "approval.decided")[0]
-    assert (decided["decision"], decided["decided_by"]) == ("approved", "TEST_BOB_TOKEN")
+    assert (decided["decision"], decided["decided_by"]) == ("approved", config_token_name(guarded, "bob"))
     result = _of_type(events, "tool.result")[0]
     assert result["outcome"] == "ok"
     assert _text(result["result"]) == "launch"
@@ -132,10 +133,13 @@ def test_a_rejected_call_is_an_error_result_with_the_reason_and_never_runs(guard
     assert result["outcome"] == "error"
     assert result["result"]["is_error"] is True
     assert "unknown_outcome" not in result["result"]
-    assert "rejected by TEST_BOB_TOKEN: too risky" in _text(result["result"])
+    assert f"rejected by {config_token_name(guarded, 'bob')}: too risky" in _text(result["result"])
     decided = _of_type(events, "approval.decided")[0]
     assert (decided["decision"], decided["reason"]) == ("rejected", "too risky")
-    assert "rejected by TEST_BOB_TOKEN: too risky" in _of_type(events, "assistant.message")[0]["text"]
+    assert (
+        f"rejected by {config_token_name(guarded, 'bob')}: too risky"
+        in _of_type(events, "assistant.message")[0]["text"]
+    )
     assert zoo.calls("/echo") == []
     assert events[-1]["data"]["status"] == "idle"
 
@@ -261,7 +265,7 @@ def test_who_may_decide(guarded: BrainServer, zoo: ToolZoo) -> None:
     assert bad_decision.json()["error"]["code"] == "invalid_request"
     assert still_pending == []
     assert approved.status_code == 200
-    assert approved.json()["decided_by"] == "TEST_ALICE_TOKEN"
+    assert approved.json()["decided_by"] == config_token_name(guarded, "alice")
     assert len(zoo.calls("/echo")) == 1
 
 

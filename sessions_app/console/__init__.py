@@ -1,0 +1,1 @@
+"""The admin's operator console (sessions_app.console.admin)."""
