@@ -85,7 +85,9 @@ def test_output_past_the_cap_is_cut_at_the_cap_flagged_and_the_command_killed() 
     answer, _ = _run("echo start >&2; yes", limit=1000)
     result = parse_helper_result(answer, output_limit=1000)
     assert (result.exit_code, result.truncated, result.timed_out) == (None, True, False)
-    assert result.stderr == "start\n"
+    # stdout may reach the cap before the helper has read stderr's line: which pipe is read first
+    # is the scheduler's choice, so the line is there whole or not at all
+    assert result.stderr in ("start\n", "")
     assert len(result.stdout) + len(result.stderr) == 1000
 
 
