@@ -4,15 +4,17 @@ applied between the turns around it (README, "Changing a session's configuration
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from foundation.errors import Forbidden, InvalidRequest
 
 from .config_checks import check_config, unavailable
-from .eventlog import Event
+from .eventlog import Event, new_id
 from .operations import check_session_id
 from .records import Principal, SessionRecord
 from .runtime.engine import Engine
+from .runtime.retooling import change_descriptors
 from .runtime.session_host import ConfigChange
 
 __all__ = ["CONFIGURABLE", "configure_session"]
@@ -36,11 +38,23 @@ async def configure_session(engine: Engine, principal: Principal, session_id: st
     _check_model_credential(record, provider)
     descriptors = None
     if "tools" in fields:
-        descriptors = await _descriptors(engine, record, list(fields["tools"]))
-    engine.ownership.require_writable(actor.id)
+        tools = list(fields["tools"])
+        descriptors = await change_descriptors(engine.registry, record, tools)
+        if descriptors is None:
+            raise Forbidden(unavailable(await engine.registry.aunavailable_to(record.tenant, tools)))
     engine.check_writes(actor.id)
-    async with actor.send_lock:  # in order with the session's sends
-        event, applied = actor.configure(ConfigChange(fields, descriptors))
+    change = ConfigChange(fields, descriptors)
+    async with actor.send_lock:  # in order with the session's sends: journal order is queue order
+        actor.admit_change(change)
+        token = engine.ownership.require_writable(actor.id)
+        journal = engine.ownership.journal
+        payload = {"type": "session.configure", "config": fields}
+        recorded = await journal.record(actor.id, input_id=new_id(), key=None, payload=payload, token=token)
+        try:
+            event, applied = actor.accept_change(change, input_id=recorded.input_id, seq=recorded.seq)
+        except BaseException:
+            await asyncio.shield(journal.discard(actor.id, recorded.seq))
+            raise
     if applied:
         await actor.config_saved()  # the row has it before the 202
     return event
@@ -56,17 +70,3 @@ def _check_model_credential(record: SessionRecord, provider: str) -> None:
             f"the session's model_credential {kind} is a key of provider {current!r}: its model cannot"
             f" change to provider {provider!r}"
         )
-
-
-async def _descriptors(engine: Engine, record: SessionRecord, tools: list[str]) -> list[Any]:
-    """The session's descriptors with `tools` for its configured tools: its bindings' tools
-    kept, a name of theirs refused, a tool the tenant may not use 403 as at create."""
-    configured = set(record.config.get("tools", ()))
-    bound = [descriptor for descriptor in record.descriptors if descriptor["name"] not in configured]
-    taken = sorted({descriptor["name"] for descriptor in bound} & set(tools))
-    if taken:
-        raise InvalidRequest(f"tool {taken[0]!r} is the name of one of the session's binding tools")
-    descriptors = await engine.registry.adescriptors_for(record.tenant, tools)
-    if descriptors is None:
-        raise Forbidden(unavailable(await engine.registry.aunavailable_to(record.tenant, tools)))
-    return [*descriptors, *bound]

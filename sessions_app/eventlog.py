@@ -44,7 +44,7 @@ LIVE_ONLY = frozenset({"assistant.delta", "tool.progress"})  # never written to 
 READ_CHUNK = 256 * 1024  # bytes read per syscall while paging through the log
 SCAN_CHUNK = 1 << 20  # bytes per read of the recovery scan: few syscalls, and a chunk stays in cache
 # The only events rebuilding a session's state needs; the scan decodes no other line.
-RECOVERY_TYPES = frozenset({"user.message", "session.status", "session.error"})
+RECOVERY_TYPES = frozenset({"user.message", "session.configure", "session.status", "session.error"})
 _HEX32 = re.compile(r"^[0-9a-f]{32}$")
 # Event.build writes `{"id":"<32 hex>","type":"<type>",...`, so the type of a line it wrote
 # starts at a fixed byte: the recovery scan reads it by slicing instead of decoding the line.

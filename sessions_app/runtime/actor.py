@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
@@ -27,11 +28,12 @@ from tools_app.invocation import CallResult, error_result
 from .admission import check_capacity, check_status
 from .approvals import decided_event
 from .ownership import JournalBacklog
+from .retooling import CONFIGURE
 from .session_host import ConfigChange, PendingInput, SpawnCount, TurnFailure, turn_failure
 from .sink import write_failure_message
 from .state import SessionState
 from .steering import TurnSteers
-from .takeover import QUEUED_INPUT_CANCELLED, RESTART_MESSAGE, plan_adoption, unsettled
+from .takeover import QUEUED_INPUT_CANCELLED, REFUSED_CHANGE_MESSAGE, RESTART_MESSAGE, plan_adoption, unsettled
 
 __all__ = ["RESTART_MESSAGE", "SessionActor"]
 
@@ -44,10 +46,16 @@ class SessionActor(SessionState["SessionActor"]):
 
     # -- loading -----------------------------------------------------------------------------
 
-    def settle_after_load(self, recovered: Recovered, backlog: JournalBacklog | None = None) -> None:
+    def settle_after_load(
+        self,
+        recovered: Recovered,
+        backlog: JournalBacklog | None = None,
+        changes: Mapping[str, ConfigChange | str] | None = None,
+    ) -> None:
         """Adopt what recovery rebuilt from the log; a turn that was running when the server
-        died comes back interrupted, and its queued inputs are cancelled. In a fleet, `backlog`
-        holds the journaled inputs the last checkpoint does not cover: see _adopt_backlog."""
+        died comes back interrupted, and its queued inputs (changes too) are cancelled. In a
+        fleet, `backlog` holds the journaled inputs the last checkpoint does not cover, and
+        `changes` the journaled configuration changes ready to queue: see _adopt_backlog."""
         self._keys.adopt(recovered.keys)
         status = SessionStatus(recovered.status)
         if recovered.last_checkpoint is not None:
@@ -69,13 +77,18 @@ class SessionActor(SessionState["SessionActor"]):
         self._mark_running(False)
         self._host.mark_dirty(self)
         if backlog is not None and self.status != SessionStatus.CLOSED:
-            self._adopt_backlog(recovered, backlog)
+            self._adopt_backlog(recovered, backlog, changes)
 
-    def _adopt_backlog(self, recovered: Recovered, backlog: JournalBacklog) -> None:
+    def _adopt_backlog(
+        self, recovered: Recovered, backlog: JournalBacklog, changes: Mapping[str, ConfigChange | str] | None
+    ) -> None:
         """Journaled inputs a dead owner acknowledged, as takeover.plan_adoption sorts them: a
         lost turn interrupts the session (its queued inputs run after a resume)."""
-        plan = plan_adoption(recovered, backlog)
+        plan = plan_adoption(recovered, backlog, changes)
         for entry in plan.append:
+            if entry.payload.get("type") == CONFIGURE:
+                self.emit(CONFIGURE, entry.payload.get("config"), event_id=entry.input_id)
+                continue
             event = self.emit("user.message", entry.payload, event_id=entry.input_id)
             key = entry.payload.get("key")
             if isinstance(key, str):
@@ -83,6 +96,10 @@ class SessionActor(SessionState["SessionActor"]):
         self.queue.extend(plan.requeue)
         if plan.lost:
             self.emit("session.error", {"code": "conflict", "message": plan.lost_message}, input_id=plan.lost[0])
+        for input_id, why in plan.refused:
+            self.emit(
+                "session.error", {"code": "conflict", "message": f"{REFUSED_CHANGE_MESSAGE}: {why}"}, input_id=input_id
+            )
         for input_id in plan.cancelled:  # cancelled on the dead owner, after its last upload
             self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
         if plan.lost:
@@ -160,32 +177,35 @@ class SessionActor(SessionState["SessionActor"]):
         )
         return data, None
 
-    def configure(self, change: ConfigChange) -> tuple[Event, bool]:
-        """A session.configure: recorded (its data the fields it changes), then applied at once
-        when no turn runs or waits (True), else queued behind them, applied in its turn."""
+    def admit_change(self, change: ConfigChange) -> None:
+        """Whether the session can take a session.configure now: raises Conflict/Overloaded."""
         check_status(self.status)
         host, size = self._host, len(json.dumps(change.fields))
         queued = len(self.queue) + (len(self._turn_steers) if self._turn_steers is not None else 0)
         check_capacity(
             limits=host.limits, draining=host.draining, queued=queued, log_size=self.log.size, input_size=size
         )
+
+    def accept_change(self, change: ConfigChange, *, input_id: str, seq: int) -> tuple[Event, bool]:
+        """A session.configure admit_change() let in: recorded (its data the fields it changes),
+        then applied at once when no turn runs or waits (True), else queued behind them, applied
+        in its turn. In a fleet, `input_id` and `seq` are its journal entry's."""
         try:
-            event = self.emit("session.configure", change.fields)
+            event = self.emit("session.configure", change.fields, event_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
             raise BrainError(f"the change was not accepted: {write_failure_message(exc)}") from exc
         if self.task is None and not self.queue:
-            self.apply_config(change)
+            self.apply_config(change, seq=seq)
             return event, True
-        self.queue.append(PendingInput(event.id, "", "", time.monotonic(), change=change))
+        self.queue.append(PendingInput(event.id, "", "", time.monotonic(), seq, change=change))
         return event, False
 
     def _start_next(self) -> bool:
         """Start the next queued turn, applying the changes queued before it; False when the
         queue held none."""
         while self.queue and (change := self.queue[0].change) is not None:
-            self.queue.popleft()
-            self.apply_config(change)
+            self.apply_config(change, seq=self.queue.popleft().seq)
         if not self.queue:
             return False
         pending = self.queue.popleft()

@@ -40,6 +40,7 @@ from .model_keys import ModelKeys
 from .ownership import Ownership
 from .pubsub import SubscriberSlots
 from .residency import Residency
+from .retooling import journaled_changes
 from .session_host import Stateful
 from .session_reads import OwnSession
 from .toolcalls import ToolCalls
@@ -292,13 +293,14 @@ class Engine:
         journal = self.ownership.journal
         last = recovered.last_checkpoint  # in a fleet: inputs acknowledged past the last checkpoint
         backlog = await journal.backlog(session_id, last.get("covered_seq", 0) if last is not None else 0)
+        changes = await journaled_changes(self.registry, record, backlog)
         actor = SessionActor(
             self, record, files=files, log=log, tool_calls=tool_calls, telemetry=self.telemetry, journal=journal
         )
         self.actors[session_id] = actor
         for approval in abandoned:
             actor.record_abandoned_approval(approval)
-        actor.settle_after_load(recovered, backlog)
+        actor.settle_after_load(recovered, backlog, changes)
         if cold:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor

@@ -114,10 +114,11 @@ class SessionState(Generic[Actor]):
 
     # -- configuration -----------------------------------------------------------------------
 
-    def apply_config(self, change: ConfigChange) -> None:
+    def apply_config(self, change: ConfigChange, *, seq: int = 0) -> None:
         """A session.configure takes effect: the record (its row written at once), the tools a
         call may name; the harness gets it at the next turn's attach (residency re-opens a
-        runner opened with another configuration)."""
+        runner opened with another configuration). In a fleet its journal entry (`seq`) is marked
+        started once the row has it: an owner that takes over never applies it again."""
         config = {**self.record.config, **change.fields}
         self.record.config = cast(SessionConfig, config)
         if change.descriptors is not None:
@@ -127,14 +128,20 @@ class SessionState(Generic[Actor]):
             self._media_support, self._media_known = None, False
         self.record.updated_at = now_rfc3339()
         self._host.mark_dirty(self)
-        self._config_saved = asyncio.get_running_loop().create_task(self._save_config())
+        self._config_saved = asyncio.get_running_loop().create_task(self._save_config(seq))
         self._host.track(self._config_saved)
 
-    async def _save_config(self) -> None:
+    async def _save_config(self, seq: int) -> None:
         try:
             await self._host.save_config(self)
         except Exception:  # the database: the change holds here; the row is written at the next change
             logger.exception("session config write failed", extra={"session_id": self.id})
+            return
+        if seq:
+            try:
+                await self._journal.mark_started(self.id, seq)
+            except Exception:  # the database: a new owner would apply it again, to the same effect
+                logger.warning("journal mark failed", exc_info=True, extra={"session_id": self.id, "seq": seq})
 
     async def config_saved(self) -> None:
         """Wait for the row write of the change applied last (none: at once)."""

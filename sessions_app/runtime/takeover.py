@@ -7,19 +7,30 @@ Pure planning: the actor applies the plan (appends, queues, statuses).
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from runners.media import Media, MediaError, read_media
 from sessions_app.storage import Recovered
 
 from .ownership import JournalBacklog, JournaledInput
-from .session_host import PendingInput
+from .retooling import CONFIGURE
+from .session_host import ConfigChange, PendingInput
 
-__all__ = ["LOST_MESSAGE", "QUEUED_INPUT_CANCELLED", "RESTART_MESSAGE", "Adoption", "plan_adoption", "unsettled"]
+__all__ = [
+    "LOST_MESSAGE",
+    "QUEUED_INPUT_CANCELLED",
+    "REFUSED_CHANGE_MESSAGE",
+    "RESTART_MESSAGE",
+    "Adoption",
+    "plan_adoption",
+    "unsettled",
+]
 
 QUEUED_INPUT_CANCELLED = "queued input interrupted before execution"
 RESTART_MESSAGE = "turn interrupted: server restarted"
 LOST_MESSAGE = "turn lost with the instance that ran it"
+REFUSED_CHANGE_MESSAGE = "configuration change not applied"
 
 
 @dataclass(slots=True)
@@ -27,12 +38,18 @@ class Adoption:
     """Journaled inputs to take on: `append` are missing from the log (appended with their own
     event id), `requeue` never started (they run once, in order), `lost` had started and have
     no outcome in the log (their turn is reported lost), `cancelled` were cancelled while queued
-    and have no outcome in the log (their cancellation is reported again)."""
+    and have no outcome in the log (their cancellation is reported again), `refused` are
+    configuration changes that can no longer apply (input id, why).
+
+    A session.configure entry that started (the dead owner applied it: its row has it), or that
+    an input started after it proves applied, is done; one that never applied queues again in
+    its place, so it applies between the same turns."""
 
     append: list[JournaledInput] = field(default_factory=list)
     requeue: list[PendingInput] = field(default_factory=list)
     lost: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def lost_message(self) -> str:
@@ -57,10 +74,14 @@ def unsettled(recovered: Recovered, backlog: JournalBacklog | None) -> list[str]
     return [input_id for input_id in recovered.unsettled if input_id not in journaled]
 
 
-def plan_adoption(recovered: Recovered, backlog: JournalBacklog) -> Adoption:
-    """The journal's backlog against the log: entries whose outcome is in the log are done."""
+def plan_adoption(
+    recovered: Recovered, backlog: JournalBacklog, changes: Mapping[str, ConfigChange | str] | None = None
+) -> Adoption:
+    """The journal's backlog against the log: entries whose outcome is in the log are done.
+    `changes`: the configuration changes to queue again (retooling.journaled_changes)."""
     left_open = set(recovered.unsettled)
     started = {entry.input_id for entry in backlog.lost}
+    last_started = max((entry.seq for entry in backlog.lost), default=0)
     cancelled = {entry.input_id for entry in backlog.cancelled}
     plan = Adoption()
     for entry in sorted((*backlog.lost, *backlog.requeue, *backlog.cancelled), key=lambda entry: entry.seq):
@@ -68,6 +89,18 @@ def plan_adoption(recovered: Recovered, backlog: JournalBacklog) -> Adoption:
             continue  # its outcome is in the log already
         if entry.input_id not in recovered.inputs:
             plan.append.append(entry)
+        if entry.payload.get("type") == CONFIGURE:
+            if entry.input_id in cancelled:
+                plan.cancelled.append(entry.input_id)
+            elif entry.input_id not in started and entry.seq > last_started:
+                change = (changes or {}).get(entry.input_id, "its journal entry is damaged")
+                if isinstance(change, ConfigChange):
+                    plan.requeue.append(
+                        PendingInput(entry.input_id, "", "", time.monotonic(), entry.seq, change=change)
+                    )
+                else:
+                    plan.refused.append((entry.input_id, change))
+            continue
         if entry.input_id in started:
             plan.lost.append(entry.input_id)
         elif entry.input_id in cancelled:

@@ -24,7 +24,7 @@ class Recovered:
     unsettled: list[str]  # input ids accepted but never settled, in order
     status: str  # the last session.status, "idle" for a log without one
     last_checkpoint: CheckpointEntry | None
-    inputs: frozenset[str] = frozenset()  # every user.message id in the log
+    inputs: frozenset[str] = frozenset()  # every user.message and session.configure id in the log
 
 
 def recover(directory: Path, log: EventLog) -> Recovered:
@@ -49,21 +49,33 @@ def rebuild_state(
     events: Iterable[ScannedEvent], *, inputs: set[str] | None = None
 ) -> tuple[dict[str, int], list[str], str]:
     """From scanned events: idempotency keys, inputs accepted but never settled, last status;
-    `inputs` collects every user.message id.
+    `inputs` collects every user.message and session.configure id.
 
     A steer recorded into a running turn (a user.message with delivery "steer" and that turn's
     input_id) settles when its turn completes; when the turn ends in a session.error it stays
     open until its own outcome (the cancellation the runtime records next). One that later runs
     as an input of its own (its harness did not take it) is open again from its running status.
+
+    A session.configure recorded while no turn runs applied at once. One recorded behind a
+    running turn waited in the queue: it applied when a later message's turn started or the turn
+    ended (the runtime records a cancelled change's session.error before the status that ends
+    its turn), unless its session.error says it was cancelled; until then it is open.
     """
     keys: dict[str, int] = {}
     unsettled: list[str] = []
     steers: dict[str, list[str]] = {}  # a running turn's input id -> the steers recorded into it
     steer_ids: set[str] = set()
     running = ""
+    changes: set[str] = set()  # the open session.configure ids
     status = SessionStatus.IDLE.value
     for event in events:
-        if event.type == "user.message":
+        if event.type == "session.configure":
+            if inputs is not None:
+                inputs.add(event.id)
+            if running:
+                unsettled.append(event.id)
+                changes.add(event.id)
+        elif event.type == "user.message":
             key = event.data.get("key")
             if isinstance(key, str):
                 keys[key] = event.offset
@@ -86,7 +98,10 @@ def rebuild_state(
                 unsettled.insert(0, running)  # a steer its harness did not take runs on its own
             if status != SessionStatus.RUNNING and input_id:
                 _settle(unsettled, input_id, steers.pop(input_id, ()))
+            if changes:
+                _apply_changes(unsettled, changes, before=running if status == SessionStatus.RUNNING else "")
         elif event.type == "session.error":
+            changes.discard(event.input_id)
             steers.pop(event.input_id, None)  # its steers get their own outcomes
             with contextlib.suppress(ValueError):
                 unsettled.remove(event.input_id)
@@ -99,3 +114,12 @@ def _settle(unsettled: list[str], input_id: str, steers: Iterable[str]) -> None:
     for settled in (input_id, *steers):
         with contextlib.suppress(ValueError):
             unsettled.remove(settled)
+
+
+def _apply_changes(unsettled: list[str], changes: set[str], *, before: str) -> None:
+    """The open changes queued ahead of input `before` (all of them for ""): applied."""
+    end = unsettled.index(before) if before in unsettled else len(unsettled)
+    applied = [input_id for input_id in unsettled[:end] if input_id in changes]
+    for input_id in applied:
+        unsettled.remove(input_id)
+        changes.discard(input_id)

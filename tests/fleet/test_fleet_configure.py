@@ -57,19 +57,19 @@ def _serves(server: BrainServer, session_id: str) -> None:
     raise AssertionError(f"{server.url} did not serve {session_id} within {FAILOVER_BOUND_SECONDS} s")
 
 
-def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds_after_a_failover(
+def _loop_fleet(
     brain_factory: Callable[..., BrainServer],
     postgres_server: PostgresServer,
     tmp_path: Path,
     scripted_provider: ScriptedProvider,
-    zoo_server: tuple[ToolZoo, LoopbackServer],
-) -> None:
-    # given a fleet of two, a loop session owned by A, its turn waiting for a slow tool
+    zoo_url: str,
+) -> tuple[BrainServer, BrainServer]:
+    """Instances A and B of a fleet running the loop harness, with a tool that answers late."""
     stall = {
         "name": "stall",
         "description": "Answer after some seconds.",
         "input_schema": {"type": "object"},
-        "url": zoo_server[1].url + "/stall",
+        "url": zoo_url + "/stall",
         "tenants": ["acme"],
     }
     fleet = fleet_factory(
@@ -80,7 +80,18 @@ def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds
         database_prefix="brain_configure",
         config={"harnesses": {"loop": LOOP_HARNESS}, "providers": scripted_provider.providers(), "tools": [stall]},
     )
-    a, b = fleet("brain-a"), fleet("brain-b")
+    return fleet("brain-a"), fleet("brain-b")
+
+
+def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds_after_a_failover(
+    brain_factory: Callable[..., BrainServer],
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+    scripted_provider: ScriptedProvider,
+    zoo_server: tuple[ToolZoo, LoopbackServer],
+) -> None:
+    # given a fleet of two, a loop session owned by A, its turn waiting for a slow tool
+    a, b = _loop_fleet(brain_factory, postgres_server, tmp_path, scripted_provider, zoo_server[1].url)
     session = a.sdk().create({"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": ["stall"]}})
     session_id = session["id"]
     first = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 3}'})
@@ -116,3 +127,49 @@ def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds
     assert (last["model"], last["instructions"], last.get("tools", [])) == ("gpt-4.1", INSTRUCTIONS, [])
     assert "second, through B" in json.dumps(last["input"])
     assert (b.data_dir / "sessions" / session_id).exists()
+
+
+def test_a_change_queued_on_an_owner_killed_before_any_upload_applies_in_its_place_on_the_next_owner(
+    brain_factory: Callable[..., BrainServer],
+    postgres_server: PostgresServer,
+    tmp_path: Path,
+    scripted_provider: ScriptedProvider,
+    zoo_server: tuple[ToolZoo, LoopbackServer],
+) -> None:
+    # given a loop session of A, uploaded, its turn waiting for a slow tool
+    a, b = _loop_fleet(brain_factory, postgres_server, tmp_path, scripted_provider, zoo_server[1].url)
+    session_id = a.sdk().create({"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": ["stall"]}})[
+        "id"
+    ]
+    with a.client() as client:
+        assert client.post(f"/sessions/{session_id}/flush").status_code == 200
+    first = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 20}'})
+    _wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    # when a change and a message are queued behind it through B, and A dies before any upload
+    change = b.sdk().send(
+        session_id, {"type": "session.configure", "config": {"model": "openai/gpt-4.1", "instructions": INSTRUCTIONS}}
+    )
+    second = b.sdk().send(session_id, {"type": "user.message", "text": "second, after the change"})
+    a.kill()
+    _serves(b, session_id)
+    # then B has the change in its place (the lost turn reported, nothing else), not yet applied
+    events = history(b, session_id)
+    assert [e["id"] for e in events if e["type"] in ("user.message", "session.configure")] == [
+        first["id"],
+        change["id"],
+        second["id"],
+    ]
+    assert [e["input_id"] for e in events if e["type"] == "session.error"] == [first["id"]]
+    assert b.sdk().get(session_id)["config"]["model"] == "openai/gpt-4.1-mini"
+    # when the session is resumed on B
+    with b.client() as client:
+        assert client.post(f"/sessions/{session_id}/resume").status_code == 200
+    _wait_for(b, session_id, _idle_after(second["id"]))
+    # then the change applied before the message's turn, which used it, once
+    last = scripted_provider.bodies()[-1]
+    assert (last["model"], last["instructions"]) == ("gpt-4.1", INSTRUCTIONS)
+    assert "second, after the change" in json.dumps(last["input"])
+    assert b.sdk().get(session_id)["config"]["model"] == "openai/gpt-4.1"
+    events = history(b, session_id)
+    assert [e["id"] for e in events if e["type"] == "session.configure"] == [change["id"]]
+    assert [e["input_id"] for e in events if e["type"] == "session.error"] == [first["id"]]

@@ -266,3 +266,35 @@ def test_a_change_travels_in_the_archive_and_holds_after_a_restore_on_another_se
     last = scripted_provider.bodies()[-1]
     assert (last["model"], last["instructions"], _offered(last)) == ("gpt-5-mini", INSTRUCTIONS, [])
     assert "before the move" in json.dumps(last["input"])
+
+
+def test_a_change_queued_when_the_server_is_killed_is_reported_cancelled_and_never_applied(
+    brain_factory: Callable[..., BrainServer],
+    scripted_provider: ScriptedProvider,
+    zoo_server: tuple[ToolZoo, LoopbackServer],
+) -> None:
+    # given a loop turn waiting for its tool, a change and a message queued behind it
+    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    session_id = _create(server)
+    first = _message(server, session_id, 'call stall {"seconds": 20}')
+    _wait_for(server, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    change = _configure(server, session_id, model=NEXT_MODEL)
+    second = _message(server, session_id, "behind the change")
+    # when the server is killed and started again
+    server.kill()
+    server.start()
+    # then the turn is reported interrupted, the change and the message cancelled, in order
+    events = history(server, session_id)
+    errors = [(e["input_id"], e["data"]["message"]) for e in events if e["type"] == "session.error"]
+    assert errors == [
+        (first["id"], "turn interrupted: server restarted"),
+        (change["id"], "queued input interrupted before execution"),
+        (second["id"], "queued input interrupted before execution"),
+    ]
+    # and the change never applied, now or after a resume and another turn
+    assert server.sdk().get(session_id)["config"]["model"] == FIRST_MODEL
+    with server.client() as client:
+        assert client.post(f"/sessions/{session_id}/resume").status_code == 200
+    third = _message(server, session_id, "after the restart")
+    _wait_for(server, session_id, _settled(third["id"]))
+    assert scripted_provider.bodies()[-1]["model"] == "gpt-4.1-mini"

@@ -653,12 +653,12 @@ def _scanned(event: Event) -> ScannedEvent:
     )
 
 
-def test_the_recovery_types_are_message_status_and_error() -> None:
+def test_the_recovery_types_are_message_change_status_and_error() -> None:
     # then
-    assert frozenset({"user.message", "session.status", "session.error"}) == RECOVERY_TYPES
+    assert frozenset({"user.message", "session.configure", "session.status", "session.error"}) == RECOVERY_TYPES
 
 
-def test_the_recovery_scan_keeps_only_messages_statuses_and_errors(tmp_path: Path) -> None:
+def test_the_recovery_scan_keeps_only_messages_changes_statuses_and_errors(tmp_path: Path) -> None:
     # given two turns with every retained event type
     log = EventLog(tmp_path / "events.jsonl", max_bytes=1 << 30)
     events = _turn(log, key="k-1") + _turn(log)

@@ -397,3 +397,76 @@ def test_a_steer_settles_with_the_turn_it_was_recorded_into(tmp_path: Path, endi
         if ending == "refused_then_idle":
             log.status("idle", input_id=B)
     assert log.recover().unsettled == unsettled
+
+
+D = "d" * 32
+
+
+def _change(log: _Log, event_id: str) -> None:
+    log._add("session.configure", {"model": "openai/gpt-5-mini"}, event_id=event_id)
+
+
+def test_a_change_recorded_while_idle_applied_at_once_and_is_settled(log: _Log) -> None:
+    # given a change with no turn running, then a completed turn
+    _change(log, A)
+    log.message(B)
+    log.status("running", input_id=B)
+    log.status("idle", input_id=B)
+
+    # when
+    recovered = log.recover()
+
+    # then
+    assert recovered.unsettled == []
+    assert recovered.inputs == {A, B}
+
+
+def test_a_change_queued_behind_a_turn_cut_off_is_open_in_its_place(log: _Log) -> None:
+    # given a turn running, a change and a message queued behind it, the server killed
+    log.message(A)
+    log.status("running", input_id=A)
+    _change(log, B)
+    log.message(C)
+
+    # when
+    recovered = log.recover()
+
+    # then the turn, the change and the message are open, in the queue's order
+    assert recovered.unsettled == [A, B, C]
+
+
+def test_a_change_applies_when_the_turn_before_it_ends_and_one_behind_a_message_waits_for_it(log: _Log) -> None:
+    # given a change queued behind A, a message C, and a change D behind C; A ended, C runs
+    log.message(A)
+    log.status("running", input_id=A)
+    _change(log, B)
+    log.message(C)
+    _change(log, D)
+    log.status("running", input_id=C)
+
+    # when the server dies during C
+    recovered = log.recover()
+
+    # then B applied before C started; D still waits behind C
+    assert recovered.unsettled == [C, D]
+
+
+def test_a_change_an_interrupt_cancelled_is_settled_and_one_applied_at_the_turns_end_too(log: _Log) -> None:
+    # given a change cancelled with the queue by an interrupt, then one applied after a turn
+    log.message(A)
+    log.status("running", input_id=A)
+    _change(log, B)
+    log.error(A, code="conflict")
+    log.error(B, code="conflict")
+    log.status("interrupted", input_id=A)
+    log.status("idle")
+    log.message(C)
+    log.status("running", input_id=C)
+    _change(log, D)
+    log.status("idle", input_id=C)
+
+    # when
+    recovered = log.recover()
+
+    # then
+    assert recovered.unsettled == []
