@@ -236,3 +236,33 @@ def test_the_production_sandbox_provider_refuses_a_test_connection_option(
     # then
     assert checked.returncode != 0
     assert "BRAIN_TOOL_PROVIDERS.e2b.options: test_connection: unknown option" in checked.stderr
+
+
+def test_a_modal_provider_refuses_startup_when_the_sdk_is_pointed_at_another_server(
+    brain_factory: Callable[..., BrainServer],
+) -> None:
+    # given the Modal provider installed and MODAL_SERVER_URL naming a server that is not Modal's
+    server = brain_factory(start=False)
+    installed = {"modal": {"class": "tools_app.providers.sandbox.SandboxProvider", "options": {}}}
+    server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed)
+    server.env["SANDBOX_SIGNING_KEY"] = SIGNING_KEY
+    server.env["MODAL_SERVER_URL"] = "https://modal.example.com"
+    server.config_path.write_text(json.dumps(server.config))
+    # when runbrain and check_brain_config run
+    served, checked = (
+        subprocess.run(
+            [sys.executable, "manage.py", command, "--config", str(server.config_path)],
+            cwd=ROOT,
+            env=server.env,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_SECONDS,
+            check=False,
+        )
+        for command in ("runbrain", "check_brain_config")
+    )
+    # then both refuse with one line naming the setting; no server listens
+    line = "MODAL_SERVER_URL points Modal's SDK at 'modal.example.com': every tenant's Modal token would go there"
+    assert served.returncode != 0 and line in served.stderr
+    assert "brain listening" not in served.stderr
+    assert checked.returncode != 0 and line in checked.stderr

@@ -10,17 +10,20 @@ offers no switch to turn that off; the five-minute lifetime bounds whatever a re
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from urllib.parse import urlsplit
 
 import modal
+import modal.config
 import modal.exception
 
 from toolkits.sandbox.backend import COMMAND_DEADLINE_SECONDS, OUTPUT_LIMIT_BYTES, ExecResult, SandboxFailure
 from toolkits.sandbox.cloud import LIFETIME_SECONDS, RESULT_GRACE_SECONDS, credential_value, setting_value
 from toolkits.sandbox.remote_helper import helper_argv, parse_helper_result, result_line_limit
 
-__all__ = ["DEFAULT_APP", "DEFAULT_IMAGE", "ModalBackend"]
+__all__ = ["DEFAULT_APP", "DEFAULT_IMAGE", "ModalBackend", "check_server_url"]
 
 DEFAULT_APP = "brain-tools"  # spec
 DEFAULT_IMAGE = "python:3.13-slim"  # spec: it carries the helper's python3
@@ -36,8 +39,33 @@ _REFUSALS = (
 )
 
 
+def check_server_url(server_url: str) -> None:
+    """Modal's SDK takes its server from the process (`MODAL_SERVER_URL`, ~/.modal.toml): every
+    binding's token goes there. ValueError (one line) unless it is Modal's own or a loopback
+    address (a test's server on this machine)."""
+    if server_url == modal.config.DEFAULT_SERVER_URL:
+        return
+    for url in server_url.split(","):
+        host = urlsplit(url.strip()).hostname or ""
+        if host != "localhost" and not _is_loopback(host):
+            raise ValueError(
+                f"MODAL_SERVER_URL points Modal's SDK at {host or url.strip()[:80]!r}: every tenant's Modal token"
+                " would go there; unset it (only Modal's own servers or a loopback address are accepted)"
+            )
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class ModalBackend:
     name = "modal"
+
+    def __init__(self) -> None:
+        check_server_url(str(modal.config.config.get("server_url")))
 
     async def create(self, settings: Mapping[str, str], credential: Mapping[str, str]) -> str:
         app = setting_value(settings, "app", DEFAULT_APP, provider=self.name)
