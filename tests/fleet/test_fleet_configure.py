@@ -9,39 +9,20 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.provider import ScriptedProvider
 from tests.fixtures.server import BrainServer, history
 from tests.fixtures.services import PostgresServer
-from tests.fleet.support import fleet_factory
+from tests.support.live_turns import idle_after, loop_fleet, wait_for
 from tests.tools.servers import LoopbackServer, ToolZoo
 
 pytestmark = pytest.mark.client
 
 LEASE_SECONDS = 3  # the owner is killed: B takes the session once its lease runs out
-TURN_TIMEOUT = 30.0
 FAILOVER_BOUND_SECONDS = LEASE_SECONDS + 5
 INSTRUCTIONS = "Answer through the fleet."
-
-
-def _wait_for(server: BrainServer, session_id: str, ready: Callable[[list[dict[str, Any]]], bool]) -> list[Any]:
-    deadline = time.monotonic() + TURN_TIMEOUT
-    while time.monotonic() < deadline:
-        events = history(server, session_id)
-        if ready(events):
-            return events
-        time.sleep(0.05)
-    raise AssertionError(f"history never got there: {[e['type'] for e in history(server, session_id)]}")
-
-
-def _idle_after(input_id: str) -> Callable[[list[dict[str, Any]]], bool]:
-    return lambda events: any(
-        e.get("input_id") == input_id and e["type"] == "session.status" and e["data"]["status"] == "idle"
-        for e in events
-    )
 
 
 def _serves(server: BrainServer, session_id: str) -> None:
@@ -57,32 +38,6 @@ def _serves(server: BrainServer, session_id: str) -> None:
     raise AssertionError(f"{server.url} did not serve {session_id} within {FAILOVER_BOUND_SECONDS} s")
 
 
-def _loop_fleet(
-    brain_factory: Callable[..., BrainServer],
-    postgres_server: PostgresServer,
-    tmp_path: Path,
-    scripted_provider: ScriptedProvider,
-    zoo_url: str,
-) -> tuple[BrainServer, BrainServer]:
-    """Instances A and B of a fleet running the loop harness, with a tool that answers late."""
-    stall = {
-        "name": "stall",
-        "description": "Answer after some seconds.",
-        "input_schema": {"type": "object"},
-        "url": zoo_url + "/stall",
-        "tenants": ["acme"],
-    }
-    fleet = fleet_factory(
-        brain_factory,
-        postgres_server,
-        tmp_path,
-        lease_seconds=LEASE_SECONDS,
-        database_prefix="brain_configure",
-        config={"harnesses": {"loop": LOOP_HARNESS}, "providers": scripted_provider.providers(), "tools": [stall]},
-    )
-    return fleet("brain-a"), fleet("brain-b")
-
-
 def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds_after_a_failover(
     brain_factory: Callable[..., BrainServer],
     postgres_server: PostgresServer,
@@ -91,18 +46,26 @@ def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a fleet of two, a loop session owned by A, its turn waiting for a slow tool
-    a, b = _loop_fleet(brain_factory, postgres_server, tmp_path, scripted_provider, zoo_server[1].url)
+    a, b = loop_fleet(
+        brain_factory,
+        postgres_server,
+        tmp_path,
+        scripted_provider,
+        zoo_server[1].url,
+        lease_seconds=LEASE_SECONDS,
+        database_prefix="brain_configure",
+    )
     session = a.sdk().create({"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": ["stall"]}})
     session_id = session["id"]
     first = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 3}'})
-    _wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
     # when the model, instructions and tools are changed through B, and a message follows through B
     change = b.sdk().send(
         session_id,
         {"type": "session.configure", "config": {"model": "openai/gpt-4.1", "instructions": INSTRUCTIONS, "tools": []}},
     )
     second = b.sdk().send(session_id, {"type": "user.message", "text": "second, through B"})
-    events = _wait_for(a, session_id, _idle_after(second["id"]))
+    events = wait_for(a, session_id, idle_after(second["id"]))
     # then the owner recorded the change in order and applied it after the running turn
     assert change["type"] == "session.configure"
     assert [e["id"] for e in events if e["type"] in ("user.message", "session.configure")] == [
@@ -121,7 +84,7 @@ def test_a_change_through_a_non_owner_applies_between_the_owners_turns_and_holds
     a.kill()
     _serves(b, session_id)
     third = b.sdk().send(session_id, {"type": "user.message", "text": "third, after the takeover"})
-    _wait_for(b, session_id, _idle_after(third["id"]))
+    wait_for(b, session_id, idle_after(third["id"]))
     # then B's turn used the changed configuration, on the same conversation
     last = scripted_provider.bodies()[-1]
     assert (last["model"], last["instructions"], last.get("tools", [])) == ("gpt-4.1", INSTRUCTIONS, [])
@@ -137,14 +100,22 @@ def test_a_change_queued_on_an_owner_killed_before_any_upload_applies_in_its_pla
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a loop session of A, uploaded, its turn waiting for a slow tool
-    a, b = _loop_fleet(brain_factory, postgres_server, tmp_path, scripted_provider, zoo_server[1].url)
+    a, b = loop_fleet(
+        brain_factory,
+        postgres_server,
+        tmp_path,
+        scripted_provider,
+        zoo_server[1].url,
+        lease_seconds=LEASE_SECONDS,
+        database_prefix="brain_configure",
+    )
     session_id = a.sdk().create({"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": ["stall"]}})[
         "id"
     ]
     with a.client() as client:
         assert client.post(f"/sessions/{session_id}/flush").status_code == 200
     first = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 20}'})
-    _wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
     # when a change and a message are queued behind it through B, and A dies before any upload
     change = b.sdk().send(
         session_id, {"type": "session.configure", "config": {"model": "openai/gpt-4.1", "instructions": INSTRUCTIONS}}
@@ -164,7 +135,7 @@ def test_a_change_queued_on_an_owner_killed_before_any_upload_applies_in_its_pla
     # when the session is resumed on B
     with b.client() as client:
         assert client.post(f"/sessions/{session_id}/resume").status_code == 200
-    _wait_for(b, session_id, _idle_after(second["id"]))
+    wait_for(b, session_id, idle_after(second["id"]))
     # then the change applied before the message's turn, which used it, once
     last = scripted_provider.bodies()[-1]
     assert (last["model"], last["instructions"]) == ("gpt-4.1", INSTRUCTIONS)

@@ -5,34 +5,21 @@ provider, a tool that answers after a few seconds, and the published client."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
-from tests.fixtures.server import BrainServer, history
+from tests.fixtures.provider import ScriptedProvider
+from tests.fixtures.server import BrainServer
 from tests.fixtures.services import PostgresServer
-from tests.fleet.support import fleet_factory
+from tests.support.live_turns import loop_fleet, wait_for
 from tests.tools.servers import LoopbackServer, ToolZoo
 
 pytestmark = pytest.mark.client
 
 LEASE_SECONDS = 10  # nobody dies here
-TURN_TIMEOUT = 30.0
 STEER = "Steered through another instance"
-
-
-def _wait_for(server: BrainServer, session_id: str, ready: Callable[[list[dict[str, Any]]], bool]) -> list[Any]:
-    deadline = time.monotonic() + TURN_TIMEOUT
-    while time.monotonic() < deadline:
-        events = history(server, session_id)
-        if ready(events):
-            return events
-        time.sleep(0.05)
-    raise AssertionError(f"history never got there: {[e['type'] for e in history(server, session_id)]}")
 
 
 def test_a_steer_through_a_non_owner_reaches_the_owners_running_turn(
@@ -43,32 +30,25 @@ def test_a_steer_through_a_non_owner_reaches_the_owners_running_turn(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a fleet of two, a loop session owned by A, its turn waiting for a slow tool
-    stall = {
-        "name": "stall",
-        "description": "Answer after some seconds.",
-        "input_schema": {"type": "object"},
-        "url": zoo_server[1].url + "/stall",
-        "tenants": ["acme"],
-    }
-    fleet = fleet_factory(
+    a, b = loop_fleet(
         brain_factory,
         postgres_server,
         tmp_path,
+        scripted_provider,
+        zoo_server[1].url,
         lease_seconds=LEASE_SECONDS,
         database_prefix="brain_steer",
-        config={"harnesses": {"loop": LOOP_HARNESS}, "providers": scripted_provider.providers(), "tools": [stall]},
     )
-    a, b = fleet("brain-a"), fleet("brain-b")
     session = a.sdk().create({"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": ["stall"]}})
     session_id = session["id"]
     turn = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 3}'})
-    _wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
     # when a steer is sent through B, twice with one key
     sent = [
         b.sdk().send(session_id, {"type": "user.message", "text": STEER, "delivery": "steer", "key": "fleet-steer"})
         for _ in range(2)
     ]
-    events = _wait_for(
+    events = wait_for(
         a,
         session_id,
         lambda events: any(e["type"] == "session.status" and e["data"]["status"] == "idle" for e in events),

@@ -5,7 +5,6 @@ harness and the scripted provider (a tool that answers after a few seconds keeps
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,28 +14,14 @@ from brain import BrainError
 
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history
+from tests.support.live_turns import loop_brain, settled, stall_tool, wait_for
 from tests.tools.servers import LoopbackServer, ToolZoo
 
 pytestmark = pytest.mark.client
 
-TURN_TIMEOUT = 30.0
 STALL_CALL = 'call stall {"seconds": 3}'  # the change arrives while the turn waits for the tool
 FIRST_MODEL, NEXT_MODEL = "openai/gpt-4.1-mini", "openai/gpt-5-mini"
 INSTRUCTIONS = "Answer in one short sentence."
-
-
-def _stall_tool(zoo_url: str) -> dict[str, Any]:
-    return {
-        "name": "stall",
-        "description": "Answer after some seconds.",
-        "input_schema": {"type": "object"},
-        "url": zoo_url + "/stall",
-        "tenants": ["acme"],
-    }
-
-
-def _loop_brain(factory: Callable[..., BrainServer], provider: ScriptedProvider, zoo_url: str) -> BrainServer:
-    return factory(harnesses={"loop": LOOP_HARNESS}, providers=provider.providers(), tools=[_stall_tool(zoo_url)])
 
 
 def _create(server: BrainServer) -> str:
@@ -54,27 +39,6 @@ def _message(server: BrainServer, session_id: str, text: str) -> dict[str, Any]:
     return event
 
 
-def _wait_for(server: BrainServer, session_id: str, ready: Callable[[list[dict[str, Any]]], bool]) -> list[Any]:
-    deadline = time.monotonic() + TURN_TIMEOUT
-    while time.monotonic() < deadline:
-        events = history(server, session_id)
-        if ready(events):
-            return events
-        time.sleep(0.05)
-    raise AssertionError(f"history never got there: {[e['type'] for e in history(server, session_id)]}")
-
-
-def _settled(input_id: str) -> Callable[[list[dict[str, Any]]], bool]:
-    def settled(events: list[dict[str, Any]]) -> bool:
-        return any(
-            e.get("input_id") == input_id
-            and (e["type"] == "session.error" or (e["type"] == "session.status" and e["data"]["status"] != "running"))
-            for e in events
-        )
-
-    return settled
-
-
 def _offered(body: dict[str, Any]) -> list[str]:
     return [str(tool.get("name", tool.get("function", {}).get("name"))) for tool in body.get("tools", [])]
 
@@ -85,14 +49,14 @@ def test_a_change_sent_during_a_turn_applies_from_the_next_turn_and_survives_a_r
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a loop turn waiting for its tool
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     first = _message(server, session_id, STALL_CALL)
-    _wait_for(server, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    wait_for(server, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
     # when the model, instructions and reasoning effort are changed, and another message follows
     change = _configure(server, session_id, model=NEXT_MODEL, instructions=INSTRUCTIONS, reasoning_effort="low")
     second = _message(server, session_id, "and the second question")
-    events = _wait_for(server, session_id, _settled(second["id"]))
+    events = wait_for(server, session_id, settled(second["id"]))
     # then the change is a retained event, its data the change, in order between the two messages
     assert change["type"] == "session.configure" and "input_id" not in change
     assert change["data"] == {"model": NEXT_MODEL, "instructions": INSTRUCTIONS, "reasoning_effort": "low"}
@@ -114,7 +78,7 @@ def test_a_change_sent_during_a_turn_applies_from_the_next_turn_and_survives_a_r
     server.restart()
     assert server.sdk().get(session_id)["config"]["model"] == NEXT_MODEL
     third = _message(server, session_id, "after the restart")
-    _wait_for(server, session_id, _settled(third["id"]))
+    wait_for(server, session_id, settled(third["id"]))
     # then the change still holds
     last = scripted_provider.bodies()[-1]
     assert (last["model"], last["instructions"]) == ("gpt-5-mini", INSTRUCTIONS)
@@ -127,10 +91,10 @@ def test_a_tool_removed_is_no_longer_offered_to_the_model(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given an idle session whose first turn called its tool
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     first = _message(server, session_id, 'call stall {"seconds": 0}')
-    _wait_for(server, session_id, _settled(first["id"]))
+    wait_for(server, session_id, settled(first["id"]))
     assert _offered(scripted_provider.bodies()[0]) == ["stall"]
     # when its tools are changed to none (applied at once: nothing runs or waits)
     reached = len(zoo_server[0].calls("/stall"))
@@ -139,7 +103,7 @@ def test_a_tool_removed_is_no_longer_offered_to_the_model(
     assert server.sdk().get(session_id)["descriptors"] == []
     # and the conversation asks for the tool again
     second = _message(server, session_id, 'call stall {"seconds": 0}')
-    events = _wait_for(server, session_id, _settled(second["id"]))
+    events = wait_for(server, session_id, settled(second["id"]))
     # then the next model request offered no tool (the scripted model says it cannot call it)
     later = scripted_provider.bodies()[2:]
     assert len(later) == 1 and _offered(later[0]) == [], later
@@ -153,17 +117,17 @@ def test_a_call_to_a_tool_removed_is_refused_without_reaching_it(
     brain_factory: Callable[..., BrainServer], zoo_server: tuple[ToolZoo, LoopbackServer]
 ) -> None:
     # given a session of the instant runner (which calls a tool whatever it was offered)
-    server = brain_factory(tools=[_stall_tool(zoo_server[1].url)])
+    server = brain_factory(tools=[stall_tool(zoo_server[1].url)])
     session_id = str(
         server.sdk().create({"harness": "instant", "config": {"model": FIRST_MODEL, "tools": ["stall"]}})["id"]
     )
     allowed = _message(server, session_id, 'tool:stall {"seconds": 0}')
-    _wait_for(server, session_id, _settled(allowed["id"]))
+    wait_for(server, session_id, settled(allowed["id"]))
     # when its tools are changed to none and the harness calls the tool anyway
     reached = len(zoo_server[0].calls("/stall"))
     _configure(server, session_id, tools=[])
     refused = _message(server, session_id, 'tool:stall {"seconds": 0}')
-    events = _wait_for(server, session_id, _settled(refused["id"]))
+    events = wait_for(server, session_id, settled(refused["id"]))
     # then Brain refuses the call: an error result, the tool never reached
     results = [e["data"] for e in events if e["type"] == "tool.result"]
     assert [result["result"].get("is_error", False) for result in results] == [False, True], results
@@ -193,7 +157,7 @@ def test_a_bad_change_is_refused_at_once_and_nothing_is_queued(
     code: str,
 ) -> None:
     # given a session with a running turn
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     first = _message(server, session_id, STALL_CALL)
     before = len(history(server, session_id))
@@ -202,7 +166,7 @@ def test_a_bad_change_is_refused_at_once_and_nothing_is_queued(
         server.sdk().send(session_id, {"type": "session.configure", "config": config})
     # then it is refused as create refuses it, and nothing was recorded or queued
     assert (refused.value.status, refused.value.code) == (status, code)
-    events = _wait_for(server, session_id, _settled(first["id"]))
+    events = wait_for(server, session_id, settled(first["id"]))
     assert [e for e in events[:before] if e["type"] == "session.configure"] == []
     assert [e["type"] for e in events if e["type"] in ("session.configure", "session.error")] == []
     assert server.sdk().get(session_id)["config"] == {"model": FIRST_MODEL, "tools": ["stall"]}
@@ -214,7 +178,7 @@ def test_a_read_only_token_cannot_configure_and_other_inputs_refuse_a_config(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given an idle session
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     # when a read-only token sends a change, and a message carries a config
     with pytest.raises(BrainError) as reader:
@@ -239,12 +203,12 @@ def test_a_change_travels_in_the_archive_and_holds_after_a_restore_on_another_se
     old = brain_factory(
         harnesses={"loop": LOOP_HARNESS},
         providers=scripted_provider.providers(),
-        tools=[_stall_tool(zoo_server[1].url)],
+        tools=[stall_tool(zoo_server[1].url)],
         **persistence,
     )
     session_id = _create(old)
     first = _message(old, session_id, "before the move")
-    _wait_for(old, session_id, _settled(first["id"]))
+    wait_for(old, session_id, settled(first["id"]))
     _configure(old, session_id, model=NEXT_MODEL, instructions=INSTRUCTIONS, tools=[])
     checkpoint = old.sdk().flush(session_id)["checkpoint"]
     old.stop()
@@ -255,13 +219,13 @@ def test_a_change_travels_in_the_archive_and_holds_after_a_restore_on_another_se
     new = brain_factory(
         harnesses={"loop": LOOP_HARNESS},
         providers=scripted_provider.providers(),
-        tools=[_stall_tool(zoo_server[1].url)],
+        tools=[stall_tool(zoo_server[1].url)],
         **persistence,
     )
     assert new.sdk().restore(session_id, checkpoint)["config"]["model"] == NEXT_MODEL
     new.sdk().resume(session_id)
     after = _message(new, session_id, "after the move")
-    _wait_for(new, session_id, _settled(after["id"]))
+    wait_for(new, session_id, settled(after["id"]))
     # then its turn used the changed configuration, on the same conversation
     last = scripted_provider.bodies()[-1]
     assert (last["model"], last["instructions"], _offered(last)) == ("gpt-5-mini", INSTRUCTIONS, [])
@@ -274,10 +238,10 @@ def test_a_change_queued_when_the_server_is_killed_is_reported_cancelled_and_nev
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a loop turn waiting for its tool, a change and a message queued behind it
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     first = _message(server, session_id, 'call stall {"seconds": 20}')
-    _wait_for(server, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
+    wait_for(server, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
     change = _configure(server, session_id, model=NEXT_MODEL)
     second = _message(server, session_id, "behind the change")
     # when the server is killed and started again
@@ -296,5 +260,5 @@ def test_a_change_queued_when_the_server_is_killed_is_reported_cancelled_and_nev
     with server.client() as client:
         assert client.post(f"/sessions/{session_id}/resume").status_code == 200
     third = _message(server, session_id, "after the restart")
-    _wait_for(server, session_id, _settled(third["id"]))
+    wait_for(server, session_id, settled(third["id"]))
     assert scripted_provider.bodies()[-1]["model"] == "gpt-4.1-mini"

@@ -5,37 +5,22 @@ after a few seconds keeps the turn running), the instant runner for harnesses th
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 from brain import BrainError
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.provider import ScriptedProvider
 from tests.fixtures.server import INSTANT_RUNNER, BrainServer, history, wait_for_status
+from tests.support.live_turns import has, loop_brain, settled, wait_for
 from tests.tools.servers import LoopbackServer, ToolZoo
 
 pytestmark = pytest.mark.client
 
-TURN_TIMEOUT = 30.0
 STALL_SECONDS = 3  # the stall tool's answer time: the steer arrives while the turn waits for it
 STALL_CALL = f'call stall {{"seconds": {STALL_SECONDS}}}'
 STEER = "Please answer in French from now on"
-
-
-def _stall_tool(zoo_url: str) -> dict[str, Any]:
-    return {
-        "name": "stall",
-        "description": "Answer after some seconds.",
-        "input_schema": {"type": "object"},
-        "url": zoo_url + "/stall",
-        "tenants": ["acme"],
-    }
-
-
-def _loop_brain(factory: Callable[..., BrainServer], provider: ScriptedProvider, zoo_url: str) -> BrainServer:
-    return factory(harnesses={"loop": LOOP_HARNESS}, providers=provider.providers(), tools=[_stall_tool(zoo_url)])
 
 
 def _create(server: BrainServer, harness: str = "loop", tools: tuple[str, ...] = ("stall",)) -> str:
@@ -43,31 +28,6 @@ def _create(server: BrainServer, harness: str = "loop", tools: tuple[str, ...] =
         {"harness": harness, "config": {"model": "openai/gpt-4.1-mini", "tools": list(tools)}}
     )
     return str(session["id"])
-
-
-def _wait_for(server: BrainServer, session_id: str, ready: Callable[[list[dict[str, Any]]], bool]) -> list[Any]:
-    deadline = time.monotonic() + TURN_TIMEOUT
-    while time.monotonic() < deadline:
-        events = history(server, session_id)
-        if ready(events):
-            return events
-        time.sleep(0.05)
-    raise AssertionError(f"history never got there: {[e['type'] for e in history(server, session_id)]}")
-
-
-def _settled(input_id: str) -> Callable[[list[dict[str, Any]]], bool]:
-    def settled(events: list[dict[str, Any]]) -> bool:
-        return any(
-            e.get("input_id") == input_id
-            and (e["type"] == "session.error" or (e["type"] == "session.status" and e["data"]["status"] != "running"))
-            for e in events
-        )
-
-    return settled
-
-
-def _has(kind: str) -> Callable[[list[dict[str, Any]]], bool]:
-    return lambda events: any(event["type"] == kind for event in events)
 
 
 def _items(body: dict[str, Any]) -> list[tuple[str, str]]:
@@ -106,13 +66,13 @@ def test_a_steer_reaches_the_running_turn_after_its_tool_result_exactly_once(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a loop turn waiting for a tool that answers in a few seconds
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     turn = server.sdk().send(session_id, {"type": "user.message", "text": STALL_CALL})
-    _wait_for(server, session_id, _has("tool.call"))
+    wait_for(server, session_id, has("tool.call"))
     # when guidance is sent as a steer
     steer = _steer(server, session_id)
-    events = _wait_for(server, session_id, _settled(turn["id"]))
+    events = wait_for(server, session_id, settled(turn["id"]))
     # then it is recorded into the running turn, in order, before the tool's result
     assert steer["data"] == {"type": "user.message", "text": STEER, "delivery": "steer"}
     assert steer["input_id"] == turn["id"]
@@ -139,7 +99,7 @@ def test_a_steer_reaches_the_running_turn_after_its_tool_result_exactly_once(
     server.restart()
     assert server.sdk().get(session_id)["status"] == "idle"
     follow = server.sdk().send(session_id, {"type": "user.message", "text": "and now?"})
-    after = _wait_for(server, session_id, _settled(follow["id"]))
+    after = wait_for(server, session_id, settled(follow["id"]))
     # then the steer is part of the native state the checkpoint kept, and nothing was reopened
     assert [e for e in after if e["type"] == "session.error"] == []
     assert after[-1]["data"] == {"status": "idle"}
@@ -153,11 +113,11 @@ def test_a_steer_with_no_running_turn_runs_as_an_ordinary_message(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given an idle loop session
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     # when a steer is sent
     steer = _steer(server, session_id, "steer while idle")
-    events = _wait_for(server, session_id, _settled(steer["id"]))
+    events = wait_for(server, session_id, settled(steer["id"]))
     # then it is queued like any message: its own turn, no input_id on its event
     assert "input_id" not in steer
     assert steer["data"] == {"type": "user.message", "text": "steer while idle", "delivery": "steer"}
@@ -172,13 +132,13 @@ def test_a_steer_resent_with_its_key_is_recorded_and_delivered_once(
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a running loop turn
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     turn = server.sdk().send(session_id, {"type": "user.message", "text": STALL_CALL})
-    _wait_for(server, session_id, _has("tool.call"))
+    wait_for(server, session_id, has("tool.call"))
     # when the same steer is sent three times with one key
     sent = [_steer(server, session_id, key="steer-1") for _ in range(3)]
-    events = _wait_for(server, session_id, _settled(turn["id"]))
+    events = wait_for(server, session_id, settled(turn["id"]))
     # then one event answers all three, and the model saw the text once
     assert len({event["id"] for event in sent}) == 1
     assert [e["id"] for e in events if e["type"] == "user.message"] == [turn["id"], sent[0]["id"]]
@@ -208,7 +168,7 @@ def test_a_steer_to_a_harness_that_cannot_steer_is_422_unsupported_and_keeps_its
     assert before <= len(history(server, session_id))
     # and its key was not consumed: a queued message may use it
     queued = server.sdk().send(session_id, {"type": "user.message", "text": "queued", "key": "k-1"})
-    events = _wait_for(server, session_id, _settled(queued["id"]))
+    events = wait_for(server, session_id, settled(queued["id"]))
     assert [e["data"]["text"] for e in events if e["type"] == "assistant.message"] == ["echo: sleep:2", "echo: queued"]
     assert turn["id"] != queued["id"]
 
@@ -224,7 +184,7 @@ def test_a_steer_its_harness_refuses_runs_next_as_an_input_of_its_own_and_surviv
     wait_for_status(server, session_id, "running")
     # when a steer is sent during the turn
     steer = _steer(server, session_id, "refused steer")
-    events = _wait_for(server, session_id, _settled(queued["id"]))
+    events = wait_for(server, session_id, settled(queued["id"]))
     # then it was recorded into the turn, and runs right after it, as its own input, before the queue
     assert steer["input_id"] == turn["id"]
     assert [e["data"]["text"] for e in events if e["type"] == "assistant.message"] == [
@@ -247,10 +207,10 @@ def test_a_steer_not_yet_taken_when_the_server_dies_is_cancelled_with_its_turn_o
     zoo_server: tuple[ToolZoo, LoopbackServer],
 ) -> None:
     # given a loop turn waiting for its tool, with a steer recorded into it
-    server = _loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
     session_id = _create(server)
     turn = server.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 30}'})
-    _wait_for(server, session_id, _has("tool.call"))
+    wait_for(server, session_id, has("tool.call"))
     steer = _steer(server, session_id)
     # when the server is killed before the model saw the steer, and starts again
     server.kill()
@@ -268,7 +228,7 @@ def test_a_steer_not_yet_taken_when_the_server_dies_is_cancelled_with_its_turn_o
     # and after a resume the conversation goes on without either of them
     assert server.sdk().resume(session_id)["status"] == "idle"
     follow = server.sdk().send(session_id, {"type": "user.message", "text": "hello again"})
-    _wait_for(server, session_id, _settled(follow["id"]))
+    wait_for(server, session_id, settled(follow["id"]))
     last = json.dumps(scripted_provider.bodies()[-1])
     assert STEER not in last and "call stall" not in last
     # and a later restart reports nothing again

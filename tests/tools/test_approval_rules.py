@@ -6,8 +6,6 @@ never dispatches it. Rules are checked at startup."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,8 +18,9 @@ from brain import Brain, RuntimeTool
 
 from foundation.hostconfig import ApprovalRule
 from tests.admin.support import AdminClient, create_superuser
-from tests.fixtures.server import ROOT, BrainServer
+from tests.fixtures.server import BrainServer
 from tests.support.deciders import config_token_name
+from tests.support.startup import serve_and_check
 from tests.tools.conftest import Install, binding, context, text_of
 from tests.tools.servers import ToolZoo
 from tools_app.invocation import ApprovalGate, Invocation
@@ -277,20 +276,7 @@ def test_an_invalid_approval_rule_stops_the_server_before_it_listens(
 ) -> None:
     # given
     server = brain_factory(start=False, approvals=[rule])
-    server.config_path.write_text(json.dumps(server.config))
-
-    # when
-    served, checked = (
-        subprocess.run(
-            [sys.executable, "manage.py", command, "--config", str(server.config_path)],
-            cwd=ROOT,
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        for command in ("runbrain", "check_brain_config")
-    )
+    served, checked = serve_and_check(server)
 
     # then
     assert served.returncode != 0 and checked.returncode != 0

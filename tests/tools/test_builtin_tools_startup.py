@@ -6,8 +6,6 @@ non-zero with that message before it listens, and `check_brain_config` reports t
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,8 @@ import httpx
 import pytest
 
 from foundation.hostconfig import HostConfig
-from tests.fixtures.server import ROOT, make_server
+from tests.fixtures.server import make_server
+from tests.support.startup import serve_and_check
 from tests.tools.test_builtin_tools import PROVIDERS
 from tools_app.provider_tools import resolve_provider_tools
 from tools_app.providers.base import ProviderConfigError, ProviderEnvironment
@@ -112,21 +111,7 @@ def test_runbrain_exits_and_check_brain_config_fails_naming_the_tool(
     # given
     server = make_server(tmp_path, tools=[GOOD_TOOL, tool])
     server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(PROVIDERS)
-    server.config_path.write_text(json.dumps(server.config))
-
-    # when
-    served, checked = (
-        subprocess.run(
-            [sys.executable, "manage.py", command, "--config", str(server.config_path)],
-            cwd=ROOT,
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_SECONDS,
-            check=False,
-        )
-        for command in ("runbrain", "check_brain_config")
-    )
+    served, checked = serve_and_check(server)
 
     # then
     assert served.returncode != 0

@@ -30,6 +30,7 @@ from tests.cloud_sandboxes.http_fake import serve
 from tests.cloud_sandboxes.modal_fake import FakeModal, serve_modal
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import ROOT, BrainServer, history
+from tests.support.startup import serve_and_check
 from tests.tools.test_builtin_tools_loop import results_of, turn
 from toolkits.sandbox.registry import BACKENDS
 
@@ -247,20 +248,7 @@ def test_a_modal_provider_refuses_startup_when_the_sdk_is_pointed_at_another_ser
     server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed)
     server.env["SANDBOX_SIGNING_KEY"] = SIGNING_KEY
     server.env["MODAL_SERVER_URL"] = "https://modal.example.com"
-    server.config_path.write_text(json.dumps(server.config))
-    # when runbrain and check_brain_config run
-    served, checked = (
-        subprocess.run(
-            [sys.executable, "manage.py", command, "--config", str(server.config_path)],
-            cwd=ROOT,
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_SECONDS,
-            check=False,
-        )
-        for command in ("runbrain", "check_brain_config")
-    )
+    served, checked = serve_and_check(server)
     # then both refuse with one line naming the setting; no server listens
     line = "MODAL_SERVER_URL points Modal's SDK at 'modal.example.com': every tenant's Modal token would go there"
     assert served.returncode != 0 and line in served.stderr

@@ -7,8 +7,6 @@ local sandbox without bubblewrap refuses startup with one line."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,8 @@ import httpx
 import pytest
 
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
-from tests.fixtures.server import ROOT, BrainServer
+from tests.fixtures.server import BrainServer
+from tests.support.startup import serve_and_check
 from tests.tools.test_builtin_tools_loop import results_of, turn
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
@@ -130,20 +129,7 @@ def test_a_local_sandbox_without_bubblewrap_refuses_startup_with_one_line(
     server.env["BRAIN_TOOL_PROVIDERS"] = json.dumps(PROVIDERS)
     server.env["SANDBOX_SIGNING_KEY"] = SIGNING_KEY
     server.env["PATH"] = str(tmp_path / "empty")
-    server.config_path.write_text(json.dumps(server.config))
-    # when
-    served, checked = (
-        subprocess.run(
-            [sys.executable, "manage.py", command, "--config", str(server.config_path)],
-            cwd=ROOT,
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=COMMAND_SECONDS,
-            check=False,
-        )
-        for command in ("runbrain", "check_brain_config")
-    )
+    served, checked = serve_and_check(server)
     # then
     line = (
         "invalid tool provider: BRAIN_TOOL_PROVIDERS.sandbox.options: local sandbox: bubblewrap is not installed "
