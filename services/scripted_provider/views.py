@@ -59,8 +59,9 @@ def request_model(wire: str, path: str, body: dict[str, Any]) -> str:
 
 
 def streams(wire: str, body: dict[str, Any]) -> bool:
-    """Whether the reply is a stream: the route says so for Bedrock and Gemini, the body's flag elsewhere."""
-    return wire == bedrock.WIRE or wire in google.WIRES or bool(body.get("stream"))
+    """Whether the reply is a stream: the route says so for Bedrock, Gemini and Pi's messages, the
+    body's flag elsewhere."""
+    return wire in (bedrock.WIRE, pi_wire.WIRE) or wire in google.WIRES or bool(body.get("stream"))
 
 
 def view_request(wire: str, body: dict[str, Any], *, body_size: int, model: str = "") -> RequestView:

@@ -5,6 +5,7 @@ No Django: run with `-p no:django`. Helpers drive the RunnerFrame protocol over 
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import os
@@ -37,6 +38,25 @@ def runner_env() -> dict[str, str]:
 
 
 ScriptedProviderServer = ScriptedProvider  # the runner tests' name for the shared fixture class
+
+
+def _token_part(value: dict[str, Any]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+# What a ChatGPT sign-in hands Codex: a JWT whose auth claim names the account (unsigned here).
+CODEX_TEST_KEY = ".".join(
+    (
+        _token_part({"alg": "none"}),
+        _token_part({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-test"}}),
+        "sig",
+    )
+)
+
+
+def key_for_model(model: str) -> str:
+    """The key the tests give a model's provider: a ChatGPT access token for Codex, else `test-key`."""
+    return CODEX_TEST_KEY if model.startswith("openai-codex/") else "test-key"
 
 
 class RunnerProcess:
@@ -146,6 +166,7 @@ class RunnerProcess:
         reasoning_effort: str | None = None,
         api: str | None = None,
         session_id: str = "sess-1",
+        api_key: str | None = None,
     ) -> Frame:
         tools = tools if tools is not None else []
         config: dict[str, Any] = {"model": model, "tools": [t["name"] for t in tools]}
@@ -153,7 +174,7 @@ class RunnerProcess:
             config["instructions"] = instructions
         if reasoning_effort is not None:
             config["reasoning_effort"] = reasoning_effort
-        provider: dict[str, Any] = {"api_key": "test-key", "base_url": base_url}
+        provider: dict[str, Any] = {"api_key": api_key or key_for_model(model), "base_url": base_url}
         if api is not None:
             provider["api"] = api
         params = {

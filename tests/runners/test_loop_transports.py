@@ -8,7 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler, restore_checkpoint
+from conftest import (
+    CODEX_TEST_KEY,
+    ECHO_TOOL,
+    RunnerProcess,
+    ScriptedProviderServer,
+    echo_tool_handler,
+    restore_checkpoint,
+)
 
 ADD_TOOL = {
     "name": "add",
@@ -37,13 +44,18 @@ TRANSPORT_CASES = [
         None,
         "bedrock-converse-stream",
     ),
+    ("mistral_case", "mistral/mistral-large-latest", "mistral_base_url", None, "mistral-conversations"),
+    ("pi_messages_case", "radius/claude-sonnet-4-5", "radius_base_url", None, "pi-messages"),
+    ("openai_codex_case", "openai-codex/gpt-5.5", "codex_base_url", None, "openai-codex-responses"),
 ]
 
 
 def _tool_results_in(wire: str, body: dict[str, Any]) -> list[str]:
-    if wire == "openai-completions":
+    if wire in ("openai-completions", "mistral-conversations"):
         return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-    if wire == "openai-responses":
+    if wire == "pi-messages":
+        return [m["content"][0]["text"] for m in body["context"]["messages"] if m["role"] == "toolResult"]
+    if wire in ("openai-responses", "openai-codex-responses"):
         return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
     if wire in ("google-generative-ai", "google-vertex"):
         return [
@@ -124,7 +136,7 @@ def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
         if wire.startswith("google")
         else "authorization"
     )
-    assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key")
+    assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key", f"Bearer {CODEX_TEST_KEY}")
 
 
 def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
