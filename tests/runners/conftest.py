@@ -5,7 +5,6 @@ No Django: run with `-p no:django`. Helpers drive the RunnerFrame protocol over 
 
 from __future__ import annotations
 
-import base64
 import itertools
 import json
 import os
@@ -20,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import ScriptedProvider
+from tests.fixtures.provider import CODEX_TEST_KEY, ScriptedProvider
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Generous: the first turn of a transport imports its SDK (hundreds of ms, more on a busy box).
@@ -38,20 +37,6 @@ def runner_env() -> dict[str, str]:
 
 
 ScriptedProviderServer = ScriptedProvider  # the runner tests' name for the shared fixture class
-
-
-def _token_part(value: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
-
-
-# What a ChatGPT sign-in hands Codex: a JWT whose auth claim names the account (unsigned here).
-CODEX_TEST_KEY = ".".join(
-    (
-        _token_part({"alg": "none"}),
-        _token_part({"https://api.openai.com/auth": {"chatgpt_account_id": "acct-test"}}),
-        "sig",
-    )
-)
 
 
 def key_for_model(model: str) -> str:
