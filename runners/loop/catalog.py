@@ -45,6 +45,9 @@ IMPLEMENTED_TRANSPORTS = frozenset(
         "bedrock-converse-stream",
         "google-generative-ai",
         "google-vertex",
+        "mistral-conversations",
+        "pi-messages",
+        "openai-codex-responses",
     }
 )
 # Transports that tests/runners drives end to end against the scripted provider.
@@ -107,9 +110,18 @@ def _text_only() -> frozenset[str]:
 # Image types per transport: Gemini reads PNG, JPEG and WebP (not GIF); the others all four.
 _GOOGLE_IMAGE_TYPES = ("image/png", "image/jpeg", "image/webp")
 # Transports whose provider fetches an https image URL itself. Bedrock Converse takes bytes
-# only; the Gemini API's file_data takes only its own Files API URIs (Vertex AI takes https).
+# only; the Gemini API's file_data takes only its own Files API URIs (Vertex AI takes https);
+# Pi's messages carry base64 images only.
 _URL_TRANSPORTS = frozenset(
-    {"openai-completions", "openai-responses", "azure-openai-responses", "anthropic-messages", "google-vertex"}
+    {
+        "openai-completions",
+        "openai-responses",
+        "azure-openai-responses",
+        "openai-codex-responses",
+        "anthropic-messages",
+        "google-vertex",
+        "mistral-conversations",
+    }
 )
 
 

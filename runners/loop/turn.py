@@ -34,8 +34,9 @@ from .state import NativeState, OpenTurn
 
 __all__ = ["TurnIO", "run_turn"]
 
-# Providers whose endpoints accept `prompt_cache_key` (OpenAI's own APIs).
-_CACHE_KEY_PROVIDERS = frozenset({"openai", "azure"})
+# Providers that route their prompt cache by a per-session key: OpenAI's own APIs and the ChatGPT
+# backend of Codex (`prompt_cache_key`), and Radius (Pi's `sessionId` option).
+_CACHE_KEY_PROVIDERS = frozenset({"openai", "azure", "openai-codex", "radius"})
 
 
 class TurnIO(Protocol):

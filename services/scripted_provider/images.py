@@ -29,7 +29,7 @@ def _parts(wire: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     if wire in google.WIRES:
         messages = body.get("contents") or []
         key = "parts"
-    elif wire == "openai-responses":
+    elif wire in ("openai-responses", "openai-codex-responses"):
         messages = body.get("input") if isinstance(body.get("input"), list) else []
         key = "content"
     else:
@@ -58,7 +58,10 @@ def _check(wire: str, part: dict[str, Any]) -> str | None:
         image = part.get("image_url")
         if not isinstance(image, dict) or not _url(image.get("url")):
             return "Invalid image_url: expected an object with a data: or https url."
-    elif wire == "openai-responses" and part.get("type") == "input_image":
+    elif wire == "mistral-conversations" and part.get("type") == "image_url":
+        if not _url(part.get("image_url")):
+            return "Invalid image_url: expected a data: or https URL string."
+    elif wire in ("openai-responses", "openai-codex-responses") and part.get("type") == "input_image":
         if not _url(part.get("image_url")) or part.get("detail") not in ("low", "high", "auto"):
             return "Invalid input_image: image_url must be a data: or https URL and detail low, high or auto."
     elif wire == "anthropic-messages" and part.get("type") == "image":

@@ -1,7 +1,9 @@
 """A small asyncio HTTP/1.1 server in front of the script: model routes, request log, controls.
 
 Routes: POST `…/chat/completions`, `…/responses`, `…/messages`, `/model/{id}/converse-stream`,
-`…/models/{model}:streamGenerateContent` (any prefix, any model name);
+`…/models/{model}:streamGenerateContent` (any prefix, any model name), and under a marked prefix
+`…/mistral/…/chat/completions` (Mistral), `…/radius/…/messages` (Pi's messages),
+`…/codex/responses` (the ChatGPT backend's Responses);
 GET `/_requests` (every model request received, oldest first); POST `/_reset` (clear the log);
 POST `/_script` (replace the rules); GET `/_health`.
 """
@@ -15,7 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .script import Plan, Script, parse_script
-from .views import find_request_error, find_wire, parse_json_body, request_model, streams, view_request
+from .views import (
+    find_header_error,
+    find_request_error,
+    find_wire,
+    parse_json_body,
+    request_model,
+    streams,
+    view_request,
+)
 from .wire import (
     IdSource,
     error_body,
@@ -43,9 +53,21 @@ _LOGGED_HEADERS = (
     "anthropic-version",
     "content-type",
     "x-amz-date",
+    "chatgpt-account-id",
+    "openai-beta",
+    "originator",
+    "session_id",
+    "accept",
 )
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required", 413: "Payload Too Large"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    411: "Length Required",
+    413: "Payload Too Large",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +142,9 @@ class ScriptedProvider:
         }
         self.requests.append(entry)
         named = request_headers(wire, request_id)
+        refused = find_header_error(wire, request.headers)
+        if refused is not None:
+            return await _send_json(writer, 401, error_body(wire, 401, refused), named)
         problem = find_request_error(wire, body)
         if problem is not None:
             return await _send_json(writer, 400, error_body(wire, 400, problem), {**named, **error_headers(wire, 400)})

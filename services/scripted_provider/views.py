@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from . import bedrock, google
+from . import bedrock, google, mistral, pi_wire
 from .images import image_error
 from .script import RequestView, ToolResultView
 
 __all__ = [
+    "CODEX_WIRE",
     "WIRES",
+    "find_header_error",
     "find_request_error",
     "find_wire",
     "parse_json_body",
@@ -23,8 +25,10 @@ __all__ = [
     "view_request",
 ]
 
-# Path suffix → wire format name.
+CODEX_WIRE = "openai-codex-responses"  # the Responses wire of the ChatGPT backend
+# Path suffix → wire format name (first match wins).
 WIRES = {
+    "/codex/responses": CODEX_WIRE,
     "/chat/completions": "openai-completions",
     "/responses": "openai-responses",
     "/messages": "anthropic-messages",
@@ -38,6 +42,10 @@ def find_wire(path: str) -> str | None:
     wire = next((name for suffix, name in WIRES.items() if path.endswith(suffix)), None)
     if wire == google.WIRE and "/publishers/google/models/" in path:
         return google.VERTEX_WIRE
+    if wire == "openai-completions" and mistral.PATH_MARK in path:
+        return mistral.WIRE
+    if wire == "anthropic-messages" and pi_wire.PATH_MARK in path:
+        return pi_wire.WIRE
     return wire
 
 
@@ -51,8 +59,9 @@ def request_model(wire: str, path: str, body: dict[str, Any]) -> str:
 
 
 def streams(wire: str, body: dict[str, Any]) -> bool:
-    """Whether the reply is a stream: the route says so for Bedrock and Gemini, the body's flag elsewhere."""
-    return wire == bedrock.WIRE or wire in google.WIRES or bool(body.get("stream"))
+    """Whether the reply is a stream: the route says so for Bedrock, Gemini and Pi's messages, the
+    body's flag elsewhere."""
+    return wire in (bedrock.WIRE, pi_wire.WIRE) or wire in google.WIRES or bool(body.get("stream"))
 
 
 def view_request(wire: str, body: dict[str, Any], *, body_size: int, model: str = "") -> RequestView:
@@ -60,9 +69,11 @@ def view_request(wire: str, body: dict[str, Any], *, body_size: int, model: str 
         return bedrock.view_request(body, model=model, body_size=body_size)
     if wire in google.WIRES:
         return google.view_request(wire, body, model=model, body_size=body_size)
-    if wire == "openai-completions":
+    if wire == pi_wire.WIRE:
+        return pi_wire.view_request(body, body_size=body_size)
+    if wire in ("openai-completions", mistral.WIRE):
         system, users, results, every_user = _view_chat(body)
-    elif wire == "openai-responses":
+    elif wire in ("openai-responses", CODEX_WIRE):
         system, users, results, every_user = _view_responses(body)
     else:
         system, users, results, every_user = _view_messages(body)
@@ -83,8 +94,10 @@ def view_request(wire: str, body: dict[str, Any], *, body_size: int, model: str 
 def _asks_for_reasoning(wire: str, body: dict[str, Any]) -> bool:
     if wire == "openai-completions":
         return bool(body.get("reasoning_effort"))
-    if wire == "openai-responses":
+    if wire in ("openai-responses", CODEX_WIRE):
         return bool(body.get("reasoning"))
+    if wire == mistral.WIRE:
+        return mistral.asks_for_reasoning(body)
     thinking = body.get("thinking")
     return isinstance(thinking, dict) and thinking.get("type") == "enabled"
 
@@ -98,13 +111,29 @@ def find_request_error(wire: str, body: dict[str, Any]) -> str | None:
         return bedrock.request_error(body)
     if wire in google.WIRES:
         return google.request_error(body)
+    if wire == pi_wire.WIRE:
+        return pi_wire.request_error(body)
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "model is required"
     if wire == "openai-completions":
         return _chat_error(body)
-    if wire == "openai-responses":
+    if wire == mistral.WIRE:
+        return mistral.request_error(body)
+    if wire == CODEX_WIRE and (body.get("store") is not False or not isinstance(body.get("instructions"), str)):
+        return "Store must be set to false and instructions are required"
+    if wire in ("openai-responses", CODEX_WIRE):
         return _responses_error(body)
     return _messages_error(body)
+
+
+def find_header_error(wire: str, headers: dict[str, str]) -> str | None:
+    """The headers a wire cannot do without (answered with a 401, as the real services do)."""
+    if wire == CODEX_WIRE:
+        if not headers.get("chatgpt-account-id") or headers.get("openai-beta") != "responses=experimental":
+            return "the ChatGPT backend wants chatgpt-account-id and OpenAI-Beta: responses=experimental"
+    elif wire in (mistral.WIRE, pi_wire.WIRE) and not headers.get("authorization", "").startswith("Bearer "):
+        return "a Bearer key is required"
+    return None
 
 
 def _chat_error(body: dict[str, Any]) -> str | None:

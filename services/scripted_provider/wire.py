@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from . import bedrock, google
+from . import bedrock, google, mistral, pi_wire
 from .framing import IdSource, Step, pieces, signature, sse
 from .script import Plan
 
@@ -28,6 +28,9 @@ __all__ = [
     "stream_content_type",
 ]
 
+# The Responses wire, on the platform API and on the ChatGPT backend of Codex.
+_RESPONSES_WIRES = ("openai-responses", "openai-codex-responses")
+
 
 def render_stream(wire: str, plan: Plan, model: str, ids: IdSource, *, request_id: str) -> list[Step]:
     """`request_id` is this request's id at the provider (Gemini's `responseId`; the others send
@@ -36,9 +39,13 @@ def render_stream(wire: str, plan: Plan, model: str, ids: IdSource, *, request_i
         return bedrock.render_stream(plan, ids)
     if wire in google.WIRES:
         return google.render_stream(plan, model, request_id)
+    if wire == mistral.WIRE:
+        return mistral.render_stream(plan, model, ids)
+    if wire == pi_wire.WIRE:
+        return pi_wire.render_stream(plan, ids, request_id=request_id)
     if wire == "openai-completions":
         return _chat_stream(plan, model, ids)
-    if wire == "openai-responses":
+    if wire in _RESPONSES_WIRES:
         return _responses_stream(plan, model, ids)
     return _messages_stream(plan, model, ids)
 
@@ -64,7 +71,7 @@ def render_json(wire: str, plan: Plan, model: str, ids: IdSource) -> dict[str, A
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if plan.tool_calls else "stop"}],
             "usage": _chat_usage(plan),
         }
-    if wire == "openai-responses":
+    if wire in _RESPONSES_WIRES:
         return _response_object(plan, model, ids.next("resp"), _response_output(plan, ids), status="completed")
     return _message_object(plan, model, ids.next("msg"), _message_content(plan, ids), final=True)
 
@@ -93,6 +100,10 @@ def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
         return bedrock.error_body(status, message)
     if wire in google.WIRES:
         return google.error_body(status, message)
+    if wire == mistral.WIRE:
+        return mistral.error_body(status, message)
+    if wire == pi_wire.WIRE:
+        return pi_wire.error_body(status, message)
     client_error = 400 <= status < 500
     if wire == "anthropic-messages":
         default = "invalid_request_error" if client_error else "api_error"
@@ -108,9 +119,13 @@ def error_event(wire: str, message: str) -> bytes:
         return bedrock.error_event(message)
     if wire in google.WIRES:
         return google.error_event(message)
+    if wire == mistral.WIRE:
+        return mistral.error_event(message)
+    if wire == pi_wire.WIRE:
+        return pi_wire.error_event(message)
     if wire == "openai-completions":
         return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
-    if wire == "openai-responses":
+    if wire in _RESPONSES_WIRES:
         return sse(
             {"type": "error", "code": "server_error", "message": message, "param": None, "sequence_number": 0},
             event="error",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.provider import CODEX_TEST_KEY, LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, make_server, wait_for_turn_end
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
@@ -66,6 +66,22 @@ WIRES = [
         + (GEMINI_STYLE,),
         id="google_vertex_case",
     ),
+    pytest.param(
+        "mistral/mistral-small-latest",
+        ("mistral", "mistral-small-latest", "mistral-conversations", "unreported", "included")
+        + (["cache_read_tokens", "cache_write_tokens", "reasoning_tokens"], {"input_tokens": 57, "output_tokens": 12}),
+        id="mistral_conversations_case",
+    ),
+    pytest.param(
+        "radius/claude-sonnet-4-5",
+        ("radius", "claude-sonnet-4-5", "pi-messages", "separate", "included", ["reasoning_tokens"], ANTHROPIC_STYLE),
+        id="pi_messages_case",
+    ),
+    pytest.param(
+        "openai-codex/gpt-5.5",
+        ("openai-codex", "gpt-5.5", "openai-responses", "included", "included", ["cache_write_tokens"], OPENAI_STYLE),
+        id="openai_codex_responses_case",
+    ),
 ]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TURN_SECONDS = 60.0  # a wire's first turn imports its SDK in the runner; a busy machine is slow
@@ -88,8 +104,12 @@ def loop_brain(tmp_path_factory: pytest.TempPathFactory, provider: ScriptedProvi
         "amazon-bedrock": {**key, "base_url": provider.bedrock_base_url},
         "google": {**key, "base_url": provider.google_base_url},
         "google-vertex": {**key, "base_url": provider.google_base_url},
+        "mistral": {**key, "base_url": provider.mistral_base_url},
+        "radius": {**key, "base_url": provider.radius_base_url},
+        "openai-codex": {"api_key_env": "TEST_CODEX_TOKEN", "base_url": provider.codex_base_url},
     }
     server = make_server(tmp_path_factory.mktemp("brain"), harnesses={"loop": LOOP_HARNESS}, providers=providers)
+    server.env["TEST_CODEX_TOKEN"] = CODEX_TEST_KEY  # a ChatGPT access token, as Codex signs in
     server.start()
     yield server
     server.stop()

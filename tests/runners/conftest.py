@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import ScriptedProvider
+from tests.fixtures.provider import CODEX_TEST_KEY, ScriptedProvider
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 # Generous: the first turn of a transport imports its SDK (hundreds of ms, more on a busy box).
@@ -37,6 +37,11 @@ def runner_env() -> dict[str, str]:
 
 
 ScriptedProviderServer = ScriptedProvider  # the runner tests' name for the shared fixture class
+
+
+def key_for_model(model: str) -> str:
+    """The key the tests give a model's provider: a ChatGPT access token for Codex, else `test-key`."""
+    return CODEX_TEST_KEY if model.startswith("openai-codex/") else "test-key"
 
 
 class RunnerProcess:
@@ -146,6 +151,7 @@ class RunnerProcess:
         reasoning_effort: str | None = None,
         api: str | None = None,
         session_id: str = "sess-1",
+        api_key: str | None = None,
     ) -> Frame:
         tools = tools if tools is not None else []
         config: dict[str, Any] = {"model": model, "tools": [t["name"] for t in tools]}
@@ -153,7 +159,7 @@ class RunnerProcess:
             config["instructions"] = instructions
         if reasoning_effort is not None:
             config["reasoning_effort"] = reasoning_effort
-        provider: dict[str, Any] = {"api_key": "test-key", "base_url": base_url}
+        provider: dict[str, Any] = {"api_key": api_key or key_for_model(model), "base_url": base_url}
         if api is not None:
             provider["api"] = api
         params = {

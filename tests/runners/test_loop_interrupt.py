@@ -57,11 +57,21 @@ def test_interrupting_while_a_tool_call_waits_settles_cleanly(
     assert "slow" not in str(resumed)
 
 
+@pytest.mark.parametrize(
+    ("label", "model", "base"),
+    [
+        ("anthropic_case", "anthropic/claude-sonnet-4-5", "anthropic_base_url"),
+        ("mistral_case", "mistral/mistral-small-latest", "mistral_base_url"),
+        ("pi_messages_case", "radius/claude-sonnet-4-5", "radius_base_url"),
+        ("codex_case", "openai-codex/gpt-5.5", "codex_base_url"),
+    ],
+    ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
+)
 def test_interrupting_a_stalled_stream_cancels_it(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    label: str, model: str, base: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
 ) -> None:
     # given
-    runner.open("a1", tmp_path / "native", model="anthropic/claude-sonnet-4-5", base_url=provider.anthropic_base_url)
+    runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base))
     prompt_id = runner.start("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")
     runner.wait_for(lambda f: f.get("event") == "assistant.delta")
 

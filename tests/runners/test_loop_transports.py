@@ -8,7 +8,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer, echo_tool_handler, restore_checkpoint
+from conftest import (
+    CODEX_TEST_KEY,
+    ECHO_TOOL,
+    RunnerProcess,
+    ScriptedProviderServer,
+    echo_tool_handler,
+    restore_checkpoint,
+)
+
+
+class _AnyKey(str):
+    """Equal to any non-empty string: a per-session key the test cannot know in advance."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and bool(other)
+
+    __hash__ = str.__hash__
+
+
+ANY_KEY = _AnyKey("any")
 
 ADD_TOOL = {
     "name": "add",
@@ -37,13 +56,18 @@ TRANSPORT_CASES = [
         None,
         "bedrock-converse-stream",
     ),
+    ("mistral_case", "mistral/mistral-large-latest", "mistral_base_url", None, "mistral-conversations"),
+    ("pi_messages_case", "radius/claude-sonnet-4-5", "radius_base_url", None, "pi-messages"),
+    ("openai_codex_case", "openai-codex/gpt-5.5", "codex_base_url", None, "openai-codex-responses"),
 ]
 
 
 def _tool_results_in(wire: str, body: dict[str, Any]) -> list[str]:
-    if wire == "openai-completions":
+    if wire in ("openai-completions", "mistral-conversations"):
         return [m["content"] for m in body["messages"] if m["role"] == "tool"]
-    if wire == "openai-responses":
+    if wire == "pi-messages":
+        return [m["content"][0]["text"] for m in body["context"]["messages"] if m["role"] == "toolResult"]
+    if wire in ("openai-responses", "openai-codex-responses"):
         return [i["output"] for i in body["input"] if i.get("type") == "function_call_output"]
     if wire in ("google-generative-ai", "google-vertex"):
         return [
@@ -124,7 +148,7 @@ def test_it_runs_a_turn_with_parallel_tool_calls_on_each_transport(
         if wire.startswith("google")
         else "authorization"
     )
-    assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key")
+    assert requests[0]["headers"][expected_key_header] in ("test-key", "Bearer test-key", f"Bearer {CODEX_TEST_KEY}")
 
 
 def test_it_sends_the_default_instructions_and_tools_with_a_stable_prefix(
@@ -212,6 +236,21 @@ def test_it_uses_the_configured_instructions_and_the_key_from_open(
             "google_base_url",
             "low",
             ("generationConfig", {"thinkingConfig": {"thinking_budget": 2048}}),
+        ),
+        ("mistral_case", "mistral/magistral-medium-latest", "mistral_base_url", "high", ("prompt_mode", "reasoning")),
+        (
+            "pi_messages_case",
+            "radius/claude-opus-5",
+            "radius_base_url",
+            "max",
+            ("options", {"reasoning": "xhigh", "sessionId": ANY_KEY}),
+        ),
+        (
+            "openai_codex_case",
+            "openai-codex/gpt-5.5",
+            "codex_base_url",
+            "low",
+            ("reasoning", {"effort": "low", "summary": "auto"}),
         ),
     ],
     ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
@@ -342,3 +381,127 @@ def test_reasoning_items_are_replayed_verbatim_and_survive_a_restore(
     restored.prompt("b1", "more", turn="t2")
     original_body, restored_body = provider.bodies()
     assert original_body == restored_body
+
+
+@pytest.mark.parametrize(
+    ("label", "model", "base", "effort"),
+    [
+        ("mistral_case", "mistral/magistral-medium-latest", "mistral_base_url", "medium"),
+        ("pi_messages_case", "radius/claude-sonnet-4-5", "radius_base_url", "high"),
+        ("openai_codex_case", "openai-codex/gpt-5.5", "codex_base_url", "medium"),
+    ],
+    ids=["mistral_case", "pi_messages_case", "openai_codex_case"],
+)
+def test_reasoning_of_mistral_pi_and_codex_goes_back_verbatim_and_survives_a_restore(
+    label: str,
+    model: str,
+    base: str,
+    effort: str,
+    spawn_runner: Callable[..., RunnerProcess],
+    provider: ScriptedProviderServer,
+    tmp_path: Path,
+) -> None:
+    # given a reasoning turn with a tool call
+    runner = spawn_runner()
+    runner.open(
+        "a1",
+        tmp_path / "native",
+        model=model,
+        base_url=getattr(provider, base),
+        tools=[ECHO_TOOL],
+        reasoning_effort=effort,
+    )
+    reply, seen = runner.prompt("a1", 'call echo {"text": "r"}', turn="t1", tool_handler=echo_tool_handler)
+    files = runner.checkpoint("a1")
+
+    # then the reasoning never reached the visible text, and the follow-up carried it back
+    assert reply["result"] == {}
+    assert "Considering" not in "".join(f["data"]["text"] for f in seen if f.get("event") == "assistant.delta")
+    follow_up = provider.bodies()[1]
+    thought = 'Considering call echo {"text": "r"}'
+    if label == "mistral_case":
+        assistant = follow_up["messages"][2]
+        assert assistant["content"] == [
+            {"type": "thinking", "thinking": [{"type": "text", "text": thought}]},
+            {"type": "text", "text": "Calling echo."},
+        ]
+        assert assistant["tool_calls"][0]["id"] == follow_up["messages"][3]["tool_call_id"]
+    elif label == "pi_messages_case":
+        assistant = follow_up["context"]["messages"][1]
+        assert [b["type"] for b in assistant["content"]] == ["thinking", "text", "toolCall"]
+        assert assistant["content"][0]["thinking"] == thought
+        assert assistant["content"][0]["thinkingSignature"].startswith("sig:")
+    else:
+        kinds = [i.get("type", "message") for i in follow_up["input"]]
+        assert kinds == ["message", "reasoning", "message", "function_call", "function_call_output"]
+        assert provider.requests()[1]["headers"]["session_id"] == follow_up["prompt_cache_key"]
+
+    # and a restored copy sends the byte-identical request
+    restore_checkpoint(tmp_path / "native", tmp_path / "restored", files)
+    provider.reset()
+    runner.prompt("a1", "more", turn="t2")
+    restored = spawn_runner()
+    restored.open(
+        "b1",
+        tmp_path / "restored",
+        model=model,
+        base_url=getattr(provider, base),
+        tools=[ECHO_TOOL],
+        reasoning_effort=effort,
+    )
+    restored.prompt("b1", "more", turn="t2")
+    original_body, restored_body = provider.bodies()
+    assert original_body == restored_body
+
+
+def test_a_codex_key_that_is_not_a_chatgpt_token_fails_the_turn_before_any_request(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given a platform API key where a ChatGPT access token belongs
+    runner.open(
+        "a1", tmp_path / "native", model="openai-codex/gpt-5.5", base_url=provider.codex_base_url, api_key="sk-1"
+    )
+
+    # when
+    reply, seen = runner.prompt("a1", "hi", turn="t1")
+
+    # then
+    assert reply["error"] == {
+        "code": "provider_error",
+        "message": "openai-codex: the API key is not a ChatGPT access token "
+        "(a JWT whose auth claim names the chatgpt_account_id)",
+    }
+    assert provider.requests() == []
+    assert [f.get("event") for f in seen] == []
+
+
+def test_pi_messages_refuses_an_https_image_and_sends_a_data_image_as_base64(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given
+    runner.open("a1", tmp_path / "native", model="radius/claude-sonnet-4-5", base_url=provider.radius_base_url)
+    pixel = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+
+    # when
+    refused = runner.request(
+        "a1",
+        "prompt",
+        {"text": "look", "media": [{"type": "image/png", "url": "https://example.com/a.png"}]},
+        turn="t1",
+    )
+    taken = runner.request(
+        "a1",
+        "prompt",
+        {"text": "look", "media": [{"type": "image/png", "url": f"data:image/png;base64,{pixel}"}]},
+        turn="t2",
+    )
+
+    # then
+    assert refused["error"]["code"] == "brain_error"
+    assert "cannot fetch image URLs" in refused["error"]["message"]
+    assert taken["result"] == {}
+    (body,) = provider.bodies()
+    assert body["context"]["messages"][-1]["content"] == [
+        {"type": "text", "text": "look"},
+        {"type": "image", "data": pixel, "mimeType": "image/png"},
+    ]

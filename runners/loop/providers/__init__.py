@@ -25,6 +25,9 @@ TRANSPORTS = {
     "bedrock-converse-stream": ("runners.loop.providers.bedrock_converse", "BedrockConverse"),
     "google-generative-ai": ("runners.loop.providers.google_genai", "GoogleGenerativeAI"),
     "google-vertex": ("runners.loop.providers.google_genai", "GoogleVertex"),
+    "mistral-conversations": ("runners.loop.providers.mistral_conversations", "MistralConversations"),
+    "pi-messages": ("runners.loop.providers.pi_messages", "PiMessages"),
+    "openai-codex-responses": ("runners.loop.providers.openai_codex_responses", "OpenAICodexResponses"),
 }
 # Open connections kept across all sessions of the host.
 MAX_CONNECTIONS = 64

@@ -38,6 +38,8 @@ ENCODED_ITEMS = TRANSPORT + ".encoded"  # derived key: the items of one message 
 
 
 class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
+    PATH = "/responses"
+
     @classmethod
     def create(cls, endpoint: Endpoint, http_client: httpx.AsyncClient) -> OpenAIResponses:
         client = openai.AsyncOpenAI(**client_options(endpoint, http_client), default_headers=cls._headers(endpoint))
@@ -65,6 +67,10 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
                 pieces.append(encoded)
         settings = encode_body(self._settings(request))  # a non-empty object: b'{"model":...}'
         return b'{"input":[' + b",".join(pieces) + b"]," + settings[1:]
+
+    def _request_headers(self, request: ModelRequest) -> dict[str, str] | None:
+        """Headers of one request on top of the client's (none here)."""
+        return None
 
     def _settings(self, request: ModelRequest) -> JSONObject:
         """Every body member but `input`."""
@@ -97,7 +103,8 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
         final: Any = None
         meter.expect(USAGE)
         try:
-            response = await open_stream(self._client, "/responses", self.encode_request(request))
+            body, headers = self.encode_request(request), self._request_headers(request)
+            response = await open_stream(self._client, self.PATH, body, headers)
             try:
                 async for event in openai_events(provider, response):
                     kind = event.get("type")
@@ -105,7 +112,7 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
                         delta = event.get("delta")
                         if delta:
                             await on_text(delta)
-                    elif kind == "response.completed" or kind == "response.incomplete":
+                    elif kind in _FINAL_EVENTS:
                         final = event.get("response")
                     elif kind == "response.failed":
                         meter_openai_usage(meter, (event.get("response") or {}).get("usage"), RESPONSES_USAGE)
@@ -124,6 +131,8 @@ class OpenAIResponses(ClientProvider[openai.AsyncOpenAI]):
         return _generation(final)
 
 
+# Events that carry the finished response (the ChatGPT backend of Codex may send `response.done`).
+_FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.done"})
 # (input, its details, output, its details) as Responses and Chat Completions name them.
 RESPONSES_USAGE = ("input_tokens", "input_tokens_details", "output_tokens", "output_tokens_details")
 COMPLETIONS_USAGE = ("prompt_tokens", "prompt_tokens_details", "completion_tokens", "completion_tokens_details")
@@ -147,9 +156,18 @@ def meter_openai_usage(meter: RequestMeter, usage: object, names: tuple[str, str
     )
 
 
-async def open_stream(client: openai.AsyncOpenAI, path: str, body: bytes) -> httpx.Response:
+async def open_stream(
+    client: openai.AsyncOpenAI, path: str, body: bytes, headers: dict[str, str] | None = None
+) -> httpx.Response:
     """POST through the SDK (auth, retries, status errors) and hand back the unread stream."""
-    response = await client.post(path, body=body, cast_to=httpx.Response, stream=True, stream_cls=None)
+    response = await client.post(
+        path,
+        body=body,
+        cast_to=httpx.Response,
+        options={"headers": headers} if headers else {},
+        stream=True,
+        stream_cls=None,
+    )
     assert isinstance(response, httpx.Response)  # cast_to=httpx.Response: the SDK returns it as is
     return response
 
