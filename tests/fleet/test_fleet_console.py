@@ -131,3 +131,31 @@ def _status(server: BrainServer, session_id: str, wanted: str) -> str:
                 break
             time.sleep(0.05)
     return status
+
+
+def test_an_operator_on_another_instance_decides_from_the_approvals_own_page(
+    fleet: Callable[[str], BrainServer],
+) -> None:
+    # given: a session owned by A, waiting for an approval; an operator of B's admin on its page
+    a, b = fleet("brain-a"), fleet("brain-b")
+    session_id = create_session(a, tools=["guarded_echo"])["id"]
+    accepted = send_ok(a, session_id, PROMPT)
+    approval_id = _pending(a, session_id)["approval_id"]
+    create_superuser(b)
+    with AdminClient(b) as operator:
+        operator.login()
+        page = operator.page(f"/admin/sessions_app/approval/{approval_id}/change/")
+        form = re.search(r'id="approval-decision" action="([^"]+)"', page)
+        assert form is not None, page[:3000]
+
+        # when the operator rejects it with the page's form
+        decided = operator.post(form.group(1), {"decision": "reject", "reason": "not today"})
+        events = wait_for_turn_end(a, session_id, accepted["id"])
+
+    # then the form went to the session's route, which B forwarded to the owner, A
+    assert form.group(1) == f"/admin/sessions_app/session/{session_id}/approvals/{approval_id}/decide/"
+    assert decided.status_code == 302
+    approvals = [event["data"] for event in events if event["type"] == "approval.decided"]
+    assert [(item["decision"], item["decided_by"], item["reason"]) for item in approvals] == [
+        ("rejected", "operator", "not today")
+    ]
