@@ -32,6 +32,9 @@ RUNTIME_CODE = (
     "toolkits",
     "manage.py",
 )
+# Sources compiled to WebAssembly components: they run inside the component, not in a Python
+# install, and import the bindings their build generates (wit_world, componentize_py_types).
+COMPONENT_SOURCES = ("examples/components",)
 # Tests and checks only: none of these belongs in a runtime install.
 DEV_ONLY = frozenset(
     {
@@ -49,6 +52,7 @@ DEV_ONLY = frozenset(
         "django-stubs",
         "websockets",
         "pyyaml",
+        "componentize-py",
     }
 )
 # name[extras]==version, optionally followed by a comment
@@ -85,6 +89,7 @@ def _imports() -> dict[str, set[str]]:
     for root in RUNTIME_CODE:
         path = ROOT / root
         files = [path] if path.is_file() else [p for p in path.rglob("*.py") if "__pycache__" not in p.parts]
+        files = [p for p in files if not any(p.is_relative_to(ROOT / source) for source in COMPONENT_SOURCES)]
         for file in files:
             for node in ast.walk(ast.parse(file.read_text(), filename=str(file))):
                 if isinstance(node, ast.Import):
