@@ -12,13 +12,13 @@ from foundation.hostconfig import HostConfig
 from sessions_app.records import SessionRecord
 from sessions_app.storage import SessionStorage
 from tools_app.bindings import CredentialSource, ProviderBindings, RuntimeTools
-from tools_app.executors import ExecutorHub
-from tools_app.providers.registry import ProviderRegistry
-from tools_app.tool_path import ToolPath
 from tools_app.environments.kind import PlacedTools
+from tools_app.executors import ExecutorHub
 from tools_app.invocation import CallContext, ToolKind
 from tools_app.invocation.path import Target
 from tools_app.invocation.results import Invocation
+from tools_app.providers.registry import ProviderRegistry
+from tools_app.tool_path import ToolPath
 
 from .session_reads import OwnSession
 

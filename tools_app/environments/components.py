@@ -20,7 +20,7 @@ from .kind import ComponentRun
 __all__ = ["ComponentCatalog"]
 
 
-def _no_events(kind: str, data: object) -> Awaitable[None]:
+async def _no_events(kind: str, data: object) -> None:
     raise RuntimeError("this call takes no events")
 
 
@@ -35,7 +35,7 @@ class ComponentCatalog:
         if not self._environments:
             return
         try:
-            from toolkits import wasm  # type: ignore[attr-defined]  # built beside this package
+            from toolkits import wasm
         except ImportError as exc:  # a configured feature that is not built refuses to start
             raise ConfigError(f"brain environments need the WebAssembly runtime (toolkits.wasm): {exc}") from exc
         problems: list[str] = []
@@ -70,17 +70,17 @@ class ComponentCatalog:
     ) -> ComponentRun:
         """One call of the component exporting `tool`, with the workspace granted as `grant`
         ("" grants nothing); the workspace directory is created on first use."""
-        from toolkits import wasm  # type: ignore[attr-defined]  # built beside this package
+        from toolkits import wasm
 
         settings = self._environments[environment]
         path = self._tools.get((environment, tool))
         if path is None:
             return ComponentRun("error", None, f"no component of {environment!r} exports {tool!r}")
-        grants = []
+        grants: list[wasm.WorkspaceGrant] = []
         if grant:
             directory = Path(workspace)
             await asyncio.to_thread(directory.mkdir, parents=True, exist_ok=True)
-            grants.append(wasm.WorkspaceGrant(path=directory, mode=grant))
+            grants.append(wasm.WorkspaceGrant(path=directory, mode="read" if grant == "read" else "read-write"))
         limits = wasm.ComponentLimits(
             deadline_s=settings.limits.deadline_seconds,
             memory_bytes=settings.limits.memory_bytes,
