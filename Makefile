@@ -102,6 +102,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/scale_bench.py
 	$(BIN)/python bench/load_bench.py
 	$(BIN)/python bench/reconnect_bench.py
+	$(BIN)/python bench/wasm_bench.py
 	$(BIN)/python bench/persistence_bench.py
 	$(BIN)/python bench/executor_bench.py
 	$(BIN)/python bench/spawn_bench.py

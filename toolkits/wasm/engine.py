@@ -22,6 +22,8 @@ HOST_INTERFACE = "brain:tool/host@0.1.0"
 # What a component may import: the host interface and WASI 0.2 (served with the grants only).
 ALLOWED_IMPORT_PREFIXES = (HOST_INTERFACE, "wasi:")
 REQUIRED_EXPORTS = ("tools", "call")
+WASM_MAGIC = b"\0asm"
+CORE_MODULE_VERSION = b"\x01\0\0\0"  # a component's header has version 0x0d and layer 1 instead
 # A component is loaded into the worker's memory whole; CPython built as a component is ~18 MB.
 MAX_COMPONENT_BYTES = 128 * 1024 * 1024
 # The artifact's format belongs to the Wasmtime build and the engine settings below.
@@ -64,6 +66,11 @@ def load_component(engine: wasmtime.Engine, path: Path, *, cache_dir: Path | Non
     otherwise compiled (seconds for a large one) and cached. ComponentError when it is not a
     WebAssembly component of the tool world."""
     data = _read_component_file(path)
+    # Checked here: wasmtime would read bytes without the header as WebAssembly text.
+    if not data.startswith(WASM_MAGIC):
+        raise ComponentError(f"{path} is not a WebAssembly component: it has no WebAssembly header")
+    if data[4:8] == CORE_MODULE_VERSION:
+        raise ComponentError(f"{path} is not a WebAssembly component: it is a core module")
     key = hashlib.sha256(ARTIFACT_VERSION.encode() + b"\0" + data).hexdigest()
     directory = _private_cache_dir(cache_dir) if cache_dir is not None else None
     artifact = directory / f"{key}.cwasm" if directory is not None else None
