@@ -1,5 +1,5 @@
 """Committed extension events: what a placed tool's implementation emits while it runs (a host
-function's `ctx.emit`, a component's host import, a service's `event: emit` SSE frame).
+function's `ctx.emit` through its executor's replies, a component's host import).
 
 Each is checked (its kind's shape, its data's encoded size, the call's count) and appended to the
 session's log as a retained `tool.event` tied to the call before the emitter is answered, so an
