@@ -95,6 +95,7 @@ class BrainApp:
             inspections=InspectionGrants(grant=self.tokens.grant_inspection, revoke=self.tokens.revoke_inspection),
             approvals=ApprovalPolicy(config.approvals, admin_loader=tools_db.aload_approval_rules),
             public_url=config.public_url,
+            environments=config.environments,
         )
         local_executors = LocalExecutors.of(config.limits)
         # a fleet (`cluster` block): leases, input journal, routing, relay; else the solo stand-in

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, NamedTuple, NoReturn, TypedDict
+from typing import Any, NamedTuple, NoReturn, NotRequired, TypedDict
 
 from runners.accounting import MODEL_REQUEST
 
@@ -151,11 +151,14 @@ class PromptResult(TypedDict, total=False):
 
 
 class ToolCallParams(TypedDict):
-    """A runner's reverse `tool.call`: the runner's own call id (TOOL_CALL_ID), tool, arguments."""
+    """A runner's reverse `tool.call`: the runner's own call id (TOOL_CALL_ID), tool, arguments;
+    for a placed tool (config.placement) the environment the harness chose and the canonical
+    input, unwrapped from any selector the model saw."""
 
     id: str
     name: str
     arguments: JSONObject
+    environment: NotRequired[str]
 
 
 class ContentPart(TypedDict, total=False):

@@ -13,6 +13,7 @@ from foundation.session_ids import canonical_session_id
 from runners.media import Media, MediaError, is_data_url, read_media
 from tools_app import db as tools_db
 from tools_app.bindings import check_bindings
+from tools_app.environments.checks import check_placement
 from tools_app.vault import MODEL_CREDENTIAL_ALIAS, CredentialVault, SealedCredential, describe
 
 from . import db
@@ -92,10 +93,25 @@ async def create_session(
         hub=engine.executors,
         providers=engine.providers,
     )
-    values = _credential_values(credentials or [], aliases={binding["alias"] for binding in bindings.bindings})
+    aliases = {binding["alias"] for binding in bindings.bindings}
+    values = _credential_values(credentials or [], aliases=aliases)
     descriptors = await engine.registry.adescriptors_for(principal.tenant, tools)
     if descriptors is None:
         raise Forbidden(unavailable(await engine.registry.aunavailable_to(principal.tenant, tools)))
+    placement = None
+    if config.get("placement") is not None:
+        taken = {*tools, *(descriptor["name"] for descriptor in bindings.descriptors)}
+        placement = await check_placement(
+            config.pop("placement"),
+            tenant=principal.tenant,
+            offered={environment.name: environment for environment in engine.config.environments},
+            taken=taken,
+            aliases=set(aliases),
+            hub=engine.executors,
+            exports=engine.tool_path.components.exports,
+            service_schemas={binding.name: binding.descriptor()["input_schema"] for binding in engine.config.tools},
+        )
+        config["placement"] = placement.saved
     if bindings.bindings:
         config["bindings"] = bindings.bindings
     record = SessionRecord.new(
@@ -104,7 +120,7 @@ async def create_session(
         tenant=principal.tenant,
         harness=harness,
         config=cast(SessionConfig, config),  # checked above and by the request's schema
-        descriptors=[*descriptors, *bindings.descriptors],
+        descriptors=[*descriptors, *bindings.descriptors, *(placement.descriptors if placement else ())],
     )
     if parent is not None:
         record.parent_session, record.parent_call, record.depth = parent.id, parent_call, parent.depth + 1
@@ -115,7 +131,7 @@ async def create_session(
         await _store_credentials(engine, record, values)
     else:
         await engine.create(record)
-    for executor in bindings.executors:
+    for executor in [*bindings.executors, *(placement.executors if placement else ())]:
         engine.executors.bind(executor, record.id)
     return record
 

@@ -59,6 +59,7 @@ class SessionConfig(TypedDict):
     instructions: NotRequired[str | None]
     reasoning_effort: NotRequired[str | None]
     bindings: NotRequired[Sequence[Mapping[str, object]] | None]
+    placement: NotRequired[Mapping[str, Any] | None]  # tool environments (tools_app.environments)
 
 
 class CheckpointRef(TypedDict):

@@ -22,6 +22,7 @@ __all__ = [
     "EventList",
     "Input",
     "Media",
+    "Placement",
     "ModelCredential",
     "SendAccepted",
     "Session",
@@ -42,12 +43,49 @@ class ToolBinding(StrictSchema):
     runtime: list[Tool] | None = None
 
 
+class PlacedTool(StrictSchema):
+    """A placed tool's canonical definition (the same in every placement of it)."""
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    options_schema: dict[str, Any] | None = None
+
+
+class ToolPlacement(StrictSchema):
+    tool: PlacedTool
+    env: str
+    options: Any = None
+
+
+class EnvironmentBinding(StrictSchema):
+    name: str
+    executor: str | None = None
+    filesystem: dict[str, str] | None = None
+
+
+class Presentation(StrictSchema):
+    mode: Literal["policy", "selector"]
+    choose: dict[str, str] | None = None
+
+
+class Placement(StrictSchema):
+    """Environments the session binds and its tools placed in them (additive to the contract;
+    immutable after create)."""
+
+    environments: list[EnvironmentBinding]
+    tools: list[ToolPlacement]
+    presentation: Presentation | None = None
+
+
 class SessionConfig(StrictSchema):
     model: str
     tools: list[str]
     instructions: str | None = None
     reasoning_effort: str | None = None
     bindings: list[ToolBinding] | None = None
+    placement: Placement | None = None  # additive: tool environments (README, "Tool environments")
 
 
 class CredentialInput(StrictSchema):

@@ -20,6 +20,7 @@ from foundation.session_ids import canonical_session_id
 
 from .app_object import request_brain
 from .bindings import ALIAS, compile_runtime_tools, runtime_descriptors
+from .environments.checks import placed_descriptors
 from .executors import Executor, normalized_tools
 from .providers.tasks import db as tasks_db
 from .relay import ExecutorRelay
@@ -107,6 +108,11 @@ async def register_executor(request: HttpRequest, body: ExecutorRegistration) ->
         else:
             config = (await brain.engine.get_actor(principal.tenant, session)).record.config
         saved = next((b for b in config.get("bindings", ()) if b.get("alias") == body.binding), None)
+        placement = config.get("placement") or {}
+        if saved is None and any(
+            e.get("executor") for e in placement.get("environments", ()) if e["name"] == body.binding
+        ):
+            saved = {"runtime": placed_descriptors(placement, body.binding)}  # a host environment's executor
         if saved is None:
             raise Conflict(f"session has no runtime binding {body.binding!r}")
         if normalized_tools(saved.get("runtime") or []) != normalized_tools(tools):
@@ -189,8 +195,17 @@ async def executor_commands(request: HttpRequest, id: ExecutorId) -> NoReturn:
     auth=ExecutorAuth(),
 )
 async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> StatusBody:
+    hub = request_brain(request).executors
+    if body.event is not None:  # an extension event: answered once it is in the session's log
+        if body.progress is not None or body.result is not None:
+            raise InvalidRequest("a reply carries an event alone")
+        event = body.event
+        await hub.emit(
+            executor_of(request), connection=body.connection, call_id=body.call_id, kind=event.kind, data=event.data
+        )
+        return {"status": "committed"}
     result = body.result.model_dump(exclude_none=True) if body.result is not None else None
-    request_brain(request).executors.reply(
+    hub.reply(
         executor_of(request), connection=body.connection, call_id=body.call_id, progress=body.progress, result=result
     )
     return {"status": "accepted"}

@@ -324,16 +324,21 @@ class LocalExecutors:
             if not future.done():
                 future.cancel()
 
-    def reply(
-        self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
-    ) -> None:
-        """Progress or the one result of a call, from the connection it was dispatched on."""
+    def pending(self, executor: Executor, *, connection: str, call_id: str) -> _Call:
+        """The call dispatched on `connection` that has no result yet (409 otherwise)."""
         current = executor.connection
         if current is None or current.id != connection:
             raise Conflict("stale executor connection")
         call = executor.calls.get(call_id)
         if call is None or call.connection != connection or call.future.done():
             raise Conflict("no such pending call on this connection (unsolicited or duplicate)")
+        return call
+
+    def reply(
+        self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
+    ) -> None:
+        """Progress or the one result of a call, from the connection it was dispatched on."""
+        call = self.pending(executor, connection=connection, call_id=call_id)
         if result is None and progress is None:
             raise Conflict("a reply carries progress or a result")
         if progress is not None:

@@ -11,9 +11,10 @@ the sessions of this process alone.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
+from foundation.errors import Conflict, InvalidRequest
 from foundation.hostconfig import Limits
 from foundation.schema_workers import SchemaWorkers
 from runners.protocol import ToolDescriptor
@@ -127,6 +128,8 @@ class ExecutorHub:
     def __init__(self, local: LocalExecutors | None = None, *, remote: RemoteExecutors | None = None) -> None:
         self.local = local if local is not None else LocalExecutors()
         self.remote: RemoteExecutors = remote if remote is not None else SoloExecutors(self.local)
+        # the running placed calls' extension events, by call id (tools_app.environments.events)
+        self._emitters: dict[str, Callable[[str, object], Awaitable[None]]] = {}
 
     @classmethod
     def of(cls, limits: Limits, *, remote: RemoteExecutors | None = None) -> ExecutorHub:
@@ -216,6 +219,33 @@ class ExecutorHub:
         self, executor: Executor, *, connection: str, call_id: str, progress: object = None, result: object = None
     ) -> None:
         self.local.reply(executor, connection=connection, call_id=call_id, progress=progress, result=result)
+
+    # -- extension events of placed calls --------------------------------------------------
+
+    def expect_events(self, call_id: str, emit: Callable[[str, object], Awaitable[None]] | None) -> str:
+        """While a placed call runs, its executor's `event` replies reach `emit` (the token
+        given back ends that)."""
+        if emit is not None:
+            self._emitters[call_id] = emit
+        return call_id
+
+    def forget_events(self, token: str) -> None:
+        self._emitters.pop(token, None)
+
+    async def emit(self, executor: Executor, *, connection: str, call_id: str, kind: str, data: object) -> None:
+        """An executor's extension event of a pending call, committed to the session's log
+        before this returns: 409 for a call that is not pending (or whose session this process
+        does not own), 400 for an event refused (kind, size, count)."""
+        from .environments.events import EmitRefused  # the environments import this module
+
+        self.local.pending(executor, connection=connection, call_id=call_id)
+        emitter = self._emitters.get(call_id)
+        if emitter is None:
+            raise Conflict("this call takes no events here: it is not a placed call of a session this instance owns")
+        try:
+            await emitter(kind, data)
+        except EmitRefused as exc:
+            raise InvalidRequest(str(exc)) from None
 
     # -- calls -----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ __all__ = [
     "Content",
     "ExecutorCredential",
     "ExecutorRegistration",
+    "ExtensionEvent",
     "Reply",
     "Result",
     "Status",
@@ -80,11 +81,19 @@ class Result(StrictSchema):
     structured_content: object = None
 
 
+class ExtensionEvent(StrictSchema):
+    """A placed call's extension event (additive to the contract): answered once committed."""
+
+    kind: str
+    data: object = None
+
+
 class Reply(StrictSchema):
     connection: str
     call_id: str
     progress: object = None
     result: Result | None = None
+    event: ExtensionEvent | None = None  # additive: Brain answers once the event is committed
 
 
 class Call(WireSchema):

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from foundation.hostconfig import EnvironmentConfig
 from foundation.schema_workers import SchemaWorkers
 
+from .environments.components import ComponentCatalog
 from .invocation.approvals import ApprovalPolicy
 from .invocation.config_tools import ConfigTools, InspectionGrants
 from .invocation.path import CallContext, ToolKind, invoke_tool
@@ -25,9 +27,17 @@ class ToolPath:
     """Runs calls: a session's kinds first, then the config tools, which answer for any other
     name; approval is asked when a config tool requires it or `approvals` match the call."""
 
-    def __init__(self, config_tools: ConfigTools, *, approvals: ApprovalPolicy | None = None) -> None:
+    def __init__(
+        self,
+        config_tools: ConfigTools,
+        *,
+        approvals: ApprovalPolicy | None = None,
+        components: ComponentCatalog | None = None,
+    ) -> None:
         self.config_tools = config_tools
         self.approvals = approvals if approvals is not None else ApprovalPolicy()
+        # the brain environments' components (none without brain environments)
+        self.components = components if components is not None else ComponentCatalog(())
 
     async def invoke_call(
         self, context: CallContext, name: str, arguments: object, *, kinds: Sequence[ToolKind] = ()
@@ -53,11 +63,12 @@ def assemble_tool_path(
     public_url: str = "",
     header_timeout: float | None = None,
     transports: Mapping[str, Transport] | None = None,
+    environments: Sequence[EnvironmentConfig] = (),
 ) -> ToolPath:
     """The path over `registry`'s config tools. The header deadline defaults to
     $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s; `transports` replaces transport instances by name
     (fault tests inject clients with httpx.MockTransport). The config tools' values are checked
-    on a pool of the path's own."""
+    on a pool of the path's own. `environments`' brain components are checked now (ConfigError)."""
     config_tools = ConfigTools(
         registry.entry,
         transports=Transports(transports),
@@ -67,4 +78,4 @@ def assemble_tool_path(
         public_url=public_url.rstrip("/"),
         schemas=SchemaWorkers(name="brain-config-schemas"),
     )
-    return ToolPath(config_tools, approvals=approvals)
+    return ToolPath(config_tools, approvals=approvals, components=ComponentCatalog(environments))

@@ -12,6 +12,7 @@ from .base import MAX_CONFIG_BYTES, ConfigError
 from .cluster import ClusterConfig, FleetSecret, check_cluster
 from .cors import CorsConfig
 from .environment import Secrets, load_config_and_secrets, resolve_secrets
+from .environments import ENVIRONMENT_KINDS, ENVIRONMENT_NAME, ComponentLimitsConfig, EnvironmentConfig, EnvironmentKind
 from .harnesses import Harness, Provider
 from .limits import Limits
 from .model import HostConfig, examine_host_config, load_host_config, parse_host_config
@@ -31,6 +32,11 @@ __all__ = [
     "TOOL_NAME",
     "TOOL_TRANSPORTS",
     "ConfigError",
+    "ComponentLimitsConfig",
+    "ENVIRONMENT_KINDS",
+    "ENVIRONMENT_NAME",
+    "EnvironmentConfig",
+    "EnvironmentKind",
     "ClusterConfig",
     "CorsConfig",
     "CredentialKeys",

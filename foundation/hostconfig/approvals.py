@@ -20,9 +20,10 @@ __all__ = ["APPROVAL_KINDS", "MAX_APPROVAL_RULES", "ApprovalRule", "ToolKindName
 
 # The kinds a call resolves to: the host config's and the admin's tools (http, mcp, rest and
 # provider-backed), a session's provider bindings (`<alias>_<operation>`), a session's runtime
-# executor tools (`<alias>_<name>`).
-ToolKindName = Literal["config", "provider", "runtime"]
-APPROVAL_KINDS: tuple[ToolKindName, ...] = ("config", "provider", "runtime")
+# executor tools (`<alias>_<name>`), a session's placed tools run as WebAssembly components (a
+# placed tool in a host environment is "runtime", in a service environment "config").
+ToolKindName = Literal["config", "provider", "runtime", "component"]
+APPROVAL_KINDS: tuple[ToolKindName, ...] = ("config", "provider", "runtime", "component")
 MAX_APPROVAL_RULES = 256  # every call of every session is matched against them, in order
 MAX_PATTERNS = 64  # per rule
 # A tool name pattern: a tool name's characters with `*` (any run) and `?` (one character);

@@ -16,6 +16,7 @@ from .approvals import MAX_APPROVAL_RULES, ApprovalRule
 from .base import MAX_CONFIG_BYTES, ConfigError, FieldProblem, StrictModel, check_url
 from .cluster import ClusterConfig
 from .cors import CorsConfig
+from .environments import MAX_ENVIRONMENTS, EnvironmentConfig
 from .harnesses import Harness, Provider
 from .limits import Limits
 from .model_credentials import REFERENCE_NAME, ModelCredentialConfig
@@ -36,6 +37,8 @@ class HostConfig(StrictModel):
     # model keys declared by name for sessions' `model_credential.reference` (model_credentials.py)
     model_credentials: dict[str, ModelCredentialConfig] = Field(default_factory=dict)
     tools: list[ToolBindingConfig] = Field(default_factory=list)
+    # where sessions' placed tools run (foundation.hostconfig.environments)
+    environments: list[EnvironmentConfig] = Field(default_factory=list, max_length=MAX_ENVIRONMENTS)
     # approval rules over every kind of tool (foundation.hostconfig.approvals), first match wins
     approvals: list[ApprovalRule] = Field(default_factory=list, max_length=MAX_APPROVAL_RULES)
     limits: Limits = Field(default_factory=Limits)
@@ -74,6 +77,19 @@ class HostConfig(StrictModel):
             if binding.name in seen:
                 raise FieldProblem(f"tools[{index}].name", f"duplicate tool name {binding.name!r}")
             seen.add(binding.name)
+        return self
+
+    @model_validator(mode="after")
+    def _environments(self) -> HostConfig:
+        tools = {binding.name for binding in self.tools}
+        seen: set[str] = set()
+        for index, environment in enumerate(self.environments):
+            if environment.name in seen:
+                raise FieldProblem(f"environments[{index}].name", f"duplicate environment {environment.name!r}")
+            seen.add(environment.name)
+            for placed, tool in environment.services.items():
+                if tool not in tools:
+                    raise FieldProblem(f"environments[{index}].services.{placed}", f"no tool {tool!r} in tools")
         return self
 
     @model_validator(mode="after")

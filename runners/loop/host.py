@@ -310,6 +310,8 @@ class Host:
             future: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
             self._pending_calls[frame_id] = future
             params: ToolCallParams = {"id": call.id, "name": call.name, "arguments": call.arguments}
+            if call.environment:
+                params["environment"] = call.environment
             try:
                 await self.out.send(
                     {

@@ -52,6 +52,7 @@ class ToolCall:
     id: str
     name: str
     arguments: JSONObject
+    environment: str = ""  # a placed tool's, named on dispatch only (never in the context)
 
 
 @dataclass(frozen=True, slots=True)

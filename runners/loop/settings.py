@@ -9,6 +9,7 @@ from runners.protocol import JSONObject
 
 from .errors import BrainFailure
 from .messages import ToolSpec
+from .placement import Placed, parse_placement
 
 __all__ = ["DEFAULT_INSTRUCTIONS", "SessionSettings", "parse_open_params"]
 
@@ -25,6 +26,7 @@ class SessionSettings:
     reasoning_effort: str
     tools: tuple[ToolSpec, ...]
     provider: JSONObject = field(repr=False)  # api_key, base_url?, api?
+    placed: Placed = field(default_factory=Placed)  # the session's placed tools (config.placement)
 
 
 def parse_open_params(params: object) -> SessionSettings:
@@ -39,14 +41,16 @@ def parse_open_params(params: object) -> SessionSettings:
     provider = params.get("provider") or {}
     if not isinstance(provider, dict):
         raise BrainFailure("open params provider must be an object")
+    placed = parse_placement(config)
     return SessionSettings(
         session_id=str(params.get("session_id", "")),
         directory=Path(directory),
         model=config["model"],
         instructions=str(config.get("instructions") or DEFAULT_INSTRUCTIONS),
         reasoning_effort=str(config.get("reasoning_effort") or "off"),
-        tools=_tool_specs(params.get("tools") or []),
+        tools=tuple(map(placed.present, _tool_specs(params.get("tools") or []))),
         provider=dict(provider),
+        placed=placed,
     )
 
 

@@ -102,7 +102,7 @@ async def _loop(
         turn.add_generation(generation)
         await io.emit("assistant.message", _message_data(generation))
         if generation.tool_calls:
-            results = await _call_tools(generation.tool_calls, io)
+            results = await _call_tools(tuple(map(settings.placed.dispatch, generation.tool_calls)), io)
             for result in results:
                 turn.add_tool_result(result)
             if any(result.end_turn for result in results):

@@ -11,7 +11,6 @@ import contextlib
 import shutil
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 from fleet_app.ownership import SoloOwnership
 from foundation.errors import Conflict, NotFound, Overloaded, Unavailable
@@ -24,7 +23,7 @@ from sessions_app.eventlog import CorruptLog, RecordTooLarge
 from sessions_app.harness.pool import Attachment
 from sessions_app.records import SessionRecord
 from sessions_app.storage import CheckpointError, SessionStorage
-from tools_app.bindings import CredentialSource, ProviderBindings, RuntimeTools, no_credentials
+from tools_app.bindings import CredentialSource, no_credentials
 from tools_app.executors import ExecutorHub
 from tools_app.invocation import ToolKind
 from tools_app.providers.registry import ProviderRegistry
@@ -42,7 +41,7 @@ from .pubsub import SubscriberSlots
 from .residency import Residency
 from .retooling import journaled_changes
 from .session_host import Stateful
-from .session_reads import OwnSession
+from .session_kinds import session_kinds
 from .toolcalls import ToolCalls
 from .turnslots import TurnSlot, TurnSlots
 from .writebehind import WriteBehind
@@ -280,13 +279,12 @@ class Engine:
             log.close()
             logger.error("session checkpoints damaged", extra={"session_id": session_id, "error": str(exc)})
             raise SessionDamaged(f"session {session_id} cannot be loaded: its checkpoint journal is damaged") from exc
-        bindings = record.config.get("bindings")
         tool_calls = ToolCalls(
             self.tool_path,
             tenant=record.tenant,
             session_id=record.id,
             tools=tuple(record.config.get("tools", ())),
-            bindings=self._session_bindings(record, bindings) if bindings else (),
+            bindings=self._session_bindings(record),
             sequential=self._tool_execution(record.harness) == "sequential",
             approvals=Approvals(tenant=record.tenant, session_id=record.id),
         )
@@ -305,25 +303,9 @@ class Engine:
             actor.settle_restored()  # spec: a session loaded from the archive waits for a resume
         return actor
 
-    def _session_bindings(self, record: SessionRecord, bindings: list[dict[str, Any]]) -> tuple[ToolKind, ...]:
-        """The session's runtime executor tools and provider bindings (which read it alone)."""
-        session_id = record.id
-
-        def loaded() -> SessionActor | None:
-            return self.actors.get(session_id)
-
-        providers = ProviderBindings(
-            bindings,
-            self.providers,
-            schemas=self.executors.schemas,
-            descriptors=record.descriptors,
-            credentials=self.binding_credentials,
-            session=OwnSession(
-                lambda: actor.record if (actor := loaded()) is not None else None,
-                lambda: actor.log if (actor := loaded()) is not None else None,
-            ),
-        )
-        return (RuntimeTools(bindings, self.executors), providers)
+    def _session_bindings(self, record: SessionRecord) -> tuple[ToolKind, ...]:
+        """The session's runtime executor tools, provider bindings and placed tools."""
+        return session_kinds(self, record, self.actors.get)
 
     def _tool_execution(self, harness: str) -> str:
         settings = self.config.harnesses.get(harness)

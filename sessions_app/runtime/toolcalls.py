@@ -16,6 +16,7 @@ from foundation.logs import logger
 from foundation.telemetry import TurnTrace
 from runners.protocol import END_TURN
 from sessions_app.eventlog import RecordTooLarge, new_id, public_message
+from tools_app.environments.events import CallEvents
 from tools_app.invocation import (
     ApprovalGate,
     CallCancelled,
@@ -31,6 +32,8 @@ from tools_app.tool_path import ToolPath
 from .approvals import Approvals
 
 __all__ = ["ToolCallTurn", "ToolCalls"]
+
+MAX_ENVIRONMENT_CHARS = 32  # an environment name's longest (foundation.hostconfig.ENVIRONMENT_NAME)
 
 
 class ToolCallTurn(Protocol):
@@ -90,8 +93,13 @@ class ToolCalls:
         call_id = new_id()
         name = params.get("name", "")
         arguments = params.get("arguments")
+        environment = params.get("environment")
+        environment = environment[:MAX_ENVIRONMENT_CHARS] if isinstance(environment, str) else ""
+        start: dict[str, Any] = {"id": call_id, "name": name, "arguments": arguments}
+        if environment:  # a placed tool's call names the environment the harness chose
+            start["environment"] = environment
         try:
-            turn.record_event("tool.call", {"id": call_id, "name": name, "arguments": arguments}, input_id=input_id)
+            turn.record_event("tool.call", start, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             turn.fail_running_turn(public_message(exc))
             return error_result("tool call could not be recorded")
@@ -101,6 +109,17 @@ class ToolCalls:
             if turn.current_input_id == input_id:
                 turn.record_event("tool.progress", {"call_id": call_id, "data": data}, input_id=input_id)
 
+        def record(type_: str, data: object) -> None:  # an extension event (CallEvents checks it)
+            if turn.current_input_id != input_id:
+                raise RuntimeError("the turn of this call is over")
+            try:
+                turn.record_event(type_, data, input_id=input_id)
+            except (OSError, RecordTooLarge) as exc:
+                turn.fail_running_turn(public_message(exc))
+                raise
+
+        events = CallEvents(record, call_id=call_id, environment=environment)
+
         context = CallContext(
             tenant=self._tenant,
             session_id=self._session_id,
@@ -109,13 +128,20 @@ class ToolCalls:
             progress=progress,
             traceparent=call_trace.traceparent if call_trace is not None else traceparent,
             approval=self._approval_gate(turn, input_id=input_id, call_id=call_id),
+            environment=environment,
+            emit=events.emit if environment else None,
         )
-        invocation = await self._dispatch(context, name, arguments)
+        try:
+            invocation = await self._dispatch(context, name, arguments)
+        finally:
+            events.close()
         result = invocation.result
         if call_trace is not None:  # an unknown name is the model's text: keep it out of metric labels
             known = name in self._tools or any(name in kind for kind in self._bindings)
             call_trace.end(name if known else "unknown", is_error=result.get("is_error") is True)
-        data = {"call_id": call_id, "result": result, "outcome": invocation.outcome.value}
+        data: dict[str, Any] = {"call_id": call_id, "result": result, "outcome": invocation.outcome.value}
+        if environment:
+            data["environment"] = environment
         try:
             for type_, event in invocation.events:  # what the tool shows the user, before its result
                 turn.record_event(type_, event, input_id=input_id)

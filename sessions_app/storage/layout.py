@@ -6,6 +6,8 @@
     <data_dir>/sessions/<id>/running             present while a turn may run
     <data_dir>/sessions/<id>/uploaded.json       what the archive holds (persistence_app)
     <data_dir>/sessions/<id>/lease_epoch         in a fleet: the lease epoch this copy was written under
+    <data_dir>/sessions/<id>/workspace/          the workspace a brain environment may grant its
+                                                 components (created on first use; not archived)
 
 The runtime and persistence both reach a session's files through SessionStorage (the
 sessions root) and SessionFiles (one directory). Blocking file I/O, no Django, no asyncio.
@@ -37,6 +39,7 @@ __all__ = [
 ]
 
 EVENT_LOG = "events.jsonl"
+WORKSPACE = "workspace"  # a brain environment's per-session workspace directory
 RUNNING_MARKER = "running"  # in the session directory while a turn may run; restarts settle these
 UPLOADED = "uploaded.json"
 LEASE_EPOCH = "lease_epoch"  # decimal; a copy whose epoch is not the lease's is stale
@@ -81,6 +84,10 @@ class SessionFiles:
     @property
     def running_marker(self) -> Path:
         return self.directory / RUNNING_MARKER
+
+    @property
+    def workspace(self) -> Path:
+        return self.directory / WORKSPACE
 
     @property
     def checkpoints(self) -> CheckpointStore:

@@ -21,7 +21,7 @@ from foundation.hostconfig import ToolKindName
 from foundation.schema_workers import SchemaWorkers
 
 from .approvals import ApprovalPolicy, RulesUnavailable
-from .results import Invocation, detail
+from .results import Invocation, Outcome, detail
 
 __all__ = ["ApprovalGate", "CallContext", "Dispatch", "Target", "ToolKind", "invoke_tool"]
 
@@ -46,6 +46,9 @@ class CallContext:
     progress: Callable[[object], None]
     traceparent: str = ""  # W3C trace context of the turn, forwarded to the tool when set
     approval: ApprovalGate | None = None  # None: calls of tools that require approval are refused
+    environment: str = ""  # the environment the harness named for a placed tool ("" for others)
+    # a placed tool's extension events: returns once the event is committed (EmitRefused otherwise)
+    emit: Callable[[str, object], Awaitable[None]] | None = None
 
 
 # A kind's dispatch of one checked, approved call: sends it once and checks the result.
@@ -65,6 +68,7 @@ class Target:
     provider: str = ""
     require_approval: bool = False
     approval_timeout_seconds: int = 0
+    invalid_input: Outcome = Outcome.ERROR  # a placed tool's refused input is `invalid_input`
 
 
 class ToolKind(Protocol):
@@ -95,7 +99,9 @@ async def invoke_tool(
     if isinstance(target, Invocation):
         return target
     if not isinstance(arguments, dict):
-        return Invocation.failed(f"invalid arguments for {name}: arguments must be a JSON object")
+        return Invocation.failed(
+            f"invalid arguments for {name}: arguments must be a JSON object", outcome=target.invalid_input
+        )
     try:  # off the loop, within the validation budgets: a tenant's schema decides the cost
         problem = await target.schemas.first_error(target.arguments, arguments)
     except Overloaded as exc:
@@ -103,7 +109,8 @@ async def invoke_tool(
     if problem is not None:
         where = "/".join(str(part) for part in problem.absolute_path)
         return Invocation.failed(
-            detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}")
+            detail(f"invalid arguments for {name}{' at ' + where if where else ''}: {problem.message}"),
+            outcome=target.invalid_input,
         )
     wait = target.approval_timeout_seconds if target.require_approval else None
     if wait is None and approvals is not None:

@@ -51,6 +51,10 @@ class Outcome(StrEnum):
     TIMEOUT = "timeout"  # the deadline passed; the remote outcome is unknown
     CANCELLED = "cancelled"  # an interrupt or close stopped it
     UNKNOWN = "unknown"  # it may have run; its result cannot be established
+    # a placed tool's input its schema refuses: nothing was executed
+    INVALID_INPUT = "invalid_input"
+    # a placed tool's successful output its output schema refuses: the model sees an error instead
+    INVALID_OUTPUT = "invalid_output"
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,13 @@ LATER_SDK_COMPONENTS = frozenset({"Media", "ModelCredential"})
 # Additive fields (documented in the README) of the contract's request schemas: each optional (a
 # 2.0.0 client never sends it), exactly a reference to its additive component, then removed
 # before the comparison with the contract proper.
-ADDITIVE_FIELDS = {("Input", "config"): "ConfigChange"}  # session.configure's change
+ADDITIVE_FIELDS = {
+    ("Input", "config"): "ConfigChange",  # session.configure's change
+    ("SessionConfig", "placement"): "Placement",  # tool environments (README, "Tool environments")
+    ("Reply", "event"): "ExtensionEvent",  # a placed call's committed extension event
+}
+# The components only additive fields use, beside the fields' own.
+ADDITIVE_FIELD_PARTS = frozenset({"PlacedTool", "ToolPlacement", "EnvironmentBinding", "Presentation"})
 
 # Additive operations (documented in the README): served beside the contract's, never changing
 # one of them. Each is checked for its operationId, the contract's bearer security and error
@@ -58,6 +64,7 @@ ADDITIVE_COMPONENTS = frozenset(
         "TaskPage",
         *LATER_SDK_COMPONENTS,
         *ADDITIVE_FIELDS.values(),
+        *ADDITIVE_FIELD_PARTS,
     }
 )
 

@@ -1,0 +1,100 @@
+"""Tool environments through a non-owner instance of a fleet: a session created on A places a tool
+in a host environment (its executor on A) and in a component; its turn is sent and its events are
+read through B, which forwards to A; the environments, the outcomes and the committed extension
+events are what a single instance records."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
+from tests.fixtures.services import PostgresServer, RedisServer
+from tests.fleet.support import fleet_factory
+from toolkits.authoring import brain_env, component, create_placed_session, host_env, tool
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPONENT = ROOT / "examples" / "components" / "workspace_reader" / "workspace_reader.wasm"
+MODEL = "openai/gpt-4.1-mini"
+READ_INPUT = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
+
+
+def test_a_placed_session_works_through_an_instance_that_does_not_own_it(
+    brain_factory: Callable[..., BrainServer],
+    postgres_server: PostgresServer,
+    redis_server: RedisServer,
+    scripted_provider: ScriptedProvider,
+    tmp_path: Path,
+) -> None:
+    assert COMPONENT.is_file(), f"the example component is missing: {COMPONENT}"
+    fleet = fleet_factory(
+        brain_factory,
+        postgres_server,
+        tmp_path,
+        lease_seconds=5,
+        database_prefix="brain_envs",
+        environment={"BRAIN_CHANNEL_REDIS": redis_server.url},
+        config={
+            "harnesses": {"loop": LOOP_HARNESS},
+            "providers": {"openai": {"api_key_env": "TEST_OPENAI_KEY", "base_url": scripted_provider.openai_base_url}},
+            "environments": [
+                {"name": "app", "kind": "host", "tenants": ["acme"]},
+                {
+                    "name": "reader",
+                    "kind": "brain",
+                    "tenants": ["acme"],
+                    "components": [str(COMPONENT)],
+                    "grants": {"workspace": ["read"]},
+                },
+            ],
+        },
+    )
+    a, b = fleet("brain-a"), fleet("brain-b")
+    scripted_provider.reset()
+
+    def read_here(arguments: Any, ctx: Any) -> dict[str, Any]:
+        ctx.emit("host_read", {"path": arguments["path"]})
+        return {"path": arguments["path"], "bytes": 4, "text": "host"}
+
+    read_file = tool(name="read_file", description="Read.", input=READ_INPUT, run=read_here, implementation=component())
+    # given: a session created on A (A owns it and holds its host executor)
+    placed = create_placed_session(
+        a.sdk(),
+        harness="loop",
+        config={"model": MODEL, "tools": []},
+        placements=[
+            read_file(env=host_env("app")),
+            read_file(env=brain_env("reader", filesystem={"workspace": "read"})),
+        ],
+        presentation="selector",
+    )
+    try:
+        workspace = a.data_dir / "sessions" / placed.id / "workspace"
+        workspace.mkdir(parents=True)
+        (workspace / "notes.txt").write_text("on A")
+
+        # when: B takes the turn and serves its events
+        prompt = "\n".join(
+            [
+                'call read_file {"environment": "app", "input": {"path": "notes.txt"}}',
+                'call read_file {"environment": "reader", "input": {"path": "notes.txt"}}',
+            ]
+        )
+        accepted = send_ok(b, placed.id, prompt)
+        wait_for_turn_end(b, placed.id, accepted["id"], timeout=60)
+        events = [event for event in history(b, placed.id) if event.get("input_id") == accepted["id"]]
+
+        # then
+        results = {e["data"]["environment"]: e["data"] for e in events if e["type"] == "tool.result"}
+        assert {env: result["outcome"] for env, result in results.items()} == {"app": "ok", "reader": "ok"}
+        assert results["reader"]["result"]["structured_content"]["text"] == "on A"
+        kinds = sorted((e["data"]["environment"], e["data"]["kind"]) for e in events if e["type"] == "tool.event")
+        assert kinds == [("app", "host_read"), ("reader", "read_started")]
+    finally:
+        placed.close()
