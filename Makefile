@@ -13,6 +13,8 @@ STATIC_MANIFEST := staticfiles/staticfiles.json
 # The older published client (requirements-client-2.0.txt), beside the venv: see `test`.
 CLIENT_2_0 := $(VENV)/clients/aex-brain-2.0.0
 CLIENT_2_0_STAMP := $(CLIENT_2_0)/.installed
+# The pi harness's Node packages (runners/pi/package-lock.json), installed exactly by `npm ci`.
+PI_STAMP := runners/pi/node_modules/.package-lock.json
 STATIC_SOURCES := $(shell find brainsite sessions_app tools_app persistence_app -path '*/static/*' -type f 2>/dev/null)
 
 .PHONY: run cluster test bootstrap dev-bootstrap system-packages demo-packages lint typecheck bench drill fleet-drill drain-drill clean
@@ -34,7 +36,11 @@ $(CLIENT_2_0_STAMP): requirements-client-2.0.txt $(STAMP)
 $(STATIC_MANIFEST): $(STAMP) $(STATIC_SOURCES)
 	BRAIN_STATIC_ROOT= $(BIN)/python manage.py collectstatic --noinput --clear --verbosity 0
 
-bootstrap: $(STAMP) $(STATIC_MANIFEST)
+$(PI_STAMP): runners/pi/package.json runners/pi/package-lock.json
+	cd runners/pi && npm ci --no-audit --no-fund --loglevel=error
+	touch $(PI_STAMP)
+
+bootstrap: $(STAMP) $(STATIC_MANIFEST) $(PI_STAMP)
 
 dev-bootstrap: bootstrap $(DEV_STAMP)
 
@@ -123,4 +129,4 @@ drain-drill: $(DEV_STAMP) system-packages
 	$(BIN)/python bench/drain_drill.py --rounds 20
 
 clean:
-	rm -rf $(VENV) .brain .brain-archive staticfiles
+	rm -rf $(VENV) .brain .brain-archive staticfiles runners/pi/node_modules

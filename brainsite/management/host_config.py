@@ -23,6 +23,7 @@ __all__ = [
     "load_checked_config",
     "migrate_database",
     "prepare_command",
+    "refuse_unstartable_harnesses",
     "refusing_bad_providers",
 ]
 
@@ -130,3 +131,13 @@ def refusing_bad_providers() -> Iterator[None]:
         yield
     except ProviderConfigError as exc:
         raise CommandError(f"invalid tool provider: {exc}") from exc
+
+
+def refuse_unstartable_harnesses(config: HostConfig) -> None:
+    """A configured harness whose runtime is missing (the pi harness without Node 20.6+ or its
+    packages) refuses the command in one line, before anything listens."""
+    from sessions_app.harness.pi_check import pi_harness_problems
+
+    problems = pi_harness_problems(config.harnesses)
+    if problems:
+        raise CommandError(f"cannot start: {'; '.join(problems)}")

@@ -73,11 +73,15 @@ def child_environment(command: list[str], home: Path) -> dict[str, str]:
 
 def resolve_command(command: list[str]) -> list[str]:
     """A bare `python` means the interpreter Brain itself runs on; relative paths that exist
-    resolve from Brain's working directory, because the child runs in a private one."""
+    resolve from Brain's working directory, because the child runs in a private one, and else
+    from the project's root (`node runners/pi/src/main.mjs` wherever Brain was started)."""
     resolved = [sys.executable if command[0] in ("python", "python3") else command[0]]
     for argument in command[1:]:
-        if not argument.startswith("-") and not Path(argument).is_absolute() and Path(argument).exists():
-            argument = str(Path(argument).resolve())
+        if not argument.startswith("-") and not Path(argument).is_absolute():
+            if Path(argument).exists():
+                argument = str(Path(argument).resolve())
+            elif (PROJECT_ROOT / argument).exists():
+                argument = str(PROJECT_ROOT / argument)
         resolved.append(argument)
     if "/" in resolved[0] and not Path(resolved[0]).is_absolute():
         resolved[0] = str(Path(resolved[0]).resolve())

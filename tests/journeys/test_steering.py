@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 from brain import BrainError
 
-from tests.fixtures.provider import ScriptedProvider
+from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
 from tests.fixtures.server import INSTANT_RUNNER, BrainServer, history, wait_for_status
-from tests.support.live_turns import has, loop_brain, settled, wait_for
+from tests.support.live_turns import has, loop_brain, settled, stall_tool, wait_for
 from tests.tools.servers import LoopbackServer, ToolZoo
 
 pytestmark = pytest.mark.client
@@ -60,14 +60,18 @@ def _outline(events: list[dict[str, Any]]) -> list[str]:
     ]
 
 
+@pytest.mark.parametrize("harness", sorted(AGENT_HARNESSES))
 def test_a_steer_reaches_the_running_turn_after_its_tool_result_exactly_once(
     brain_factory: Callable[..., BrainServer],
     scripted_provider: ScriptedProvider,
     zoo_server: tuple[ToolZoo, LoopbackServer],
+    harness: str,
 ) -> None:
-    # given a loop turn waiting for a tool that answers in a few seconds
-    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
-    session_id = _create(server)
+    # given a turn waiting for a tool that answers in a few seconds
+    server = brain_factory(
+        harnesses=AGENT_HARNESSES, providers=scripted_provider.providers(), tools=[stall_tool(zoo_server[1].url)]
+    )
+    session_id = _create(server, harness)
     turn = server.sdk().send(session_id, {"type": "user.message", "text": STALL_CALL})
     wait_for(server, session_id, has("tool.call"))
     # when guidance is sent as a steer

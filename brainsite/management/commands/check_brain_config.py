@@ -7,7 +7,12 @@ from typing import TYPE_CHECKING
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from brainsite.management.host_config import install_providers, load_checked_config, refusing_bad_providers
+from brainsite.management.host_config import (
+    install_providers,
+    load_checked_config,
+    refuse_unstartable_harnesses,
+    refusing_bad_providers,
+)
 
 if TYPE_CHECKING:
     from foundation.hostconfig import HostConfig
@@ -23,6 +28,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: str, **options: object) -> None:
         config, _ = load_checked_config(str(options["config"]))
+        refuse_unstartable_harnesses(config)
         providers = install_providers(config)
         installed = sorted(providers)
         with refusing_bad_providers():

@@ -15,6 +15,7 @@ from brainsite.management.host_config import (
     install_providers,
     load_checked_config,
     migrate_database,
+    refuse_unstartable_harnesses,
     refusing_bad_providers,
 )
 
@@ -49,6 +50,7 @@ class Command(BaseCommand):
     def handle(self, *args: str, **options: object) -> None:
         config_path = str(options["config"])
         config, secrets = load_checked_config(config_path)
+        refuse_unstartable_harnesses(config)  # a harness whose runtime is missing refuses startup
         providers = install_providers(config)  # before listening: a bad one refuses startup
         os.environ["BRAIN_CONFIG"] = config_path
         # Sessions are private: the data dir, logs, checkpoints, native files (the harness children

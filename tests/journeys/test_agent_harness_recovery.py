@@ -1,5 +1,5 @@
-"""Journeys on the real `loop` harness against the scripted provider: context across restarts,
-resume after kill -9 of the server, and a runner killed mid-turn."""
+"""Journeys on the real agent-loop harnesses (`loop` and `pi`) against the scripted provider:
+context across restarts, resume after kill -9 of the server, and a runner killed mid-turn."""
 
 from __future__ import annotations
 
@@ -10,19 +10,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+import pytest
+
+from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, wait_for_status
 
 TURN_TIMEOUT = 30.0
+# What a harness's runner process has on its command line.
+RUNNER_MARKERS = {"loop": b"runners.loop", "pi": b"runners/pi/src/main.mjs"}
+
+
+@pytest.fixture(params=sorted(AGENT_HARNESSES))
+def harness(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
 
 
 def _loop_brain(factory: Callable[..., BrainServer], provider: ScriptedProvider) -> BrainServer:
-    return factory(harnesses={"loop": LOOP_HARNESS}, providers=provider.providers())
+    return factory(harnesses=AGENT_HARNESSES, providers=provider.providers())
 
 
-def _create(server: BrainServer, model: str = "openai/gpt-4.1-mini") -> str:
+def _create(server: BrainServer, harness: str, model: str = "openai/gpt-4.1-mini") -> str:
     with server.client() as client:
-        response = client.post("/sessions", json={"harness": "loop", "config": {"model": model, "tools": []}})
+        response = client.post("/sessions", json={"harness": harness, "config": {"model": model, "tools": []}})
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
 
@@ -53,7 +62,7 @@ def _reply(server: BrainServer, session_id: str, text: str) -> str:
     return "".join(e["data"]["text"] for e in events if e["type"] == "assistant.message")
 
 
-def _runner_pids(server: BrainServer) -> list[int]:
+def _runner_pids(server: BrainServer, harness: str) -> list[int]:
     assert server.process is not None
     pids = []
     for entry in Path("/proc").iterdir():
@@ -65,7 +74,7 @@ def _runner_pids(server: BrainServer) -> list[int]:
         except OSError:
             continue
         parent = next(line.split()[1] for line in status.splitlines() if line.startswith("PPid:"))
-        if int(parent) == server.process.pid and b"runners.loop" in cmdline:
+        if int(parent) == server.process.pid and RUNNER_MARKERS[harness] in cmdline:
             pids.append(int(entry.name))
     return pids
 
@@ -79,12 +88,12 @@ def _wait_for_model_request(provider: ScriptedProvider, text: str) -> None:
     raise AssertionError(f"the provider never saw {text!r}")
 
 
-def test_a_loop_conversation_keeps_its_context_across_a_server_restart(
-    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
+def test_a_conversation_keeps_its_context_across_a_server_restart(
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given
     brain = _loop_brain(brain_factory, scripted_provider)
-    session_id = _create(brain)
+    session_id = _create(brain, harness)
     assert _reply(brain, session_id, "Hello there").startswith("Hello!")
     assert _reply(brain, session_id, "Tell me a fun fact").startswith("Fun fact")
     # when
@@ -97,12 +106,12 @@ def test_a_loop_conversation_keeps_its_context_across_a_server_restart(
     assert -1 not in positions and positions == sorted(positions)  # the whole history, in order
 
 
-def test_a_loop_turn_cut_by_kill_9_comes_back_interrupted_and_resumes_without_it(
-    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
+def test_a_turn_cut_by_kill_9_comes_back_interrupted_and_resumes_without_it(
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given
     brain = _loop_brain(brain_factory, scripted_provider)
-    session_id = _create(brain)
+    session_id = _create(brain, harness)
     assert _reply(brain, session_id, "Hello there").startswith("Hello!")
     stalled = _send(brain, session_id, "[stall] think about this for a long time")
     _wait_for_model_request(scripted_provider, "think about this")
@@ -121,16 +130,16 @@ def test_a_loop_turn_cut_by_kill_9_comes_back_interrupted_and_resumes_without_it
 
 
 def test_a_runner_killed_mid_turn_fails_the_turn_and_resume_restores_the_context(
-    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given
     brain = _loop_brain(brain_factory, scripted_provider)
-    session_id = _create(brain, model="anthropic/claude-sonnet-4-5")
+    session_id = _create(brain, harness, model="anthropic/claude-sonnet-4-5")
     assert _reply(brain, session_id, "Hello there").startswith("Hello!")
     stalled = _send(brain, session_id, "[stall] a question that never ends")
     _wait_for_model_request(scripted_provider, "never ends")
     # when
-    for pid in _runner_pids(brain):
+    for pid in _runner_pids(brain, harness):
         os.kill(pid, signal.SIGKILL)
     events = _turn_events(brain, session_id, stalled)
     # then

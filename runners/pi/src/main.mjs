@@ -1,0 +1,18 @@
+// `node runners/pi/src/main.mjs`: serve RunnerFrames on stdin/stdout until stdin closes.
+// stdout carries frames only; diagnostics go to stderr.
+
+import { installFetchCounter } from "./metering.mjs";
+
+// Pi's packages need Node 20.6 or later.
+const MINIMUM_NODE = [20, 6];
+
+const [major, minor] = process.versions.node.split(".").map(Number);
+if (major < MINIMUM_NODE[0] || (major === MINIMUM_NODE[0] && minor < MINIMUM_NODE[1])) {
+  process.stderr.write(`pi: Node ${MINIMUM_NODE.join(".")} or later is needed; this is ${process.versions.node}\n`);
+  process.exit(1);
+}
+
+installFetchCounter();
+const { Host } = await import("./host.mjs");
+const status = await new Host(process.stdout).serve(process.stdin);
+process.exitCode = status;

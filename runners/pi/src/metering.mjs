@@ -1,0 +1,89 @@
+// What one model request cost and how it went: the `model.request` record (runners/accounting.py
+// holds the shape and Brain's checks). HTTP attempts are counted by a wrapper around the global
+// fetch that pi-ai's provider SDKs call, finding the request in flight through async context, so
+// the SDKs' own retries are seen; the provider's request id comes from pi-ai's onResponse hook.
+
+import { AsyncLocalStorage } from "node:async_hooks";
+import { randomUUID } from "node:crypto";
+
+// Retries pi-ai's SDK clients make after the first attempt (their default, set explicitly).
+export const MAX_RETRIES = 2;
+// Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic.
+const REQUEST_ID_HEADERS = ["x-request-id", "request-id"];
+const PROVIDER_ID = /^[\x21-\x7e]{1,256}$/;
+// pi-ai reports input without the cached tokens and cache reads and writes on top; output counts
+// reasoning too, and no provider's reasoning count is kept apart.
+const COUNTS = [
+  ["input_tokens", "input"],
+  ["output_tokens", "output"],
+  ["cache_read_tokens", "cacheRead"],
+  ["cache_write_tokens", "cacheWrite"],
+];
+const MAX_TOKENS = Number.MAX_SAFE_INTEGER;
+
+const currentMeter = new AsyncLocalStorage();
+
+export class RequestMeter {
+  constructor() {
+    this.attempts = 0;
+    this.providerRequestId = null;
+  }
+
+  noteHeaders(headers) {
+    for (const name of REQUEST_ID_HEADERS) {
+      const value = headers?.[name];
+      if (typeof value === "string" && PROVIDER_ID.test(value)) {
+        this.providerRequestId = value;
+        return;
+      }
+    }
+  }
+
+  /** Run `fn` with this meter as the request in flight. */
+  run(fn) {
+    return currentMeter.run(this, fn);
+  }
+
+  /** The runner's `model.request` data; null when no attempt reached the wire. */
+  record({ purpose, message, provider, model }) {
+    if (this.attempts === 0) return null;
+    const reason = message?.stopReason;
+    const state = reason === "aborted" ? "interrupted" : reason === "error" || !message ? "failed" : "completed";
+    const usage = message?.usage;
+    const counts = {};
+    for (const [name, key] of COUNTS) {
+      const value = usage?.[key];
+      if (Number.isInteger(value) && value >= 0 && value <= MAX_TOKENS) counts[name] = value;
+    }
+    // pi-ai fills every count with 0 until the provider reports usage: all zero is none reported
+    const reported = Object.keys(counts).length === COUNTS.length && usage.totalTokens > 0;
+    const record = {
+      request_id: randomUUID().replaceAll("-", ""),
+      purpose,
+      state,
+      provider,
+      model,
+      attempts: `${Math.min(this.attempts, MAX_RETRIES + 1)}/${MAX_RETRIES + 1}`,
+      usage: {
+        availability: reported ? "reported" : "unavailable",
+        semantics: `pi-ai.${message?.api || "unknown"}`.toLowerCase(),
+        input_cache: "separate",
+        output_reasoning: "unreported",
+        ...(reported ? counts : {}),
+      },
+      unmeasured: ["reasoning_tokens"],
+    };
+    if (this.providerRequestId !== null) record.provider_request_id = this.providerRequestId;
+    return record;
+  }
+}
+
+/** Count every fetch made while a meter is current (pi-ai's SDK clients use the global fetch). */
+export function installFetchCounter() {
+  const original = globalThis.fetch;
+  globalThis.fetch = function countedFetch(...args) {
+    const meter = currentMeter.getStore();
+    if (meter) meter.attempts += 1;
+    return original.apply(this, args);
+  };
+}

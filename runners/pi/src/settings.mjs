@@ -1,0 +1,111 @@
+// Session settings from an `open` request, and the session's model from Pi's model registry.
+
+import { getApiProviders, getModel, getSupportedThinkingLevels } from "@mariozechner/pi-ai";
+
+import { brainFailure } from "./frames.mjs";
+
+// spec (reference-models, "Prompt caching"): the system prompt when config.instructions is absent.
+export const DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Use the available tools when needed.";
+export const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+const EFFORTS = new Set(["off", "minimal", "low", "medium", "high", "xhigh"]);
+
+export function parseOpenParams(params) {
+  if (params === null || typeof params !== "object" || Array.isArray(params)) throw brainFailure("open params must be an object");
+  const { config, dir } = params;
+  if (!config || typeof config !== "object" || typeof config.model !== "string") throw brainFailure("open params need config.model");
+  if (typeof dir !== "string" || !dir) throw brainFailure("open params need dir");
+  const provider = params.provider ?? {};
+  if (typeof provider !== "object" || Array.isArray(provider)) throw brainFailure("open params provider must be an object");
+  return {
+    sessionId: String(params.session_id ?? ""),
+    directory: dir,
+    model: config.model,
+    instructions: String(config.instructions || DEFAULT_INSTRUCTIONS),
+    reasoningEffort: String(config.reasoning_effort || "off"),
+    tools: toolSpecs(params.tools ?? []),
+    provider: { apiKey: String(provider.api_key ?? ""), baseUrl: String(provider.base_url ?? ""), api: String(provider.api ?? "") },
+  };
+}
+
+/** Exactly the tools Brain described, in its order: the only tools the model is offered. */
+function toolSpecs(descriptors) {
+  if (!Array.isArray(descriptors)) throw brainFailure("open params tools must be a list");
+  const seen = new Set();
+  return descriptors.map((descriptor) => {
+    if (!descriptor || typeof descriptor.name !== "string") throw brainFailure("each tool needs a name");
+    if (seen.has(descriptor.name)) throw brainFailure(`tool '${descriptor.name}' is described twice`);
+    seen.add(descriptor.name);
+    const schema = descriptor.input_schema;
+    return {
+      name: descriptor.name,
+      description: String(descriptor.description || ""),
+      parameters: schema && typeof schema === "object" && !Array.isArray(schema) ? schema : { type: "object" },
+    };
+  });
+}
+
+/** The pi-ai model of `provider/id`, pointed at the host's endpoint; null when Pi has no such model. */
+export function lookupModel(settings) {
+  const slash = settings.model.indexOf("/");
+  if (slash <= 0) return null;
+  const found = getModel(settings.model.slice(0, slash), settings.model.slice(slash + 1));
+  if (!found) return null;
+  const model = { ...found };
+  if (settings.provider.baseUrl) model.baseUrl = settings.provider.baseUrl;
+  if (settings.provider.api) model.api = settings.provider.api;
+  return model;
+}
+
+/** The model and reasoning level a turn runs with; brain_error for what cannot run. */
+export function resolveModel(settings) {
+  const model = lookupModel(settings);
+  if (!model) throw brainFailure(`model '${settings.model}' is not in Pi's model registry`);
+  if (!getApiProviders().some((provider) => provider.api === model.api)) {
+    throw brainFailure(`transport '${model.api}' of model '${settings.model}' is not supported by Pi`);
+  }
+  const effort = settings.reasoningEffort;
+  if (!EFFORTS.has(effort)) throw brainFailure(`reasoning effort '${effort}' is not one of ${[...EFFORTS].join(", ")}`);
+  const levels = model.reasoning ? getSupportedThinkingLevels(model) : ["off"];
+  if (!levels.includes(effort)) {
+    throw brainFailure(
+      `requested reasoning effort is unsupported by the model ('${settings.model}' accepts ${levels.join(", ")}; got '${effort}')`,
+    );
+  }
+  return { model, reasoning: effort === "off" ? undefined : effort };
+}
+
+/** The open result's `media` (runners/media.py MediaSupport): pi-ai sends images inline only. */
+export function mediaSupport(settings) {
+  const model = lookupModel(settings);
+  return model && model.input.includes("image") ? { types: [...IMAGE_TYPES], https: false } : null;
+}
+
+/** Why the model cannot take these images ("" when it can). */
+export function mediaRefusal(media, support, model) {
+  if (media.length === 0) return "";
+  if (!support) return `model '${model}' does not take images`;
+  for (const [index, item] of media.entries()) {
+    if (!support.types.includes(item.type)) return `media[${index}]: model '${model}' does not take ${item.type} images`;
+    if (!item.url.toLowerCase().startsWith("data:")) {
+      return `media[${index}]: model '${model}' cannot fetch image URLs; send the image as a data: URL`;
+    }
+  }
+  return "";
+}
+
+/** Checked media items ({type, url}) of a prompt; throws brain_error naming the item. */
+export function readMedia(items) {
+  if (!Array.isArray(items)) throw brainFailure("prompt params: media must be a list");
+  return items.map((item, index) => {
+    if (!item || typeof item.type !== "string" || typeof item.url !== "string") {
+      throw brainFailure(`prompt params: media[${index}]: each item is an object with type and url`);
+    }
+    return { type: item.type.trim().toLowerCase(), url: item.url };
+  });
+}
+
+/** A data: URL image as pi-ai's ImageContent. */
+export function imageContent(item) {
+  const [head, data] = item.url.slice("data:".length).split(";base64,", 2);
+  return { type: "image", data: data ?? "", mimeType: (head || item.type).toLowerCase() };
+}
