@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -24,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "local.json"
 sys.path.insert(0, str(ROOT))
 
+from foundation.hostconfig import Harness  # noqa: E402
 from scripts.demo_tools import (  # noqa: E402  # after the repository root is on the path
     PAGE_PORT,
     PAGE_URL,
@@ -33,6 +35,7 @@ from scripts.demo_tools import (  # noqa: E402  # after the repository root is o
     sandbox_unavailable,
     serve_page,
 )
+from sessions_app.harness.pi_check import pi_harness_problems, runs_pi  # noqa: E402
 
 
 def _token(data_dir: Path) -> str:
@@ -90,6 +93,22 @@ def _wait(process: subprocess.Popen[bytes], url: str, what: str, timeout: float 
     sys.exit(f"{what} did not start within {timeout:.0f} s")
 
 
+def _without_unrunnable_pi(config: dict[str, Any], data_dir: Path) -> Path:
+    """The config to run: examples/local.json, or where the Pi harness cannot start here (no
+    Node 20.6, no packages) a copy without it in the data dir, said in one line: a demo runs
+    what it can, while a server given such a config refuses to start."""
+    harnesses = {name: Harness(**harness) for name, harness in config["harnesses"].items()}
+    problems = pi_harness_problems(harnesses)
+    if not problems:
+        return CONFIG
+    print(f"make run: the pi harness is left out of the demo: {problems[0]}", file=sys.stderr)
+    kept = {name: harness for name, harness in config["harnesses"].items() if not runs_pi(name, harnesses[name])}
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    derived = data_dir / "local-without-pi.json"
+    derived.write_text(json.dumps({**config, "harnesses": kept}, indent=2))
+    return derived
+
+
 def main() -> None:
     config = json.loads(CONFIG.read_text())
     tools_port = "8092"  # examples/local.json binds echo here
@@ -120,6 +139,7 @@ def main() -> None:
     if no_sandbox is not None:  # a demo: everything else still runs
         print(f"make run: the sandbox part of the demo is skipped: {no_sandbox}", file=sys.stderr)
     env["BRAIN_TOOL_PROVIDERS"] = json.dumps(installed_providers(tenant=tenant, sandbox=no_sandbox is None))
+    config_path = _without_unrunnable_pi(config, data_dir)
     python = sys.executable
     log_path = data_dir / "brain.log"
     children: list[subprocess.Popen[bytes]] = []
@@ -134,7 +154,7 @@ def main() -> None:
         _wait(tools, f"http://127.0.0.1:{tools_port}/health", "example tool service")
         with log_path.open("ab") as log:
             brain = subprocess.Popen(
-                [python, "manage.py", "runbrain", "--config", str(CONFIG)], cwd=ROOT, env=env, stderr=log
+                [python, "manage.py", "runbrain", "--config", str(config_path)], cwd=ROOT, env=env, stderr=log
             )
         children.append(brain)
         url = f"http://{config['listen']}"

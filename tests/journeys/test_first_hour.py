@@ -281,6 +281,11 @@ def test_make_run_without_bubblewrap_says_in_one_line_that_the_sandbox_is_skippe
         "install the Debian package bubblewrap"
     ]
     assert "the demo conversation failed" not in said
+    # and: that PATH has no node either, so the pi harness is left out, in one line
+    assert [line for line in said.splitlines() if "pi harness" in line] == [
+        "make run: the pi harness is left out of the demo: harness 'pi': 'node' is not on PATH: Pi needs Node 20.6"
+        " or later"
+    ]
     (fetched,) = _tool_lines(printed, "result", "web_fetch")
     assert "The agent fetched this paragraph with web_fetch" in fetched
     assert _tool_lines(printed, "call", "local_create") == []
