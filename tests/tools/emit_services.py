@@ -5,7 +5,9 @@ During a call each one posts an event with the capability Brain gave it (the `Br
 `Brain-Emit-Token` headers, `_meta["brain.dev/emit"]`), then reads the session's log with a
 read-only API token to see whether the event was there when its emit returned, then tries the
 refusals (a forged token, an API token, a bad kind, data over 16 KiB). It reports all of it as
-the call's result and keeps the capability, so a test can use it once the call has ended."""
+the call's result and keeps the capability, so a test can use it once the call has ended.
+`through` sends all of it to another address of Brain (in a fleet, an instance that does not own
+the session)."""
 
 from __future__ import annotations
 
@@ -29,10 +31,14 @@ class EmitProbe:
 
     reader_token: str = ""
     given: list[tuple[str, str]] = field(default_factory=list)
+    through: str = ""  # another address of Brain to post to (an instance that does not own the session)
 
     async def run(self, url: str, token: str, via: str) -> dict[str, Any]:
         self.given.append((url, token))
         base, _, rest = url.partition("/sessions/")
+        if self.through:
+            base = self.through
+            url = f"{base}/sessions/{rest}"
         session_id = rest.split("/", 1)[0]
         forged = token[:-1] + ("0" if token[-1] != "0" else "1")
         async with httpx.AsyncClient(timeout=15) as client:
