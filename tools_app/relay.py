@@ -19,9 +19,13 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import orjson
+
+from foundation.errors import Conflict, Unavailable
 from foundation.logs import logger
 
 from . import relay_records as records
+from .environments.events import MAX_EVENT_BYTES, EmitRefused, Emitter
 from .executor_store import CallLost, ExecutorUnavailable, LocalExecutors, bound_to
 from .relay_channel import RelayChannel
 from .relay_records import Holder, Located, Route
@@ -32,12 +36,16 @@ __all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Located", "Route"]
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
 ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
 HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
+# How long a holder waits for the owner to append an executor's event of a relayed call: an
+# append is one local write, so an answer this late means the owner or Redis is in trouble.
+EVENT_RELAY_SECONDS = 30.0
 
 
 @dataclass(eq=False)
 class _Pending:
     future: asyncio.Future[object]
     progress: Callable[[object], None]
+    emit: Emitter | None  # a placed call's events (tools_app.environments.events)
 
 
 class ExecutorRelay(RelayRoutes):
@@ -56,6 +64,9 @@ class ExecutorRelay(RelayRoutes):
         self._layer = RelayChannel(redis_url, self.channel, self._seal)
         self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
         self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
+        # call id -> (the caller's channel, relay id) of a call served here, for its events
+        self._relayed: dict[str, tuple[str, str]] = {}
+        self._events: dict[str, asyncio.Future[dict[str, object]]] = {}  # event id -> the owner's answer
         self._receiver: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
 
@@ -92,6 +103,7 @@ class ExecutorRelay(RelayRoutes):
         arguments: object,
         scope: dict[str, str],
         progress: Callable[[object], None],
+        emit: Emitter | None = None,
     ) -> object:
         """The call on whichever instance serves the alias now (this one included), made only
         to an executor bound to `session` of the tenant `scope` names."""
@@ -120,7 +132,7 @@ class ExecutorRelay(RelayRoutes):
             )
         relay_id = secrets.token_hex(16)
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._pending[relay_id] = _Pending(future, progress)
+        self._pending[relay_id] = _Pending(future, progress, emit)
         command = {
             "relay": relay_id,
             "reply_to": self.channel,
@@ -204,6 +216,12 @@ class ExecutorRelay(RelayRoutes):
                 pending.future.set_exception(ExecutorUnavailable(str(body.get("message", ""))))
             else:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
+        elif kind == "event":  # an executor's event of a call this instance sent
+            self._spawn(self._commit_event(self._pending.get(relay_id), body))
+        elif kind == "event_reply":
+            answer = self._events.get(str(body.get("event", "")))
+            if answer is not None and not answer.done():
+                answer.set_result(body)
         elif kind == "bind":  # a session created on another instance bound it
             executor = self.local.get(str(body.get("executor", "")))
             bound = str(body.get("session", ""))
@@ -234,6 +252,8 @@ class ExecutorRelay(RelayRoutes):
         raw_scope = body.get("scope")
         scope = {str(k): str(v) for k, v in raw_scope.items()} if isinstance(raw_scope, dict) else {}
         executor = self.local.get(str(body.get("executor", "")))
+        call_id = str(body.get("call_id", ""))
+        self._relayed[call_id] = (reply_to, relay_id)
         try:
             served = bound_to(executor, str(body.get("session", "")), scope.get("tenant_id", ""))
             if scope.get("session_id") != served.session:
@@ -241,7 +261,7 @@ class ExecutorRelay(RelayRoutes):
             async with asyncio.timeout(HOLDER_CALL_SECONDS):
                 answer["result"] = await self.local.call(
                     served,
-                    call_id=str(body.get("call_id", "")),
+                    call_id=call_id,
                     tool=str(body.get("tool", "")),
                     arguments=body.get("arguments"),
                     scope=scope,
@@ -253,6 +273,8 @@ class ExecutorRelay(RelayRoutes):
             answer["message"] = str(exc)
         except TimeoutError:
             answer["message"] = "the runtime executor sent no result in time"
+        finally:
+            self._relayed.pop(call_id, None)
         await self._quietly(self._send_to(reply_to, "reply", answer), "reply")
 
     async def close_remote(self, route: Route, reason: str) -> None:
@@ -260,3 +282,60 @@ class ExecutorRelay(RelayRoutes):
         await self._quietly(
             self._send(route.instance, "close", {"executor": route.executor, "reason": reason}), "close"
         )
+
+    # -- extension events of relayed calls -------------------------------------------------
+
+    def relayed_emitter(self, call_id: str) -> Emitter | None:
+        """The emitter of a call another instance relayed to an executor held here: each event
+        goes to that instance, which appends it to the session's log before answering."""
+        relayed = self._relayed.get(call_id)
+        if relayed is None:
+            return None
+        reply_to, relay_id = relayed
+
+        async def emit(kind: str, data: object) -> None:
+            await self._relay_event(reply_to, relay_id, kind, data)
+
+        return emit
+
+    async def _relay_event(self, reply_to: str, relay_id: str, kind: str, data: object) -> None:
+        try:
+            size = len(orjson.dumps(data))
+        except TypeError as exc:
+            raise EmitRefused(f"event data is not JSON: {exc}") from None
+        if size > MAX_EVENT_BYTES:  # refused here: it never crosses Redis
+            raise EmitRefused(f"event data of {size} bytes exceeds {MAX_EVENT_BYTES}")
+        event_id = secrets.token_hex(16)
+        answer: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        self._events[event_id] = answer
+        body = {"relay": relay_id, "event": event_id, "reply_to": self.channel, "kind": kind, "data": data}
+        unconfirmed = "the session's owner did not confirm the event ({}): it may have been committed"
+        try:
+            await self._send_to(reply_to, "event", body)
+            async with asyncio.timeout(EVENT_RELAY_SECONDS):
+                reply = await answer
+        except TimeoutError:
+            raise Unavailable(unconfirmed.format("no answer in time")) from None
+        except self.errors as exc:
+            raise Unavailable(unconfirmed.format(type(exc).__name__)) from None
+        finally:
+            self._events.pop(event_id, None)
+        if reply.get("status") == "committed":
+            return
+        message = str(reply.get("refused", "the event was refused"))
+        if reply.get("over"):
+            raise Conflict(message)
+        raise EmitRefused(message)
+
+    async def _commit_event(self, pending: _Pending | None, body: dict[str, object]) -> None:
+        """Append an executor's event of a call this instance sent, then answer its holder."""
+        answer: dict[str, object] = {"event": str(body.get("event", ""))}
+        if pending is None or pending.emit is None or pending.future.done():
+            answer |= {"refused": "the call is over: its events can no longer be recorded", "over": True}
+        else:
+            try:
+                await pending.emit(str(body.get("kind", "")), body.get("data"))
+                answer["status"] = "committed"
+            except EmitRefused as exc:
+                answer["refused"] = str(exc)
+        await self._quietly(self._send_to(str(body.get("reply_to", "")), "event_reply", answer), "event")
