@@ -92,8 +92,10 @@ def build_mcp_app(probe: EmitProbe, *, token: str) -> Any:
     @server.tool(description="Emit an event while running.")
     async def emitter(ctx: Context) -> str:
         meta = ctx.request_context.meta
-        dumped = meta if isinstance(meta, dict) else (meta.model_dump(by_alias=True) if meta is not None else {})
-        capability = dumped.get("brain.dev/emit") or {}
+        dumped: dict[str, Any] = (
+            dict(meta) if isinstance(meta, dict) else (meta.model_dump(by_alias=True) if meta is not None else {})
+        )
+        capability: dict[str, str] = dumped.get("brain.dev/emit") or {}
         return json.dumps(await probe.run(capability.get("url", ""), capability.get("token", ""), "mcp"))
 
     app = server.streamable_http_app(json_response=True)

@@ -82,7 +82,7 @@ class Context:
     """What a host function gets beside its input."""
 
     options: Any
-    sequence: str
+    sequence: str  # the committed position of the call's tool.call in the session's log
     deadline: str
     signal: threading.Event  # set when the call is cancelled
     environment: str
