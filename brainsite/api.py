@@ -27,7 +27,7 @@ from foundation.logs import logger
 from persistence_app.api import router as persistence_router
 from sessions_app.api import router as sessions_router
 from sessions_app.auth import BearerAuth
-from tools_app.api import ExecutorAuth
+from tools_app.api import EmitAuth, ExecutorAuth
 from tools_app.api import router as tools_router
 from tools_app.schemas import Call, Command, ToolResult
 
@@ -36,7 +36,7 @@ from . import health
 __all__ = ["ErrorDetail", "ErrorResponse", "api", "error_response", "swagger_asset"]
 
 # The contract's name for the bearer scheme; ninja names a scheme after its auth class.
-SECURITY_SCHEMES = {BearerAuth.__name__: "bearer", ExecutorAuth.__name__: "bearer"}
+SECURITY_SCHEMES = {BearerAuth.__name__: "bearer", ExecutorAuth.__name__: "bearer", EmitAuth.__name__: "bearer"}
 # The contract's text, with the fleet's 503 (a cluster block only) added to the list: its status
 # and envelope are the contract's `default` response, so the wire contract is unchanged.
 ERRORS_DESCRIPTION = (

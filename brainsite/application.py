@@ -23,6 +23,7 @@ from brainsite.handoff import release_sessions
 from fleet_app.app_object import FleetAppObject
 from fleet_app.fleet import Fleet, SoloFleet, build_fleet
 from foundation.app_object import SCOPE_KEY, app_object_of
+from foundation.emit_tokens import emit_key
 from foundation.hostconfig import HostConfig, Secrets, load_host_config, resolve_secrets
 from foundation.inspection import inspection_key
 from foundation.logs import logger
@@ -96,6 +97,7 @@ class BrainApp:
             approvals=ApprovalPolicy(config.approvals, admin_loader=tools_db.aload_approval_rules),
             public_url=config.public_url,
             environments=config.environments,
+            emit_key=emit_key(fleet_secret.key) if fleet_secret is not None else None,
         )
         local_executors = LocalExecutors.of(config.limits)
         # a fleet (`cluster` block): leases, input journal, routing, relay; else the solo stand-in

@@ -5,15 +5,19 @@ reached through the narrow protocol below): a missing or unknown token is refuse
 owner's own 401 `forbidden` before any owner lookup, so a flood of bad tokens costs the fleet's
 database nothing beyond what the token cache spends on any instance. A session inspection
 token the owner holds (and this instance does not) passes when its seal names the session
-(foundation.inspection). Owner lookups in flight are bounded: past the bound a request is a
-retryable 503, never a queued query. No Django.
+(foundation.inspection), and so does an unexpired emit token sealed for one of the session's
+calls (foundation.emit_tokens), which the owner checks again with the call it names. Owner
+lookups in flight are bounded: past the bound a request is a retryable 503, never a queued
+query. No Django.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from foundation.emit_tokens import EMIT_PREFIX, emit_key, open_emit_token
 from foundation.errors import Unauthorized
 from foundation.inspection import inspection_key, is_sealed_for
 
@@ -47,14 +51,20 @@ def _authorization(scope: Mapping[str, Any]) -> str | None:
 async def authenticate_caller(
     tokens: BearerCheck, scope: Mapping[str, Any], session_id: str, *, key: bytes
 ) -> tuple[str, str]:
-    """("tenant", the tenant whose token the request carries), or ("inspection", the session)
-    for an inspection token another instance sealed for this session. Raises the token cache's BrainError
-    (Unauthorized 401, Overloaded 429 while too many token lookups are in flight)."""
+    """("tenant", the tenant whose token the request carries), ("inspection", the session)
+    for an inspection token another instance sealed for this session, or ("emit", the session)
+    for an unexpired emit token sealed for one of its calls (checked by its seal alone, never
+    looked up). Raises the token cache's BrainError (Unauthorized 401, Overloaded 429 while too
+    many token lookups are in flight)."""
     header = _authorization(scope)
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() == "bearer" and token.strip().startswith(EMIT_PREFIX + "."):
+        if open_emit_token(emit_key(key), token.strip(), session_id, now=time.time()) is None:
+            raise Unauthorized("missing or invalid emit token")
+        return ("emit", session_id)
     try:
         return ("tenant", (await tokens.authenticate(header)).tenant)
     except Unauthorized:
-        scheme, _, token = (header or "").partition(" ")
         if scheme.lower() == "bearer" and is_sealed_for(inspection_key(key), token.strip(), session_id):
             return ("inspection", session_id)
         raise

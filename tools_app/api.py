@@ -17,6 +17,7 @@ from pydantic import WithJsonSchema
 from foundation.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from foundation.principal import principal_of, require_manage
 from foundation.session_ids import canonical_session_id
+from foundation.wire import SessionId
 
 from .app_object import request_brain
 from .bindings import ALIAS, compile_runtime_tools, runtime_descriptors
@@ -29,6 +30,7 @@ from .schemas import (
     CredentialBody,
     ExecutorCredential,
     ExecutorRegistration,
+    ExtensionEvent,
     Reply,
     Status,
     StatusBody,
@@ -40,6 +42,11 @@ from .schemas import (
 router = Router(tags=["tools"])
 
 EXECUTOR_ID_PATTERN = "^[a-fA-F0-9]{32}$"  # contract
+
+CALL_ID_PATTERN = "^[a-f0-9]{32}$"  # a tool call's id (tool.call `id`)
+CallId = Annotated[
+    str, WithJsonSchema({"type": "string", "pattern": CALL_ID_PATTERN}), Path(description="The tool call's id.")
+]
 
 ExecutorId = Annotated[
     str, WithJsonSchema({"type": "string", "pattern": EXECUTOR_ID_PATTERN}), Path(description="Opaque executor ID.")
@@ -222,3 +229,37 @@ async def executor_reply(request: HttpRequest, id: ExecutorId, body: Reply) -> S
 async def executor_rpc(request: HttpRequest, id: ExecutorId) -> NoReturn:
     # a WebSocket upgrade reaches tools_app.consumers.ExecutorRPCConsumer; plain HTTP cannot
     raise InvalidRequest("GET /executors/{id}/rpc is a WebSocket endpoint (subprotocols brain-rpc, brain-auth.TOKEN)")
+
+
+class EmitAuth(AuthBase):
+    """The emit token a placed call's tool service was given (tools_app.environments.emits):
+    sealed for this session's call and not expired, else 401; an API token is not one."""
+
+    openapi_type = "http"
+    openapi_scheme = "bearer"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.is_async = True
+
+    async def __call__(self, request: HttpRequest) -> str:
+        match = request.resolver_match
+        kwargs = match.kwargs if match is not None else {}
+        session = canonical_session_id(str(kwargs.get("id", ""))) or ""
+        call_id = str(kwargs.get("call_id", ""))
+        emits = request_brain(request).tool_path.config_tools.emits
+        emits.check(session, call_id, request.headers.get("Authorization"))
+        return call_id
+
+
+@router.post(
+    "/sessions/{id}/tool-calls/{call_id}/events",
+    response={200: Status},
+    operation_id="emitToolEvent",
+    summary="Commit an extension event of a running tool call",
+    auth=EmitAuth(),
+)
+async def emit_tool_event(request: HttpRequest, id: SessionId, call_id: CallId, body: ExtensionEvent) -> StatusBody:
+    session = canonical_session_id(id) or ""
+    await request_brain(request).tool_path.config_tools.emits.emit(session, call_id, body.kind, body.data)
+    return {"status": "committed"}

@@ -30,6 +30,9 @@ from .executor_store import (
     normalized_tools,
 )
 
+# An extension event's emitter: returns once the event is committed (environments.events).
+Emitter = Callable[[str, object], Awaitable[None]]
+
 __all__ = [
     "CallLost",
     "Connection",
@@ -72,7 +75,13 @@ class RemoteExecutors(Protocol):
         arguments: object,
         scope: dict[str, str],
         progress: Callable[[object], None],
+        emit: Emitter | None = None,
     ) -> object: ...
+
+    def relayed_emitter(self, call_id: str) -> Emitter | None:
+        """Where an executor held here sends the events of a call another instance relayed to it
+        (that instance appends them); None when no such call runs here."""
+        ...
 
 
 class SoloExecutors:
@@ -99,6 +108,9 @@ class SoloExecutors:
     def bind_elsewhere_soon(self, session: str, executor: Executor) -> None:
         pass
 
+    def relayed_emitter(self, call_id: str) -> Emitter | None:
+        return None
+
     async def call(
         self,
         session: str,
@@ -109,6 +121,7 @@ class SoloExecutors:
         arguments: object,
         scope: dict[str, str],
         progress: Callable[[object], None],
+        emit: Emitter | None = None,
     ) -> object:
         return await self.local.call(
             self.local.executor_for(session, alias),
@@ -129,7 +142,7 @@ class ExecutorHub:
         self.local = local if local is not None else LocalExecutors()
         self.remote: RemoteExecutors = remote if remote is not None else SoloExecutors(self.local)
         # the running placed calls' extension events, by call id (tools_app.environments.events)
-        self._emitters: dict[str, Callable[[str, object], Awaitable[None]]] = {}
+        self._emitters: dict[str, Emitter] = {}
 
     @classmethod
     def of(cls, limits: Limits, *, remote: RemoteExecutors | None = None) -> ExecutorHub:
@@ -222,7 +235,7 @@ class ExecutorHub:
 
     # -- extension events of placed calls --------------------------------------------------
 
-    def expect_events(self, call_id: str, emit: Callable[[str, object], Awaitable[None]] | None) -> str:
+    def expect_events(self, call_id: str, emit: Emitter | None) -> str:
         """While a placed call runs, its executor's `event` replies reach `emit` (the token
         given back ends that)."""
         if emit is not None:
@@ -234,14 +247,15 @@ class ExecutorHub:
 
     async def emit(self, executor: Executor, *, connection: str, call_id: str, kind: str, data: object) -> None:
         """An executor's extension event of a pending call, committed to the session's log
-        before this returns: 409 for a call that is not pending (or whose session this process
-        does not own), 400 for an event refused (kind, size, count)."""
+        before this returns (a call relayed here from the session's owner: committed there): 409
+        for a call that is not pending or has ended, 400 for an event refused (kind, size, count),
+        503 when the owner could not be asked."""
         from .environments.events import EmitRefused  # the environments import this module
 
         self.local.pending(executor, connection=connection, call_id=call_id)
-        emitter = self._emitters.get(call_id)
+        emitter = self._emitters.get(call_id) or self.remote.relayed_emitter(call_id)
         if emitter is None:
-            raise Conflict("this call takes no events here: it is not a placed call of a session this instance owns")
+            raise Conflict("this call takes no events: it is not a running placed call")
         try:
             await emitter(kind, data)
         except EmitRefused as exc:
@@ -264,5 +278,12 @@ class ExecutorHub:
         remote) on another instance. Raises ExecutorUnavailable before dispatch, CallLost
         after it; cancellation propagates."""
         return await self.remote.call(
-            session, alias, call_id=call_id, tool=tool, arguments=arguments, scope=scope, progress=progress
+            session,
+            alias,
+            call_id=call_id,
+            tool=tool,
+            arguments=arguments,
+            scope=scope,
+            progress=progress,
+            emit=self._emitters.get(call_id),
         )

@@ -1,19 +1,12 @@
 """Runtime tools across a fleet: a session owned by one instance calls an executor whose command
-stream is held by another, over the Channels Redis layer.
+stream is held by another, over the Channels Redis layer (the routes and holders it finds the
+executor by: tools_app.relay_routes).
 
-Every bind of an executor to a session's alias is announced in Redis as that alias's route (the
-instance, its incarnation and the executor id); the last bind wins, so a rebind through any
-instance takes the alias over. A call whose route names another instance is sent once to that
-instance's channel; the holder pushes it on the executor's stream and sends progress and the
-result back to the caller's channel. Nothing is replayed: a call whose holder leaves the fleet
-(row gone or expired, or a new incarnation) before a result came, or whose send or reply path
-fails on Redis, ends unknown; a call to a holder that is not alive is refused before sending.
-
-Each executor registered here is recorded in Redis (tools_app.relay_records) with its holder, so
-its routes reaching another instance are forwarded here (fleet_app.routing), and with what a
-session created elsewhere binds it by: that instance writes the alias's route naming this one and
-tells this one, which marks it bound. A session's routes are one hash: closing the session on its
-owner closes the executors that serve it on every instance.
+A call whose route names another instance is sent once to that instance's channel; the holder
+pushes it on the executor's stream and sends progress and the result back to the caller's
+channel. Nothing is replayed: a call whose holder leaves the fleet (row gone or expired, or a new
+incarnation) before a result came, or whose send or reply path fails on Redis, ends unknown; a
+call to a holder that is not alive is refused before sending.
 
 Nothing from Redis is trusted unsealed (tools_app.relay_seal); a holder is reached at the instances
 table's address; a call reaches only an executor bound to its session and tenant."""
@@ -23,40 +16,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from foundation.errors import Unavailable
+import orjson
+
+from foundation.errors import Conflict, Unavailable
 from foundation.logs import logger
 
 from . import relay_records as records
-from .executor_store import CallLost, Executor, ExecutorUnavailable, LocalExecutors, bound_to
-from .relay_channel import REDIS_SECONDS, RelayChannel
-from .relay_records import Holder, Located, Records, Route
-from .relay_seal import RelaySeal
+from .environments.events import MAX_EVENT_BYTES, EmitRefused, Emitter
+from .executor_store import CallLost, ExecutorUnavailable, LocalExecutors, bound_to
+from .relay_channel import RelayChannel
+from .relay_records import Holder, Located, Route
+from .relay_routes import HOLDER_SECONDS, Members, RelayRoutes
 
 __all__ = ["CHANNEL_REDIS_ENV", "ExecutorRelay", "Holder", "Located", "Route"]
 
 CHANNEL_REDIS_ENV = "BRAIN_CHANNEL_REDIS"
-# A holder record is written at registration and rewritten every HOLDER_REFRESH_SECONDS while
-# the executor lives, so one left by a killed instance goes within HOLDER_SECONDS.
-HOLDER_SECONDS = 900
-HOLDER_REFRESH_SECONDS = 300.0
 ALIVE_CHECK_SECONDS = 1.0  # how often a caller checks that the holder of a pending call is alive
 HOLDER_CALL_SECONDS = 330.0  # the holder's own bound on one relayed call (the caller's is 300 s)
-
-# (instance, incarnation) -> that process's address in the fleet's instances table while it is a
-# live member of the fleet, else None
-Members = Callable[[str, str], Awaitable[str | None]]
+# How long a holder waits for the owner to append an executor's event of a relayed call: an
+# append is one local write, so an answer this late means the owner or Redis is in trouble.
+EVENT_RELAY_SECONDS = 30.0
 
 
 @dataclass(eq=False)
 class _Pending:
     future: asyncio.Future[object]
     progress: Callable[[object], None]
+    emit: Emitter | None  # a placed call's events (tools_app.environments.events)
 
 
-class ExecutorRelay:
+class ExecutorRelay(RelayRoutes):
     """This instance's end of the relay: announces its binds, sends calls to other instances and
     serves the calls they send to the executors held here (`local`). The hub is built with it
     as its remote (tools_app.executors.RemoteExecutors); other instances hold executors too."""
@@ -66,29 +58,15 @@ class ExecutorRelay:
     def __init__(
         self, local: LocalExecutors, *, redis_url: str, instance: str, incarnation: str, secret: bytes, member: Members
     ) -> None:
-        self.local = local
-        self.instance = instance
-        self.incarnation = incarnation
-        self.holder = Holder(instance, incarnation)
-        self.channel = records.channel_of(instance)
-        self._member = member
-        self._seal = RelaySeal(secret)
-        self._records = Records(self._seal)
-        # imported here, not at module load: redis pulls in the OpenTelemetry SDK when it is
-        # installed, and a server without a fleet relay must not load it (telemetry is opt-in)
-        from redis import asyncio as aioredis
-        from redis.exceptions import RedisError
-
-        self.errors: tuple[type[Exception], ...] = (RedisError, OSError)  # what "Redis is out of reach" looks like
-        self._redis = aioredis.Redis.from_url(
-            redis_url, socket_timeout=REDIS_SECONDS, socket_connect_timeout=REDIS_SECONDS
+        super().__init__(
+            local, redis_url=redis_url, instance=instance, incarnation=incarnation, secret=secret, member=member
         )
         self._layer = RelayChannel(redis_url, self.channel, self._seal)
         self._pending: dict[str, _Pending] = {}  # relay id -> a call this instance sent
         self._serving: dict[str, asyncio.Task[None]] = {}  # relay id -> a call served here
-        # (session, alias) -> the route of a bind to an executor held elsewhere, being written
-        self._binding: dict[tuple[str, str], asyncio.Task[None]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        # call id -> (the caller's channel, relay id) of a call served here, for its events
+        self._relayed: dict[str, tuple[str, str]] = {}
+        self._events: dict[str, asyncio.Future[dict[str, object]]] = {}  # event id -> the owner's answer
         self._receiver: asyncio.Task[None] | None = None
         self._refresher: asyncio.Task[None] | None = None
 
@@ -113,161 +91,6 @@ class ExecutorRelay:
         with contextlib.suppress(Exception):
             await self._redis.aclose()
 
-    def _spawn(self, awaitable: Awaitable[None]) -> None:
-        async def run() -> None:
-            await awaitable
-
-        task = asyncio.get_running_loop().create_task(run())
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    # -- routes ----------------------------------------------------------------------------
-
-    async def announce(self, session: str, alias: str, executor_id: str) -> None:
-        """This instance now serves the session's alias (the last bind wins)."""
-        route = Route(self.instance, self.incarnation, executor_id)
-        executor = self.local.get(executor_id)
-        async with self._redis.pipeline(transaction=False) as pipe:
-            pipe.hset(records.routes_key(session), alias, self._records.route(session, alias, route))
-            if executor is not None:  # bound now: another instance's bind check sees it
-                pipe.set(records.executor_key(executor_id), self._records.executor(executor), ex=HOLDER_SECONDS)
-            await pipe.execute()
-
-    def announce_soon(self, session: str, alias: str, executor_id: str) -> None:
-        self._spawn(self._quietly(self.announce(session, alias, executor_id), "announce"))
-
-    def withdraw_soon(self, executor: Executor) -> None:
-        """The executor closed: its holder record goes, and its route unless a later bind
-        replaced it."""
-        holder, mine = records.holder_key(executor.id), self._records.holder(executor.id, self.holder)
-        self._spawn(self._quietly(self._redis.eval(records.DELETE_IF_SAME, 1, holder, mine), "withdraw"))
-        self._spawn(self._quietly(self._redis.delete(records.executor_key(executor.id)), "withdraw"))
-        if not executor.session:
-            return
-        key, route = records.routes_key(executor.session), Route(self.instance, self.incarnation, executor.id)
-        value = self._records.route(executor.session, executor.binding, route)
-        withdrawn = self._redis.eval(records.HDELETE_IF_SAME, 1, key, executor.binding, value)
-        self._spawn(self._quietly(withdrawn, "withdraw"))
-
-    def revoke_soon(self, session: str) -> None:
-        """The session closed here: the executors serving it on other instances close too."""
-        self._spawn(self._quietly(self._revoke(session), "revoke"))
-
-    async def _revoke(self, session: str) -> None:
-        key = records.routes_key(session)
-        routes = await self._redis.hgetall(key)
-        for alias, raw in routes.items():
-            route = self._records.open_route(session, alias.decode() if isinstance(alias, bytes) else alias, raw)
-            if route is not None and (route.instance, route.incarnation) != (self.instance, self.incarnation):
-                await self._send(
-                    route.instance,
-                    "close",
-                    {"executor": route.executor, "session": session, "reason": "the session closed"},
-                )
-        await self._redis.delete(key)
-
-    async def _quietly(self, awaitable: Awaitable[object], what: str) -> None:
-        try:
-            await awaitable
-        except self.errors as exc:
-            logger.warning("executor route not updated", extra={"action": what, "error": str(exc)})
-
-    async def route(self, session: str, alias: str) -> Route | None:
-        raw = await self._redis.hget(records.routes_key(session), alias)
-        return self._records.open_route(session, alias, raw)
-
-    # -- holders: where an executor's own routes are served ------------------------------------
-
-    async def hold(self, executor_id: str) -> None:
-        """Record that this instance holds the executor (registered here), and what a bind
-        through another instance checks it by. Without Redis the executor still works through
-        this instance; its routes through others answer 401, binds through them 400."""
-        executor = self.local.get(executor_id)
-        if executor is None:
-            return
-        await self._quietly(self._hold([executor]), "hold")
-
-    async def _hold(self, executors: list[Executor]) -> None:
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for executor in executors:
-                pipe.set(
-                    records.holder_key(executor.id), self._records.holder(executor.id, self.holder), ex=HOLDER_SECONDS
-                )
-                pipe.set(records.executor_key(executor.id), self._records.executor(executor), ex=HOLDER_SECONDS)
-            await pipe.execute()
-
-    async def held_elsewhere(self, executor_id: str) -> Executor | None:
-        """An executor a live other instance holds, as its holder recorded it (`holder` set,
-        `session` the one it serves if bound); None when no live instance does (or this one
-        does). A retryable 503 when Redis is out of reach."""
-        try:
-            raw_holder, raw_record = await self._redis.mget(
-                records.holder_key(executor_id), records.executor_key(executor_id)
-            )
-        except self.errors as exc:
-            raise Unavailable("the runtime executor records are out of reach; retry") from exc
-        holder = self._records.open_holder(executor_id, raw_holder)
-        if holder is None or holder == self.holder:
-            return None
-        executor = self._records.open_executor(executor_id, raw_record, holder)
-        if executor is None or not await self._alive(holder.instance, holder.incarnation):
-            return None
-        return executor
-
-    def bind_elsewhere_soon(self, session: str, executor: Executor) -> None:
-        """A session created here binds an executor another instance holds: the alias's route
-        names that instance, which is told to mark the executor bound. A call of the session
-        waits for the route to be written."""
-        key = (session, executor.binding)
-        task = asyncio.get_running_loop().create_task(self._quietly(self._bind_elsewhere(session, executor), "bind"))
-        self._binding[key] = task
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-        def written(done: asyncio.Task[None]) -> None:
-            if self._binding.get(key) is done:
-                del self._binding[key]
-
-        task.add_done_callback(written)
-
-    async def _bind_elsewhere(self, session: str, executor: Executor) -> None:
-        assert executor.holder is not None
-        instance, incarnation = executor.holder
-        route = Route(instance, incarnation, executor.id)
-        value = self._records.route(session, executor.binding, route)
-        await self._redis.hset(records.routes_key(session), executor.binding, value)
-        await self._send(instance, "bind", {"executor": executor.id, "session": session})
-
-    def holds(self, executor_id: str) -> bool:
-        return self.local.get(executor_id) is not None
-
-    async def holder_of(self, executor_id: str) -> Located | None:
-        """The other instance recorded as holding the executor, at the address the instances
-        table gives it; None when none is, this one is, or the one recorded is no live member
-        of the fleet. Raises when Redis or the database is out of reach."""
-        holder = self._records.open_holder(executor_id, await self._redis.get(records.holder_key(executor_id)))
-        if holder is None or holder == self.holder:
-            return None
-        url = await self._member(holder.instance, holder.incarnation)
-        return Located(holder.instance, holder.incarnation, url) if url is not None else None
-
-    async def holder_alive(self, instance: str, incarnation: str) -> bool:
-        return await self._alive(instance, incarnation)
-
-    async def _alive(self, instance: str, incarnation: str) -> bool:
-        return await self._member(instance, incarnation) is not None
-
-    async def _refresh_holders(self) -> None:
-        while True:
-            await asyncio.sleep(HOLDER_REFRESH_SECONDS)
-            executors = [e for e in map(self.local.get, self.local.executor_ids()) if e is not None]
-            if not executors:
-                continue
-            try:
-                await self._hold(executors)
-            except self.errors as exc:
-                logger.warning("executor holders not refreshed", extra={"error": str(exc)})
-
     # -- the calling side ------------------------------------------------------------------
 
     async def call(
@@ -280,6 +103,7 @@ class ExecutorRelay:
         arguments: object,
         scope: dict[str, str],
         progress: Callable[[object], None],
+        emit: Emitter | None = None,
     ) -> object:
         """The call on whichever instance serves the alias now (this one included), made only
         to an executor bound to `session` of the tenant `scope` names."""
@@ -308,7 +132,7 @@ class ExecutorRelay:
             )
         relay_id = secrets.token_hex(16)
         future: asyncio.Future[object] = asyncio.get_running_loop().create_future()
-        self._pending[relay_id] = _Pending(future, progress)
+        self._pending[relay_id] = _Pending(future, progress, emit)
         command = {
             "relay": relay_id,
             "reply_to": self.channel,
@@ -392,6 +216,12 @@ class ExecutorRelay:
                 pending.future.set_exception(ExecutorUnavailable(str(body.get("message", ""))))
             else:
                 pending.future.set_exception(CallLost(str(body.get("message", "the call was lost"))))
+        elif kind == "event":  # an executor's event of a call this instance sent
+            self._spawn(self._commit_event(self._pending.get(relay_id), body))
+        elif kind == "event_reply":
+            answer = self._events.get(str(body.get("event", "")))
+            if answer is not None and not answer.done():
+                answer.set_result(body)
         elif kind == "bind":  # a session created on another instance bound it
             executor = self.local.get(str(body.get("executor", "")))
             bound = str(body.get("session", ""))
@@ -422,6 +252,8 @@ class ExecutorRelay:
         raw_scope = body.get("scope")
         scope = {str(k): str(v) for k, v in raw_scope.items()} if isinstance(raw_scope, dict) else {}
         executor = self.local.get(str(body.get("executor", "")))
+        call_id = str(body.get("call_id", ""))
+        self._relayed[call_id] = (reply_to, relay_id)
         try:
             served = bound_to(executor, str(body.get("session", "")), scope.get("tenant_id", ""))
             if scope.get("session_id") != served.session:
@@ -429,7 +261,7 @@ class ExecutorRelay:
             async with asyncio.timeout(HOLDER_CALL_SECONDS):
                 answer["result"] = await self.local.call(
                     served,
-                    call_id=str(body.get("call_id", "")),
+                    call_id=call_id,
                     tool=str(body.get("tool", "")),
                     arguments=body.get("arguments"),
                     scope=scope,
@@ -441,6 +273,8 @@ class ExecutorRelay:
             answer["message"] = str(exc)
         except TimeoutError:
             answer["message"] = "the runtime executor sent no result in time"
+        finally:
+            self._relayed.pop(call_id, None)
         await self._quietly(self._send_to(reply_to, "reply", answer), "reply")
 
     async def close_remote(self, route: Route, reason: str) -> None:
@@ -448,3 +282,60 @@ class ExecutorRelay:
         await self._quietly(
             self._send(route.instance, "close", {"executor": route.executor, "reason": reason}), "close"
         )
+
+    # -- extension events of relayed calls -------------------------------------------------
+
+    def relayed_emitter(self, call_id: str) -> Emitter | None:
+        """The emitter of a call another instance relayed to an executor held here: each event
+        goes to that instance, which appends it to the session's log before answering."""
+        relayed = self._relayed.get(call_id)
+        if relayed is None:
+            return None
+        reply_to, relay_id = relayed
+
+        async def emit(kind: str, data: object) -> None:
+            await self._relay_event(reply_to, relay_id, kind, data)
+
+        return emit
+
+    async def _relay_event(self, reply_to: str, relay_id: str, kind: str, data: object) -> None:
+        try:
+            size = len(orjson.dumps(data))
+        except TypeError as exc:
+            raise EmitRefused(f"event data is not JSON: {exc}") from None
+        if size > MAX_EVENT_BYTES:  # refused here: it never crosses Redis
+            raise EmitRefused(f"event data of {size} bytes exceeds {MAX_EVENT_BYTES}")
+        event_id = secrets.token_hex(16)
+        answer: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
+        self._events[event_id] = answer
+        body = {"relay": relay_id, "event": event_id, "reply_to": self.channel, "kind": kind, "data": data}
+        unconfirmed = "the session's owner did not confirm the event ({}): it may have been committed"
+        try:
+            await self._send_to(reply_to, "event", body)
+            async with asyncio.timeout(EVENT_RELAY_SECONDS):
+                reply = await answer
+        except TimeoutError:
+            raise Unavailable(unconfirmed.format("no answer in time")) from None
+        except self.errors as exc:
+            raise Unavailable(unconfirmed.format(type(exc).__name__)) from None
+        finally:
+            self._events.pop(event_id, None)
+        if reply.get("status") == "committed":
+            return
+        message = str(reply.get("refused", "the event was refused"))
+        if reply.get("over"):
+            raise Conflict(message)
+        raise EmitRefused(message)
+
+    async def _commit_event(self, pending: _Pending | None, body: dict[str, object]) -> None:
+        """Append an executor's event of a call this instance sent, then answer its holder."""
+        answer: dict[str, object] = {"event": str(body.get("event", ""))}
+        if pending is None or pending.emit is None or pending.future.done():
+            answer |= {"refused": "the call is over: its events can no longer be recorded", "over": True}
+        else:
+            try:
+                await pending.emit(str(body.get("kind", "")), body.get("data"))
+                answer["status"] = "committed"
+            except EmitRefused as exc:
+                answer["refused"] = str(exc)
+        await self._quietly(self._send_to(str(body.get("reply_to", "")), "event_reply", answer), "event")

@@ -12,6 +12,7 @@ from foundation.hostconfig import EnvironmentConfig
 from foundation.schema_workers import SchemaWorkers
 
 from .environments.components import ComponentCatalog
+from .environments.emits import EmitGrants
 from .invocation.approvals import ApprovalPolicy
 from .invocation.config_tools import ConfigTools, InspectionGrants
 from .invocation.path import CallContext, ToolKind, invoke_tool
@@ -64,11 +65,14 @@ def assemble_tool_path(
     header_timeout: float | None = None,
     transports: Mapping[str, Transport] | None = None,
     environments: Sequence[EnvironmentConfig] = (),
+    emit_key: bytes | None = None,
 ) -> ToolPath:
     """The path over `registry`'s config tools. The header deadline defaults to
     $BRAIN_TOOL_HEADER_TIMEOUT, else 30 s; `transports` replaces transport instances by name
     (fault tests inject clients with httpx.MockTransport). The config tools' values are checked
-    on a pool of the path's own. `environments`' brain components are checked now (ConfigError)."""
+    on a pool of the path's own. `environments`' brain components are checked now (ConfigError).
+    `emit_key` seals the emit tokens of placed calls sent to services (a fleet's; else one of
+    this process)."""
     config_tools = ConfigTools(
         registry.entry,
         transports=Transports(transports),
@@ -77,5 +81,6 @@ def assemble_tool_path(
         header_timeout=header_timeout,
         public_url=public_url.rstrip("/"),
         schemas=SchemaWorkers(name="brain-config-schemas"),
+        emits=EmitGrants(emit_key, public_url=public_url),
     )
     return ToolPath(config_tools, approvals=approvals, components=ComponentCatalog(environments))

@@ -427,9 +427,9 @@ class SessionActor(SessionState["SessionActor"]):
             return error_result("the turn of this tool call is over")
         return await self._tool_calls.call(self, params, traceparent=self.current.traceparent, trace=self._trace)
 
-    def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
-        """ToolCallTurn: one event of a tool call."""
-        self.emit(type_, data, input_id=input_id)
+    def record_event(self, type_: str, data: Any, *, input_id: str) -> int:
+        """ToolCallTurn: one event of a tool call; its committed position in the log."""
+        return self.emit(type_, data, input_id=input_id).offset
 
     def on_frame_error(self, reason: str) -> None:
         if self.task is not None:

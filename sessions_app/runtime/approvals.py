@@ -32,8 +32,8 @@ CANCELLED_REASON = "turn interrupted"
 class ApprovalTurn(Protocol):
     """What a waiting call needs of its turn (sessions_app.runtime.toolcalls.ToolCallTurn)."""
 
-    def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
-        """Append and publish one event; raises OSError or RecordTooLarge."""
+    def record_event(self, type_: str, data: Any, *, input_id: str) -> int:
+        """Append and publish one event (its committed position); raises OSError or RecordTooLarge."""
 
     def fail_running_turn(self, message: str) -> None: ...
 

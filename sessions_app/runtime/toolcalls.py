@@ -42,8 +42,9 @@ class ToolCallTurn(Protocol):
     @property
     def current_input_id(self) -> str | None: ...
 
-    def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
-        """Append and publish one event; raises OSError or RecordTooLarge."""
+    def record_event(self, type_: str, data: Any, *, input_id: str) -> int:
+        """Append and publish one event; its committed position in the session's log (the byte
+        offset of its line). Raises OSError or RecordTooLarge."""
 
     def fail_running_turn(self, message: str) -> None: ...
 
@@ -99,7 +100,7 @@ class ToolCalls:
         if environment:  # a placed tool's call names the environment the harness chose
             start["environment"] = environment
         try:
-            turn.record_event("tool.call", start, input_id=input_id)
+            sequence = turn.record_event("tool.call", start, input_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             turn.fail_running_turn(public_message(exc))
             return error_result("tool call could not be recorded")
@@ -130,6 +131,7 @@ class ToolCalls:
             approval=self._approval_gate(turn, input_id=input_id, call_id=call_id),
             environment=environment,
             emit=events.emit if environment else None,
+            sequence=sequence,
         )
         try:
             invocation = await self._dispatch(context, name, arguments)

@@ -7,6 +7,7 @@ and the refusals at create."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -60,6 +61,12 @@ def _turn(server: BrainServer, session_id: str, text: str) -> list[dict[str, Any
     return [event for event in history(server, session_id) if event.get("input_id") == accepted["id"]]
 
 
+def _offset(cursor: str) -> int:
+    """The log position a cursor names (base64url of {"o": offset, "i": id})."""
+    offset: int = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))["o"]
+    return offset
+
+
 def _of(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [event["data"] for event in events if event["type"] == type_]
 
@@ -71,6 +78,7 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
     server = _server(brain_factory, scripted_provider)
     seen: list[dict[str, Any]] = []
     committed_before_return: list[bool] = []
+    sequences: list[str] = []
 
     def read_here(arguments: Any, ctx: Any) -> dict[str, Any]:
         ctx.emit("host_read", {"path": arguments["path"], "prefix": ctx.options["prefix"]})
@@ -78,6 +86,7 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
             page = api.get(f"/sessions/{session_id}/events").json()["events"]
         committed_before_return.append(any(e["type"] == "tool.event" for e in page))
         seen.append({"input": arguments, "environment": ctx.environment, "options": ctx.options})
+        sequences.append(ctx.sequence)
         text = f"{ctx.options['prefix']}{arguments['path']}"
         return {"path": arguments["path"], "bytes": len(text), "text": text}
 
@@ -130,6 +139,9 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
         assert results["reader"]["result"]["structured_content"]["text"] == "from the workspace"
         assert results["app"]["call_id"] == calls["app"]["id"]
         assert seen == [{"input": {"path": "notes.txt"}, "environment": "app", "options": {"prefix": "host:"}}]
+        # ctx.sequence is the committed position of the call's tool.call in the log (its cursor's offset)
+        (app_call,) = [e for e in events if e["type"] == "tool.call" and e["data"]["environment"] == "app"]
+        assert sequences == [str(_offset(app_call["cursor"]))]
         # the host's event was committed before its emit returned; the component's too
         assert committed_before_return == [True]
         emitted = {(e["environment"], e["kind"]): e for e in _of(events, "tool.event")}

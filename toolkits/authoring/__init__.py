@@ -82,7 +82,7 @@ class Context:
     """What a host function gets beside its input."""
 
     options: Any
-    sequence: str
+    sequence: str  # the committed position of the call's tool.call in the session's log
     deadline: str
     signal: threading.Event  # set when the call is cancelled
     environment: str
@@ -276,10 +276,12 @@ def create_placed_session(
     config: JSON,
     placements: Sequence[Placement],
     presentation: str | Mapping[str, str] = "policy",
+    creator: Brain | None = None,
 ) -> PlacedSession:
     """Register a host executor per host environment of `placements`, then create the session
     with `config.placement`. `presentation`: "selector" (the model picks the environment),
-    "policy", or a mapping tool -> environment (the policy's explicit choice)."""
+    "policy", or a mapping tool -> environment (the policy's explicit choice). `creator`: the
+    client the session is created through (default `client`; in a fleet, another instance's)."""
     by_env: dict[str, list[Tool]] = {}
     environments: dict[str, Environment] = {}
     for placement in placements:
@@ -309,7 +311,7 @@ def create_placed_session(
             "presentation": shown,
         }
         body: Any = {"harness": harness, "config": {**config, "placement": wire}}
-        session: Any = client.create(body)
+        session: Any = (creator if creator is not None else client).create(body)
         return PlacedSession(session, hosts)
     except Exception:
         for host in hosts:

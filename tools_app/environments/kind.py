@@ -227,7 +227,7 @@ class PlacedTools:
             "session_id": context.session_id,
             "call_id": context.call_id,
             "environment": placement.env,
-            "sequence": context.call_id,
+            "sequence": str(context.sequence),
             "deadline": deadline.isoformat().replace("+00:00", "Z"),
             "options": orjson.dumps(placement.options).decode(),
         }

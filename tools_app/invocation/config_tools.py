@@ -20,6 +20,7 @@ from opentelemetry.propagate import inject as _inject
 from foundation.hostconfig import ToolBindingConfig
 from foundation.schema_workers import SchemaWorkers
 
+from ..environments.emits import EmitCapability, EmitGrants
 from ..providers.base import ProviderCall
 from ..providers.registry import ProviderRegistry
 from ..transports.base import HEADER_TIMEOUT_ENV, HEADER_TIMEOUT_SECONDS, OutboundCall, TransportError, Transports
@@ -52,6 +53,9 @@ class InspectionGrants:
     revoke: Callable[[str], None]
 
 
+# Tool services that are given an emit capability with a placed call (a REST API is not one).
+EMITTING_TRANSPORTS = frozenset({"http", "mcp"})
+
 EntryLookup = Callable[[str], Awaitable["CatalogEntry | None"]]
 
 
@@ -71,6 +75,7 @@ class ConfigTools:
         header_timeout: float | None,
         public_url: str,
         schemas: SchemaWorkers,
+        emits: EmitGrants | None = None,
     ) -> None:
         self._lookup = lookup
         self._schemas = schemas
@@ -81,6 +86,8 @@ class ConfigTools:
             header_timeout = float(os.environ.get(HEADER_TIMEOUT_ENV) or HEADER_TIMEOUT_SECONDS)
         self.header_timeout = header_timeout
         self._public_url = public_url
+        # the emit capabilities of placed calls sent to services (None: their events are not taken)
+        self.emits = emits if emits is not None else EmitGrants(None, public_url=public_url)
 
     def __contains__(self, name: object) -> bool:
         return True
@@ -138,6 +145,9 @@ class ConfigTools:
             if self._inspections is None:
                 return Invocation.failed(f"tool {name!r} is unavailable: session inspection is not enabled")
             inspection_token = self._inspections.grant(context.session_id, context.tenant)
+        emit: EmitCapability | None = None
+        if context.emit is not None and binding.effective_transport in EMITTING_TRANSPORTS:
+            emit = self.emits.grant(context.session_id, context.call_id, context.emit, seconds=binding.timeout_seconds)
         try:
             call = OutboundCall(
                 url=binding.url,
@@ -154,6 +164,8 @@ class ConfigTools:
                 inspection_token=inspection_token,
                 brain_url=self._public_url if inspection_token else "",
                 rest=binding.rest_template(),
+                emit_url=emit.url if emit is not None else "",
+                emit_token=emit.token if emit is not None else "",
             )
             try:
                 async with asyncio.timeout(binding.timeout_seconds):
@@ -174,6 +186,8 @@ class ConfigTools:
         finally:
             if inspection_token and self._inspections is not None:
                 self._inspections.revoke(inspection_token)
+            if emit is not None:
+                self.emits.revoke(context.call_id)
         return await checked_invocation(raw, entry.output, name, schemas=self._schemas)
 
     async def aclose(self) -> None:

@@ -49,6 +49,8 @@ class CallContext:
     environment: str = ""  # the environment the harness named for a placed tool ("" for others)
     # a placed tool's extension events: returns once the event is committed (EmitRefused otherwise)
     emit: Callable[[str, object], Awaitable[None]] | None = None
+    # the committed position of the call's tool.call event in the session's log (-1: not recorded)
+    sequence: int = -1
 
 
 # A kind's dispatch of one checked, approved call: sends it once and checks the result.

@@ -79,6 +79,9 @@ class OutboundCall:
     brain_url: str = ""
     binding: BindingScope | None = None  # set for calls of an installed provider's binding
     rest: RestTemplate | None = None  # set for transport rest: the request the arguments fill
+    # a placed call's capability to post its extension events (tools_app.environments.emits)
+    emit_url: str = ""
+    emit_token: str = ""  # never logged
 
     def __repr__(self) -> str:
         return f"OutboundCall(url={self.url!r}, call_id={self.call_id!r})"

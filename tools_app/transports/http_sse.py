@@ -25,6 +25,8 @@ __all__ = ["HttpSseTransport", "PooledHttpTransport", "body_chunks", "make_clien
 MAX_CONNECTIONS = 512
 MAX_KEEPALIVE_CONNECTIONS = 128
 ACCEPT = "application/json, text/event-stream"
+EMIT_URL_HEADER = "Brain-Emit-URL"  # where a placed call's extension events are posted
+EMIT_TOKEN_HEADER = "Brain-Emit-Token"  # the bearer token they are posted with
 
 
 def make_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
@@ -133,6 +135,9 @@ class HttpSseTransport(PooledHttpTransport):
             headers["Authorization"] = f"Bearer {call.token}"
         if call.traceparent:
             headers["traceparent"] = call.traceparent
+        if call.emit_token:  # a placed call: the service may post its extension events
+            headers[EMIT_URL_HEADER] = call.emit_url
+            headers[EMIT_TOKEN_HEADER] = call.emit_token
         request = client.build_request("POST", call.url, content=_envelope(call), headers=headers)
         try:
             response = await self._send(request, call, answer="tool response")

@@ -1,6 +1,7 @@
 """MCP tools over Streamable HTTP (mcp SDK 2.x): a fresh MCP session per call on pooled connections.
 
-Identity goes in `_meta["brain.dev/scope"]`, the call id is the progress token. Every response
+Identity goes in `_meta["brain.dev/scope"]` (a placed call's emit capability in
+`_meta["brain.dev/emit"]`), the call id is the progress token. Every response
 byte of a call, progress included, counts against max_output_bytes as it arrives, after its
 Content-Encoding is decoded in bounded pieces (bodies.py). Results become
 Brain results; anything else is a TransportError saying whether the tool may have run. However
@@ -39,6 +40,7 @@ __all__ = [
 
 SCOPE_META_KEY = "brain.dev/scope"
 BINDING_META_KEY = "brain.dev/binding"  # a provider binding's alias and parameters
+EMIT_META_KEY = "brain.dev/emit"  # a placed call's emit capability: {"url", "token"}
 DISCOVERY_PAGES = 100  # tools/list pages read at most (a server that never stops paginating)
 
 # What an MCP client transport yields: the session's read and write streams.
@@ -332,6 +334,8 @@ class McpTransport(Transport):
                     }
                     if call.binding is not None:
                         meta[BINDING_META_KEY] = {"alias": call.binding.alias, "parameters": call.binding.parameters}
+                    if call.emit_token:  # a placed call: the server may post its extension events
+                        meta[EMIT_META_KEY] = {"url": call.emit_url, "token": call.emit_token}
                     stage["sent"] = True
                     meter.restart()
                     # RequestParamsMeta is a TypedDict; the scope key is an extension it does not list.

@@ -54,6 +54,8 @@ ADDITIVE_OPERATIONS = {
     ("get", "/tasks"): "listTasks",
     ("post", "/sessions/{id}/approvals/{approval_id}"): "decide_approval",
     ("delete", "/sessions/{id}"): "delete",  # what aex-brain 2.3.0's Brain.delete sends
+    # a tool service's extension event of a placed call, under its per-call emit token
+    ("post", "/sessions/{id}/tool-calls/{call_id}/events"): "emitToolEvent",
 }
 ADDITIVE_COMPONENTS = frozenset(
     {

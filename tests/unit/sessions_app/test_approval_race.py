@@ -22,8 +22,9 @@ class Turn:
     def __init__(self) -> None:
         self.events: list[tuple[str, Any]] = []
 
-    def record_event(self, type_: str, data: Any, *, input_id: str) -> None:
+    def record_event(self, type_: str, data: Any, *, input_id: str) -> int:
         self.events.append((type_, data))
+        return len(self.events) - 1
 
     def fail_running_turn(self, message: str) -> None:
         raise AssertionError(message)
