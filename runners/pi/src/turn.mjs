@@ -17,6 +17,7 @@ import { completeSimple, streamSimple } from "@mariozechner/pi-ai";
 import { firstKeptTurn, needsCompaction, summaryContext } from "./compaction.mjs";
 import { brainFailure, END_TURN, MODEL_REQUEST, providerFailure, RunnerFailure } from "./frames.mjs";
 import { MAX_RETRIES, RequestMeter } from "./metering.mjs";
+import { alternateRoles } from "./payload.mjs";
 import { imageContent, mediaRefusal, mediaSupport, resolveModel } from "./settings.mjs";
 
 // Note appended to a tool result whose remote side effect may or may not have happened.
@@ -87,6 +88,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
       streamSimple(streamModel, { ...context, tools: offered }, {
         ...streamOptions,
         onResponse: (response) => requestMeter.noteHeaders(response.headers),
+        onPayload: alternateRoles,
       }),
     );
   };
