@@ -52,7 +52,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
     controller.abort(failure);
   };
   const report = async (purpose, message, requestMeter) => {
-    const record = requestMeter?.record({ purpose, message, provider: model.provider, model: model.id });
+    const record = requestMeter?.record({ purpose, message, provider: model.provider, model: model.id, api: model.api });
     if (record) await io.emit(MODEL_REQUEST, record);
   };
   const options = { apiKey: settings.provider.apiKey, sessionId: state.cacheKey, maxRetries: MAX_RETRIES, reasoning };
