@@ -100,7 +100,7 @@ lint: $(DEV_STAMP)
 typecheck: $(DEV_STAMP)
 	$(BIN)/mypy .
 
-bench: $(DEV_STAMP)
+bench: $(DEV_STAMP) $(PI_STAMP)
 	$(BIN)/python bench/turn_bench.py
 	$(BIN)/python bench/runner_bench.py
 	$(BIN)/python bench/tool_bench.py
@@ -113,6 +113,7 @@ bench: $(DEV_STAMP)
 	$(BIN)/python bench/executor_bench.py
 	$(BIN)/python bench/spawn_bench.py
 	$(BIN)/python bench/schema_bench.py
+	$(BIN)/python bench/pi_bench.py
 
 # The mixed-fault drill (about 25 minutes; not part of test or bench): SEED=N replays one.
 drill: $(DEV_STAMP) system-packages

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.provider import CODEX_TEST_KEY, LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.provider import AGENT_HARNESSES, CODEX_TEST_KEY, ScriptedProvider
 from tests.fixtures.server import BrainServer, make_server, wait_for_turn_end
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
@@ -83,6 +83,59 @@ WIRES = [
         id="openai_codex_responses_case",
     ),
 ]
+# pi-ai's usage on the same replies: input without cached tokens, cache reads and writes apart
+# (0 where the wire reports none), reasoning inside output and never counted apart.
+PI_OPENAI_STYLE = {"input_tokens": 45, "output_tokens": 12, "cache_read_tokens": 12, "cache_write_tokens": 0}
+PI_ANTHROPIC_STYLE = {"input_tokens": 40, "output_tokens": 12, "cache_read_tokens": 12, "cache_write_tokens": 5}
+PI_MISTRAL_STYLE = {"input_tokens": 57, "output_tokens": 12, "cache_read_tokens": 0, "cache_write_tokens": 0}
+# The wires of Pi's model registry the scripted provider speaks, with what the pi harness reports.
+PI_WIRES = [
+    pytest.param(
+        model, (provider, model_id, f"pi-ai.{api}", "separate", "unreported", ["reasoning_tokens"], counts), id=case
+    )
+    for model, provider, model_id, api, counts, case in [
+        ("openai/gpt-4.1-mini", "openai", "gpt-4.1-mini", "openai-responses", PI_OPENAI_STYLE, "openai_responses_case"),
+        (
+            "anthropic/claude-sonnet-4-5",
+            "anthropic",
+            "claude-sonnet-4-5",
+            "anthropic-messages",
+            PI_ANTHROPIC_STYLE,
+            "anthropic_messages_case",
+        ),
+        (
+            "google/gemini-2.5-flash",
+            "google",
+            "gemini-2.5-flash",
+            "google-generative-ai",
+            PI_OPENAI_STYLE,
+            "google_genai_case",
+        ),
+        (
+            "mistral/mistral-small-latest",
+            "mistral",
+            "mistral-small-latest",
+            "mistral-conversations",
+            PI_MISTRAL_STYLE,
+            "mistral_conversations_case",
+        ),
+        (
+            "openai-codex/gpt-5.5",
+            "openai-codex",
+            "gpt-5.5",
+            "openai-codex-responses",
+            PI_OPENAI_STYLE,
+            "openai_codex_responses_case",
+        ),
+    ]
+]
+# pi-ai's Codex client makes up to 4 attempts of its own (the scripted refusal reads as retryable).
+PI_FAILED_ATTEMPTS = {"openai-codex": "4/4"}
+HARNESS_WIRES = [
+    pytest.param(harness, *case.values, id=f"{harness}-{case.id}")
+    for harness, cases in (("loop", WIRES), ("pi", PI_WIRES))
+    for case in cases
+]
 HEX32 = re.compile(r"^[0-9a-f]{32}$")
 TURN_SECONDS = 60.0  # a wire's first turn imports its SDK in the runner; a busy machine is slow
 
@@ -108,7 +161,7 @@ def loop_brain(tmp_path_factory: pytest.TempPathFactory, provider: ScriptedProvi
         "radius": {**key, "base_url": provider.radius_base_url},
         "openai-codex": {"api_key_env": "TEST_CODEX_TOKEN", "base_url": provider.codex_base_url},
     }
-    server = make_server(tmp_path_factory.mktemp("brain"), harnesses={"loop": LOOP_HARNESS}, providers=providers)
+    server = make_server(tmp_path_factory.mktemp("brain"), harnesses=AGENT_HARNESSES, providers=providers)
     server.env["TEST_CODEX_TOKEN"] = CODEX_TEST_KEY  # a ChatGPT access token, as Codex signs in
     server.start()
     yield server
@@ -122,8 +175,8 @@ def scripted(provider: ScriptedProvider) -> ScriptedProvider:
     return provider
 
 
-def _create(server: BrainServer, model: str) -> str:
-    session = server.sdk().create({"harness": "loop", "config": {"model": model, "tools": []}})
+def _create(server: BrainServer, model: str, harness: str = "loop") -> str:
+    session = server.sdk().create({"harness": harness, "config": {"model": model, "tools": []}})
     return str(session["id"])
 
 
@@ -140,7 +193,13 @@ def _history(server: BrainServer, session_id: str) -> list[dict[str, Any]]:
 
 
 def _record(
-    input_id: str, expected: tuple[Any, ...], *, state: str, attempts: str, provider_request_id: str | None
+    input_id: str,
+    expected: tuple[Any, ...],
+    *,
+    state: str,
+    attempts: str,
+    provider_request_id: str | None,
+    harness: str = "loop",
 ) -> dict[str, Any]:
     provider, model, semantics, input_cache, output_reasoning, unmeasured, _counts = expected
     record: dict[str, Any] = {
@@ -148,7 +207,7 @@ def _record(
         "boundary": input_id,
         "unmeasured": unmeasured,
         "state": state,
-        "harness": "loop",
+        "harness": harness,
         "provider": provider,
         "model": model,
         "attempts": attempts,
@@ -169,13 +228,13 @@ def _without_request_id(data: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key != "request_id"}
 
 
-@pytest.mark.parametrize(("model", "expected"), WIRES)
+@pytest.mark.parametrize(("harness", "model", "expected"), HARNESS_WIRES)
 def test_each_wire_reports_its_completed_and_failed_requests_as_retained_model_request_events(
-    loop_brain: BrainServer, scripted: ScriptedProvider, model: str, expected: tuple[Any, ...]
+    loop_brain: BrainServer, scripted: ScriptedProvider, harness: str, model: str, expected: tuple[Any, ...]
 ) -> None:
     # given
-    session_id = _create(loop_brain, model)
-    gemini = expected[2] == "google-genai"
+    session_id = _create(loop_brain, model, harness)
+    gemini = expected[2] in ("google-genai", "pi-ai.google-generative-ai")
     # when: a request the provider answers with usage, then one it refuses
     counted, events = _turn(loop_brain, session_id, "count me")
     refused, failed_events = _turn(loop_brain, session_id, "[fail 400]")
@@ -183,16 +242,26 @@ def test_each_wire_reports_its_completed_and_failed_requests_as_retained_model_r
     assert [e["type"] for e in events] == ["session.status", "model.request", "assistant.message", "session.status"]
     assert [e["type"] for e in failed_events] == ["session.status", "model.request", "session.error", "session.status"]
     assert failed_events[-1]["data"] == {"status": "interrupted"}
+    failed_attempts = PI_FAILED_ATTEMPTS.get(expected[0], "1/3") if harness == "pi" else "1/3"
     requests = scripted.requests()
-    assert len(requests) == 2
-    # the provider's own id: its request-id header, or Gemini's responseId (none on an error)
+    assert len(requests) == 1 + int(failed_attempts[0])
+    # the provider's own id: its request-id header, or Gemini's responseId (none on an error; pi-ai
+    # keeps no responseId)
+    completed_id = None if gemini and harness == "pi" else requests[0]["request_id"]
     completed = _record(
-        counted, expected, state="completed", attempts="1/3", provider_request_id=requests[0]["request_id"]
+        counted,
+        expected,
+        state="completed",
+        attempts=f"1/{failed_attempts[-1]}",
+        provider_request_id=completed_id,
+        harness=harness,
     )
     completed["usage"] = {**completed["usage"], "availability": "reported", **expected[6]}
     assert _without_request_id(events[1]["data"]) == completed
-    failed_id = None if gemini else requests[1]["request_id"]
-    failure = _record(refused, expected, state="failed", attempts="1/3", provider_request_id=failed_id)
+    failed_id = None if gemini else requests[-1]["request_id"]
+    failure = _record(
+        refused, expected, state="failed", attempts=failed_attempts, provider_request_id=failed_id, harness=harness
+    )
     assert _without_request_id(failed_events[1]["data"]) == failure
     assert events[1]["data"]["request_id"] != failed_events[1]["data"]["request_id"]
     # and: retained events with cursors, in the turn of their input
@@ -225,11 +294,12 @@ def test_a_request_the_provider_keeps_failing_is_reported_once_with_every_attemp
     assert (record["state"], record["usage"]["availability"], record["boundary"]) == ("failed", "unavailable", input_id)
 
 
+@pytest.mark.parametrize("harness", sorted(AGENT_HARNESSES))
 def test_an_interrupted_request_reports_the_usage_the_provider_had_sent(
-    loop_brain: BrainServer, scripted: ScriptedProvider
+    loop_brain: BrainServer, scripted: ScriptedProvider, harness: str
 ) -> None:
     # given: an Anthropic stream that stalls after its first delta (message_start carried the input counts)
-    session_id = _create(loop_brain, "anthropic/claude-sonnet-4-5")
+    session_id = _create(loop_brain, "anthropic/claude-sonnet-4-5", harness)
     client = loop_brain.sdk()
     sent = client.send(session_id, {"type": "user.message", "text": "hang on"})
     for event in client.observe(session_id):  # the first delta comes after message_start's usage
@@ -241,6 +311,29 @@ def test_an_interrupted_request_reports_the_usage_the_provider_had_sent(
     # then
     events = [e for e in _history(loop_brain, session_id) if e.get("input_id") == sent["id"]]
     (record,) = [e["data"] for e in events if e["type"] == "model.request"]
+    if harness == "pi":  # pi-ai's own semantics; the same counts as loop
+        assert _without_request_id(record) == {
+            "purpose": "turn",
+            "boundary": sent["id"],
+            "unmeasured": ["reasoning_tokens"],
+            "state": "interrupted",
+            "harness": "pi",
+            "provider": "anthropic",
+            "model": "claude-sonnet-4-5",
+            "provider_request_id": scripted.requests()[0]["request_id"],
+            "attempts": "1/3",
+            "usage": {
+                "availability": "partial",
+                "semantics": "pi-ai.anthropic-messages",
+                "input_tokens": 40,
+                "cache_read_tokens": 12,
+                "cache_write_tokens": 5,
+                "input_cache": "separate",
+                "output_reasoning": "unreported",
+            },
+        }
+        assert events[-1]["data"] == {"status": "interrupted"}
+        return
     assert _without_request_id(record) == {
         "purpose": "turn",
         "boundary": sent["id"],
@@ -268,9 +361,7 @@ def test_model_request_events_are_retained_across_a_restart(
     tmp_path_factory: pytest.TempPathFactory, scripted: ScriptedProvider
 ) -> None:
     # given
-    server = make_server(
-        tmp_path_factory.mktemp("restart"), harnesses={"loop": LOOP_HARNESS}, providers=scripted.providers()
-    )
+    server = make_server(tmp_path_factory.mktemp("restart"), harnesses=AGENT_HARNESSES, providers=scripted.providers())
     server.start()
     try:
         session_id = _create(server, "openai/gpt-4.1-mini")

@@ -1,4 +1,5 @@
-"""Real processes for the runner conformance tests: the scripted provider and `runners.loop`.
+"""Real processes for the runner conformance tests: the scripted provider and a harness's runner
+(`runners.loop` unless a module asks for both agent-loop harnesses with `both_harnesses`).
 
 No Django: run with `-p no:django`. Helpers drive the RunnerFrame protocol over real pipes.
 """
@@ -19,9 +20,21 @@ from typing import Any
 
 import pytest
 
+from runners.media import IMAGE_TYPES
 from tests.fixtures.provider import CODEX_TEST_KEY, ScriptedProvider
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# Each agent-loop harness's runner command, and the native file its conversation is kept in.
+HARNESS_COMMANDS = {
+    "loop": [sys.executable, "-m", "runners.loop"],
+    "pi": ["node", str(PROJECT_ROOT / "runners" / "pi" / "src" / "main.mjs")],
+}
+NATIVE_FILES = {"loop": "conversation.jsonl", "pi": "session.jsonl"}
+# What each harness's `open` declares its models take: pi-ai sends images inline only.
+OPEN_MEDIA = {
+    "loop": {"types": list(IMAGE_TYPES), "https": True},
+    "pi": {"types": list(IMAGE_TYPES), "https": False},
+}
 # Generous: the first turn of a transport imports its SDK (hundreds of ms, more on a busy box).
 FRAME_TIMEOUT = 20.0
 
@@ -211,6 +224,18 @@ class RunnerProcess:
                 self.process.wait()
 
 
+def conversation(body: dict[str, Any]) -> list[Any]:
+    """An OpenAI Responses request's input items without the system item (pi-ai sends the
+    instructions as the first input item, the loop harness as `instructions`)."""
+    return [item for item in body["input"] if item.get("role") not in ("system", "developer")]
+
+
+def instructions(body: dict[str, Any]) -> str:
+    """An OpenAI Responses request's instructions, wherever the harness put them."""
+    system = [item["content"] for item in body["input"] if item.get("role") in ("system", "developer")]
+    return str(body.get("instructions") or "".join(system))
+
+
 def echo_tool_handler(frame: Frame) -> Frame:
     """A tool service stand-in: echoes the arguments back as text."""
     arguments = frame["params"]["arguments"]
@@ -238,11 +263,19 @@ def provider(scripted_provider: ScriptedProviderServer) -> ScriptedProviderServe
 
 
 @pytest.fixture()
-def spawn_runner(tmp_path: Path) -> Iterator[Callable[..., RunnerProcess]]:
+def harness() -> str:
+    """The harness whose runner `runner` and `spawn_runner` start: `loop`, unless a module
+    overrides this fixture with one parametrised over HARNESS_COMMANDS (then its runner tests run
+    once per agent-loop harness)."""
+    return "loop"
+
+
+@pytest.fixture()
+def spawn_runner(tmp_path: Path, harness: str) -> Iterator[Callable[..., RunnerProcess]]:
     runners: list[RunnerProcess] = []
 
     def spawn(command: list[str] | None = None) -> RunnerProcess:
-        runner = RunnerProcess(tmp_path / f"runner-cwd-{len(runners)}", command=command)
+        runner = RunnerProcess(tmp_path / f"runner-cwd-{len(runners)}", command=command or HARNESS_COMMANDS[harness])
         runners.append(runner)
         return runner
 

@@ -7,11 +7,28 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from conftest import ECHO_TOOL, PROJECT_ROOT, RunnerProcess, ScriptedProviderServer, echo_tool_handler, runner_env
-
-from runners.media import IMAGE_TYPES
+import pytest
+from conftest import (
+    ECHO_TOOL,
+    HARNESS_COMMANDS,
+    NATIVE_FILES,
+    OPEN_MEDIA,
+    PROJECT_ROOT,
+    RunnerProcess,
+    ScriptedProviderServer,
+    conversation,
+    echo_tool_handler,
+    runner_env,
+)
 
 MODEL = "openai/gpt-4.1-mini"
+
+
+@pytest.fixture(params=sorted(HARNESS_COMMANDS))
+def harness(request: pytest.FixtureRequest) -> str:
+    """Each test that starts a runner runs once per agent-loop harness."""
+    return str(request.param)
+
 
 # Runs the runner with every `django` import failing, as if Django were not installed.
 _WITHOUT_DJANGO = """
@@ -78,7 +95,7 @@ def test_startup_imports_no_provider_sdk() -> None:
 
 
 def test_many_attachments_run_concurrently_in_one_process(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given
     count = 12
@@ -109,14 +126,14 @@ def test_many_attachments_run_concurrently_in_one_process(
     assert sorted(c["attachment"] for c in calls) == sorted(prompt_ids)
     assert all(c["params"]["arguments"] == {"text": f"from {c['attachment'][1:]}"} for c in calls)
     for index in range(count):
-        text = (tmp_path / f"native-{index}" / "conversation.jsonl").read_text()
+        text = (tmp_path / f"native-{index}" / NATIVE_FILES[harness]).read_text()
         assert f"from {index}" in text
         assert all(f'"from {other}"' not in text for other in range(count) if other != index)
     assert len(provider.requests()) == 2 * count
 
 
 def test_detach_releases_one_attachment_without_stopping_peers(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given
     runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)
@@ -130,7 +147,7 @@ def test_detach_releases_one_attachment_without_stopping_peers(
     assert runner.request("a1", "checkpoint")["error"]["code"] == "brain_error"
     assert runner.prompt("a2", "hi", turn="t1")[0]["result"] == {}
     opened = runner.open("a1", tmp_path / "one", model=MODEL, base_url=provider.openai_base_url)
-    assert opened["result"] == {"media": {"types": list(IMAGE_TYPES), "https": True}}
+    assert opened["result"] == {"media": OPEN_MEDIA[harness]}
 
 
 def test_protocol_misuse_gets_brain_error_replies(
@@ -216,4 +233,4 @@ def test_at_most_32_tool_calls_are_outstanding_per_process(
         call = runner.wait_for(lambda f: f.get("method") == "tool.call")
         runner.send({"attachment": "a1", "turn": "t1", "id": call["id"], "result": echo_tool_handler(call)})
     assert runner.reply_to("a1", prompt_id)["result"] == {}
-    assert len(provider.bodies()[1]["input"]) == 2 + 40 + 40  # prompt, text, 40 calls, 40 results
+    assert len(conversation(provider.bodies()[1])) == 2 + 40 + 40  # prompt, text, 40 calls, 40 results

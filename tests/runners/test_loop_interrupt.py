@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from conftest import (
     ECHO_TOOL,
+    HARNESS_COMMANDS,
+    NATIVE_FILES,
     RunnerProcess,
     ScriptedProviderServer,
     echo_tool_handler,
@@ -16,6 +18,12 @@ from conftest import (
 )
 
 MODEL = "openai/gpt-4.1-mini"
+
+
+@pytest.fixture(params=sorted(HARNESS_COMMANDS))
+def harness(request: pytest.FixtureRequest) -> str:
+    """Each test that starts a runner runs once per agent-loop harness."""
+    return str(request.param)
 
 
 def test_interrupting_while_a_tool_call_waits_settles_cleanly(
@@ -68,10 +76,21 @@ def test_interrupting_while_a_tool_call_waits_settles_cleanly(
     ids=lambda value: value if isinstance(value, str) and value.endswith("_case") else "",
 )
 def test_interrupting_a_stalled_stream_cancels_it(
-    label: str, model: str, base: str, runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    label: str,
+    model: str,
+    base: str,
+    runner: RunnerProcess,
+    provider: ScriptedProviderServer,
+    tmp_path: Path,
+    harness: str,
 ) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base))
+    if harness == "pi" and model.startswith("radius/"):  # Pi's registry has no Radius models
+        refused = runner.request("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")["error"]
+        assert refused == {"code": "brain_error", "message": f"model '{model}' is not in Pi's model registry"}
+        assert provider.requests() == []
+        return
     prompt_id = runner.start("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")
     runner.wait_for(lambda f: f.get("event") == "assistant.delta")
 
@@ -122,7 +141,7 @@ def test_a_steer_is_added_at_the_next_model_call_of_the_running_turn(
 
     # then
     assert steer == {"attachment": "a1", "turn": "t1", "id": steer["id"], "result": {}}
-    assert runner.reply_to("a1", prompt_id)["result"] == {}
+    assert runner.reply_to("a1", prompt_id) == {"attachment": "a1", "turn": "t1", "id": prompt_id, "result": {}}
     first, second = provider.bodies()
     assert "answer in French" not in str(first)
     assert "answer in French" in str(second["messages"][-1] if "messages" in second else second["input"][-1])
@@ -161,7 +180,7 @@ def test_a_steer_without_a_running_turn_is_refused(
 
 
 def test_an_interrupt_right_behind_its_prompt_still_settles_the_prompt(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given prompt and interrupt arriving in the same pipe write, before the turn could start
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
@@ -177,4 +196,8 @@ def test_an_interrupt_right_behind_its_prompt_still_settles_the_prompt(
     frames = [runner.reply_to("a1", "p1"), runner.reply_to("a1", "i1")]
     assert [f["result"] for f in frames] == [{"interrupted": True}, {}]
     assert provider.requests() == []
-    assert runner.checkpoint("a1") == [{"path": "conversation.jsonl", "size": 0, "append_only": True}]
+    (native,) = runner.checkpoint("a1")
+    assert (native["path"], native["append_only"]) == (NATIVE_FILES[harness], True)
+    # loop writes nothing before its first model call; pi's prompt is on a branch no turn end closes
+    entries = [json.loads(line) for line in (tmp_path / "native" / native["path"]).read_bytes().splitlines()]
+    assert [entry["type"] for entry in entries] == {"loop": [], "pi": ["session", "message"]}[harness]

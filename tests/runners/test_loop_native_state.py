@@ -9,18 +9,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import (
     ECHO_TOOL,
+    HARNESS_COMMANDS,
+    NATIVE_FILES,
+    OPEN_MEDIA,
     RunnerProcess,
     ScriptedProviderServer,
+    conversation,
     echo_tool_handler,
+    instructions,
     read_native_files,
     restore_checkpoint,
 )
 
-from runners.media import IMAGE_TYPES
-
 MODEL = "openai/gpt-4.1-mini"
+
+
+@pytest.fixture(params=sorted(HARNESS_COMMANDS))
+def harness(request: pytest.FixtureRequest) -> str:
+    """Each test that starts a runner runs once per agent-loop harness."""
+    return str(request.param)
 
 
 def _two_turns(runner: RunnerProcess, provider: ScriptedProviderServer, directory: Path) -> list[dict[str, Any]]:
@@ -31,7 +41,7 @@ def _two_turns(runner: RunnerProcess, provider: ScriptedProviderServer, director
 
 
 def test_open_is_passive_and_makes_no_model_or_tool_call(
-    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path
+    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given a saved session
     first = spawn_runner()
@@ -46,9 +56,8 @@ def test_open_is_passive_and_makes_no_model_or_tool_call(
     quiet = second.drain(quiet_for=1.0)
 
     # then
-    # (the open result declares only what the model takes: images of every type, https URLs too)
-    media = {"types": list(IMAGE_TYPES), "https": True}
-    assert reply == {"attachment": "a1", "id": reply["id"], "result": {"media": media}}
+    # (the open result declares only what the model takes: images of every type, https URLs with loop)
+    assert reply == {"attachment": "a1", "id": reply["id"], "result": {"media": OPEN_MEDIA[harness]}}
     assert quiet == []
     assert provider.requests() == []
     assert read_native_files(tmp_path / "native", files) == before
@@ -56,13 +65,13 @@ def test_open_is_passive_and_makes_no_model_or_tool_call(
 
 
 def test_open_creates_a_missing_directory_with_an_empty_conversation(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # when
     runner.open("a1", tmp_path / "new" / "native", model=MODEL, base_url=provider.openai_base_url)
 
     # then
-    assert runner.checkpoint("a1") == [{"path": "conversation.jsonl", "size": 0, "append_only": True}]
+    assert runner.checkpoint("a1") == [{"path": NATIVE_FILES[harness], "size": 0, "append_only": True}]
     assert provider.requests() == []
 
 
@@ -84,12 +93,12 @@ def test_a_restored_checkpoint_produces_the_identical_next_model_request(
     # then
     from_original, from_restored = provider.bodies()
     assert from_restored == from_original
-    assert len(from_original["input"]) == 8  # 3 prompts, 3 assistant texts, 1 call, 1 result
+    assert len(conversation(from_original)) == 8  # 3 prompts, 3 assistant texts, 1 call, 1 result
     assert original.checkpoint("a1") == restored.checkpoint("b1")
 
 
 def test_checkpoint_sizes_are_exact_and_files_only_grow(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.openai_base_url)
@@ -102,15 +111,16 @@ def test_checkpoint_sizes_are_exact_and_files_only_grow(
     second = runner.checkpoint("a1")
 
     # then
-    data = (tmp_path / "native" / "conversation.jsonl").read_bytes()
-    assert len(first_bytes["conversation.jsonl"]) == first[0]["size"] < second[0]["size"] == len(data)
-    assert data[: first[0]["size"]] == first_bytes["conversation.jsonl"]
+    native = NATIVE_FILES[harness]
+    data = (tmp_path / "native" / native).read_bytes()
+    assert len(first_bytes[native]) == first[0]["size"] < second[0]["size"] == len(data)
+    assert data[: first[0]["size"]] == first_bytes[native]
     assert all(json.loads(line) for line in data.splitlines())
     assert b"test-key" not in data
 
 
 def test_kill_9_mid_turn_leaves_the_checkpointed_files_intact(
-    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path
+    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given a checkpoint, then a turn stalled mid-stream
     runner = spawn_runner()
@@ -124,8 +134,8 @@ def test_kill_9_mid_turn_leaves_the_checkpointed_files_intact(
     runner.process.wait()
 
     # then the checkpointed prefix is untouched, and reopening without truncation ignores the dead turn
-    data = (tmp_path / "native" / "conversation.jsonl").read_bytes()
-    assert data[: files[0]["size"]] == saved["conversation.jsonl"]
+    data = (tmp_path / "native" / NATIVE_FILES[harness]).read_bytes()
+    assert data[: files[0]["size"]] == saved[NATIVE_FILES[harness]]
     provider.reset()
     restore_checkpoint(tmp_path / "native", tmp_path / "truncated", files)
     survivor = spawn_runner()
@@ -139,7 +149,7 @@ def test_kill_9_mid_turn_leaves_the_checkpointed_files_intact(
 
 
 def test_it_compacts_old_turns_near_the_context_window_and_restores_the_same_context(
-    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path
+    spawn_runner: Callable[..., RunnerProcess], provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given a model with an 8192-token window and turns of ~2400 tokens each
     runner = spawn_runner()
@@ -156,13 +166,14 @@ def test_it_compacts_old_turns_near_the_context_window_and_restores_the_same_con
     # then one summary call happens first, and the context starts with the summary
     assert reply["result"] == {}
     summary_request, turn_request = provider.bodies()
-    assert "summarize" in summary_request["instructions"].lower()
-    assert "turn 0" in summary_request["input"][0]["content"][0]["text"]
-    first = turn_request["input"][0]["content"][0]["text"]
+    assert "summarize" in instructions(summary_request).lower()
+    assert "turn 0" in conversation(summary_request)[0]["content"][0]["text"]
+    first = conversation(turn_request)[0]["content"][0]["text"]
     assert first.startswith("Summary of the earlier conversation:\nSummary of the earlier conversation (")
-    assert "turn 0" not in json.dumps(turn_request["input"][1:])
+    assert "turn 0" not in json.dumps(conversation(turn_request)[1:])
     assert len(json.dumps(turn_request)) < len(json.dumps(summary_request)) + 4 * 8192
-    records = [json.loads(line) for line in (tmp_path / "native" / "conversation.jsonl").read_bytes().splitlines()]
+    native = (tmp_path / "native" / NATIVE_FILES[harness]).read_bytes()
+    records = [json.loads(line) for line in native.splitlines()]
     assert [r["type"] for r in records].count("compaction") == 1
     # and each call is reported for what it was for, the summary first
     reports = [f["data"] for f in seen if f.get("event") == "model.request"]
@@ -182,4 +193,4 @@ def test_it_compacts_old_turns_near_the_context_window_and_restores_the_same_con
     restored.prompt("b1", "turn 4", turn="t4")
     from_original, from_restored = provider.bodies()
     assert from_original == from_restored
-    assert from_original["input"][0]["content"][0]["text"] == first
+    assert conversation(from_original)[0]["content"][0]["text"] == first

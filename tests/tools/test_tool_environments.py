@@ -1,6 +1,7 @@
 """Tool environments end to end: one tool placed in a host environment (a function of this
 process, through the published client's executor wire) and a brain environment (the example
-WebAssembly component), the model's calls through the `loop` harness and the scripted provider
+WebAssembly component), the model's calls through the `loop` harness (and the `pi` harness, for the
+selector and policy journeys) and the scripted provider
 (which calls only tools it was offered), the environment recorded on tool.call and tool.result,
 committed extension events replayed to a late subscriber, `invalid_input` and `invalid_output`,
 and the refusals at create."""
@@ -16,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
+from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, open_stream, send_ok, wait_for_turn_end
 from toolkits.authoring import brain_env, component, create_placed_session, host_env, tool
 
@@ -38,7 +39,7 @@ LOOKUP_OUTPUT = {"type": "object", "properties": {"value": {"type": "string"}}, 
 def _server(factory: Callable[..., BrainServer], provider: ScriptedProvider) -> BrainServer:
     assert COMPONENT.is_file(), f"the example component is missing: {COMPONENT}"
     server = factory(
-        harnesses={"loop": LOOP_HARNESS},
+        harnesses=AGENT_HARNESSES,
         providers={"openai": {"api_key_env": "TEST_OPENAI_KEY", "base_url": provider.openai_base_url}},
         environments=[
             {"name": "app", "kind": "host", "tenants": ["acme"]},
@@ -71,8 +72,9 @@ def _of(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
     return [event["data"] for event in events if event["type"] == type_]
 
 
+@pytest.mark.parametrize("harness", sorted(AGENT_HARNESSES))
 def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_committed_events(
-    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: read_file placed in a host environment (a function here) and in a component
     server = _server(brain_factory, scripted_provider)
@@ -103,7 +105,7 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
     client = server.sdk()
     placed = create_placed_session(
         client,
-        harness="loop",
+        harness=harness,
         config={"model": MODEL, "tools": []},
         placements=[
             read_file(env=host_env("app"), prefix="host:"),
@@ -161,8 +163,9 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
         placed.close()
 
 
+@pytest.mark.parametrize("harness", sorted(AGENT_HARNESSES))
 def test_invalid_input_is_never_executed_and_invalid_output_is_its_own_outcome(
-    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: lookup placed in the host environment alone (the policy needs no choice)
     server = _server(brain_factory, scripted_provider)
@@ -174,7 +177,7 @@ def test_invalid_input_is_never_executed_and_invalid_output_is_its_own_outcome(
 
     placed = create_placed_session(
         server.sdk(),
-        harness="loop",
+        harness=harness,
         config={"model": MODEL, "tools": []},
         placements=[
             tool(name="lookup", description="Look up.", input=LOOKUP_INPUT, output=LOOKUP_OUTPUT, run=lookup)(

@@ -306,6 +306,7 @@ export class Host {
         signal?.addEventListener("abort", onAbort, { once: true });
       });
       const params = { id: call.id, name: call.name, arguments: call.arguments };
+      if (call.environment) params.environment = call.environment; // a placed tool's
       await this.out.send({ attachment: attachmentId, turn: turnId, id: frameId, method: "tool.call", params });
       const frame = await reply;
       if (frame.error) throw brainFailure(`tool call '${call.name}' failed in Brain: ${frame.error.message ?? ""}`);

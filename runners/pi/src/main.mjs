@@ -15,4 +15,6 @@ if (major < MINIMUM_NODE[0] || (major === MINIMUM_NODE[0] && minor < MINIMUM_NOD
 installFetchCounter();
 const { Host } = await import("./host.mjs");
 const status = await new Host(process.stdout).serve(process.stdin);
-process.exitCode = status;
+// a paused stdin still holds the event loop open after broken framing; stdout to a pipe is
+// written synchronously, so every frame is out by now
+process.exit(status);

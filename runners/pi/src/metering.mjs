@@ -8,6 +8,8 @@ import { randomUUID } from "node:crypto";
 
 // Retries pi-ai's SDK clients make after the first attempt (their default, set explicitly).
 export const MAX_RETRIES = 2;
+// pi-ai's Codex client retries on its own, up to 3 times whatever maxRetries says.
+const ATTEMPTS_BY_API = { "openai-codex-responses": 4 };
 // Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic.
 const REQUEST_ID_HEADERS = ["x-request-id", "request-id"];
 const PROVIDER_ID = /^[\x21-\x7e]{1,256}$/;
@@ -29,9 +31,10 @@ export class RequestMeter {
     this.providerRequestId = null;
   }
 
+  /** Keep the provider's request id from response headers (a plain object or a fetch Headers). */
   noteHeaders(headers) {
     for (const name of REQUEST_ID_HEADERS) {
-      const value = headers?.[name];
+      const value = typeof headers?.get === "function" ? headers.get(name) : headers?.[name];
       if (typeof value === "string" && PROVIDER_ID.test(value)) {
         this.providerRequestId = value;
         return;
@@ -45,8 +48,9 @@ export class RequestMeter {
   }
 
   /** The runner's `model.request` data; null when no attempt reached the wire. */
-  record({ purpose, message, provider, model }) {
+  record({ purpose, message, provider, model, api }) {
     if (this.attempts === 0) return null;
+    const allowed = ATTEMPTS_BY_API[api] ?? MAX_RETRIES + 1;
     const reason = message?.stopReason;
     const state = reason === "aborted" ? "interrupted" : reason === "error" || !message ? "failed" : "completed";
     const usage = message?.usage;
@@ -57,15 +61,18 @@ export class RequestMeter {
     }
     // pi-ai fills every count with 0 until the provider reports usage: all zero is none reported
     const reported = Object.keys(counts).length === COUNTS.length && usage.totalTokens > 0;
+    // a stream cut short never sent its final output count (the one pi-ai holds is a placeholder):
+    // what it did send is partial usage, as runners/accounting.py defines it
+    if (reported && state !== "completed") delete counts.output_tokens;
     const record = {
       request_id: randomUUID().replaceAll("-", ""),
       purpose,
       state,
       provider,
       model,
-      attempts: `${Math.min(this.attempts, MAX_RETRIES + 1)}/${MAX_RETRIES + 1}`,
+      attempts: `${Math.min(this.attempts, allowed)}/${allowed}`,
       usage: {
-        availability: reported ? "reported" : "unavailable",
+        availability: !reported ? "unavailable" : state === "completed" ? "reported" : "partial",
         semantics: `pi-ai.${message?.api || "unknown"}`.toLowerCase(),
         input_cache: "separate",
         output_reasoning: "unreported",
@@ -78,12 +85,17 @@ export class RequestMeter {
   }
 }
 
-/** Count every fetch made while a meter is current (pi-ai's SDK clients use the global fetch). */
+/** Count every fetch made while a meter is current (pi-ai's SDK clients use the global fetch), and
+ * keep each response's request id: pi-ai's onResponse hook is not called for an error status. */
 export function installFetchCounter() {
   const original = globalThis.fetch;
   globalThis.fetch = function countedFetch(...args) {
     const meter = currentMeter.getStore();
-    if (meter) meter.attempts += 1;
-    return original.apply(this, args);
+    if (!meter) return original.apply(this, args);
+    meter.attempts += 1;
+    return original.apply(this, args).then((response) => {
+      meter.noteHeaders(response.headers);
+      return response;
+    });
   };
 }

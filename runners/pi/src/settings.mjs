@@ -3,6 +3,7 @@
 import { getApiProviders, getModel, getSupportedThinkingLevels } from "@mariozechner/pi-ai";
 
 import { brainFailure } from "./frames.mjs";
+import { parsePlacement, presentParameters } from "./placement.mjs";
 
 // spec (reference-models, "Prompt caching"): the system prompt when config.instructions is absent.
 export const DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Use the available tools when needed.";
@@ -16,13 +17,15 @@ export function parseOpenParams(params) {
   if (typeof dir !== "string" || !dir) throw brainFailure("open params need dir");
   const provider = params.provider ?? {};
   if (typeof provider !== "object" || Array.isArray(provider)) throw brainFailure("open params provider must be an object");
+  const placed = parsePlacement(config);
   return {
     sessionId: String(params.session_id ?? ""),
     directory: dir,
     model: config.model,
     instructions: String(config.instructions || DEFAULT_INSTRUCTIONS),
     reasoningEffort: String(config.reasoning_effort || "off"),
-    tools: toolSpecs(params.tools ?? []),
+    tools: toolSpecs(params.tools ?? []).map((tool) => ({ ...tool, parameters: presentParameters(placed, tool.name, tool.parameters) })),
+    placed,
     provider: { apiKey: String(provider.api_key ?? ""), baseUrl: String(provider.base_url ?? ""), api: String(provider.api ?? "") },
   };
 }

@@ -17,6 +17,8 @@ import { completeSimple, streamSimple } from "@mariozechner/pi-ai";
 import { firstKeptTurn, needsCompaction, summaryContext } from "./compaction.mjs";
 import { brainFailure, END_TURN, MODEL_REQUEST, providerFailure, RunnerFailure } from "./frames.mjs";
 import { MAX_RETRIES, RequestMeter } from "./metering.mjs";
+import { alternateRoles } from "./payload.mjs";
+import { dispatch } from "./placement.mjs";
 import { imageContent, mediaRefusal, mediaSupport, resolveModel } from "./settings.mjs";
 
 // Note appended to a tool result whose remote side effect may or may not have happened.
@@ -50,7 +52,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
     controller.abort(failure);
   };
   const report = async (purpose, message, requestMeter) => {
-    const record = requestMeter?.record({ purpose, message, provider: model.provider, model: model.id });
+    const record = requestMeter?.record({ purpose, message, provider: model.provider, model: model.id, api: model.api });
     if (record) await io.emit(MODEL_REQUEST, record);
   };
   const options = { apiKey: settings.provider.apiKey, sessionId: state.cacheKey, maxRetries: MAX_RETRIES, reasoning };
@@ -61,7 +63,8 @@ export async function runTurn(attachment, { text, media }, io, controller) {
     description: tool.description,
     parameters: ANY_OBJECT,
     execute: async (callId, args, toolSignal) => {
-      const result = await io.callTool({ id: callId, name: tool.name, arguments: args }, toolSignal).catch((error) => {
+      const call = { id: callId, name: tool.name, ...dispatch(settings.placed, tool.name, args) };
+      const result = await io.callTool(call, toolSignal).catch((error) => {
         if (error instanceof RunnerFailure) fail(error);
         throw error;
       });
@@ -87,6 +90,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
       streamSimple(streamModel, { ...context, tools: offered }, {
         ...streamOptions,
         onResponse: (response) => requestMeter.noteHeaders(response.headers),
+        onPayload: alternateRoles,
       }),
     );
   };
