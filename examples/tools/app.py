@@ -250,6 +250,7 @@ class ToolService:
                 }
             )
             result = await self._wait(approval, watcher, send)
+            self.pending.pop(call_id, None)  # settled before its result is out: a listing never shows it
             if result is not None:
                 await _event(send, "result", result)
                 await send({"type": "http.response.body", "body": b""})
