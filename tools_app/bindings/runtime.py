@@ -116,26 +116,49 @@ class RuntimeTools:
     ) -> Invocation:
         """Dispatch to the executor serving the alias. Raises CallCancelled once it was sent."""
         scope = {"tenant_id": context.tenant, "session_id": context.session_id, "call_id": context.call_id}
-        try:
-            async with asyncio.timeout(RUNTIME_CALL_SECONDS):
-                raw = await self._hub.call_alias(
-                    context.session_id,
-                    route.alias,
-                    call_id=context.call_id,
-                    tool=route.remote,
-                    arguments=arguments,
-                    scope=scope,
-                    progress=context.progress,
-                )
-        except ExecutorUnavailable as exc:
-            return Invocation.failed(f"tool {name!r} is unavailable: {exc}")
-        except CallLost as exc:
-            return Invocation.failed(f"tool {name!r}: {exc}; remote outcome unknown", outcome=Outcome.UNKNOWN)
-        except TimeoutError:
-            return Invocation.failed(
-                f"tool {name!r} timed out after {RUNTIME_CALL_SECONDS:.0f} s; remote outcome unknown",
-                outcome=Outcome.TIMEOUT,
-            )
-        except asyncio.CancelledError:
-            raise CallCancelled(name) from None
+        raw = await call_executor(
+            self._hub, context, route.alias, name=name, tool=route.remote, arguments=arguments, scope=scope
+        )
+        if isinstance(raw, Invocation):
+            return raw
         return await checked_invocation(raw, output, name, schemas=self.schemas)
+
+
+async def call_executor(
+    hub: ExecutorHub,
+    context: CallContext,
+    alias: str,
+    *,
+    name: str,
+    tool: str,
+    arguments: dict[str, object],
+    scope: dict[str, str],
+    where: str = "",
+) -> object:
+    """The executor's raw reply to one call through `alias`, or the failed Invocation its
+    failure maps to (unavailable, lost, timed out; `where` names an environment in the message).
+    `name` is the tool's name in the session, `tool` the executor's. Raises CallCancelled once
+    it was sent."""
+    try:
+        async with asyncio.timeout(RUNTIME_CALL_SECONDS):
+            return await hub.call_alias(
+                context.session_id,
+                alias,
+                call_id=context.call_id,
+                tool=tool,
+                arguments=arguments,
+                scope=scope,
+                progress=context.progress,
+            )
+    except ExecutorUnavailable as exc:
+        place = f" in {where!r}" if where else ""
+        return Invocation.failed(f"tool {name!r} is unavailable{place}: {exc}")
+    except CallLost as exc:
+        return Invocation.failed(f"tool {name!r}: {exc}; remote outcome unknown", outcome=Outcome.UNKNOWN)
+    except TimeoutError:
+        return Invocation.failed(
+            f"tool {name!r} timed out after {RUNTIME_CALL_SECONDS:.0f} s; remote outcome unknown",
+            outcome=Outcome.TIMEOUT,
+        )
+    except asyncio.CancelledError:
+        raise CallCancelled(name) from None

@@ -26,8 +26,8 @@ from foundation.hostconfig import EnvironmentConfig
 from foundation.schema_workers import SchemaWorkers
 from foundation.tool_schemas import compile_schema, first_error
 
-from ..bindings.runtime import RUNTIME_CALL_SECONDS
-from ..executors import CallLost, ExecutorHub, ExecutorUnavailable
+from ..bindings.runtime import RUNTIME_CALL_SECONDS, call_executor
+from ..executors import ExecutorHub
 from ..invocation.path import CallContext, Target
 from ..invocation.results import (
     CallCancelled,
@@ -234,29 +234,20 @@ class PlacedTools:
         name = placement.name
         token = self._hub.expect_events(context.call_id, context.emit)
         try:
-            async with asyncio.timeout(RUNTIME_CALL_SECONDS):
-                raw = await self._hub.call_alias(
-                    context.session_id,
-                    placement.env,
-                    call_id=context.call_id,
-                    tool=name,
-                    arguments=arguments,
-                    scope=scope,
-                    progress=context.progress,
-                )
-        except ExecutorUnavailable as exc:
-            return Invocation.failed(f"tool {name!r} is unavailable in {placement.env!r}: {exc}")
-        except CallLost as exc:
-            return Invocation.failed(f"tool {name!r}: {exc}; remote outcome unknown", outcome=Outcome.UNKNOWN)
-        except TimeoutError:
-            return Invocation.failed(
-                f"tool {name!r} timed out after {RUNTIME_CALL_SECONDS:.0f} s; remote outcome unknown",
-                outcome=Outcome.TIMEOUT,
+            raw = await call_executor(
+                self._hub,
+                context,
+                placement.env,
+                name=name,
+                tool=name,
+                arguments=arguments,
+                scope=scope,
+                where=placement.env,
             )
-        except asyncio.CancelledError:
-            raise CallCancelled(name) from None
         finally:
             self._hub.forget_events(token)
+        if isinstance(raw, Invocation):
+            return raw
         try:
             result = await self.schemas.run(lambda: check_result(raw, None))
         except InvalidResult as exc:
