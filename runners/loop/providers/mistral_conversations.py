@@ -33,6 +33,7 @@ from .base import (
     provider_failure,
     tool_result_text,
 )
+from .openai_completions import function_tools
 from .openai_responses import open_stream, openai_events
 from .sse import encode_body
 
@@ -59,13 +60,7 @@ class MistralConversations(ClientProvider[openai.AsyncOpenAI]):
         messages.extend(_message(message) for message in request.messages)
         body: JSONObject = {"model": request.model, "messages": messages, "stream": True}
         if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
-                }
-                for t in request.tools
-            ]
+            body["tools"] = function_tools(request.tools)
         if request.reasoning_effort != "off":
             body["prompt_mode"] = "reasoning"  # Mistral has one reasoning mode, not levels
         return body

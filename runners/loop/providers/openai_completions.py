@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import httpx
 import openai
 
 from runners.protocol import JSONObject
 
-from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, Usage, UserMessage
+from ..messages import AssistantMessage, Generation, ModelRequest, ToolCall, ToolResult, ToolSpec, Usage, UserMessage
 from ..metering import RequestMeter, UsageProfile
 from .base import (
     ClientProvider,
@@ -22,11 +24,19 @@ from .base import (
 from .openai_responses import COMPLETIONS_USAGE, meter_openai_usage, open_stream, openai_events
 from .sse import encode_body
 
-__all__ = ["OpenAICompletions"]
+__all__ = ["OpenAICompletions", "function_tools"]
 
 # prompt_tokens counts cached_tokens, completion_tokens counts reasoning_tokens; no cache-write count.
 USAGE = UsageProfile("openai-completions", "included", "included", ("cache_write_tokens",))
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "function_call": "tool_use", "length": "length"}
+
+
+def function_tools(tools: Sequence[ToolSpec]) -> list[JSONObject]:
+    """The tools as Chat Completions `function` tools (Mistral takes the same shape)."""
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}
+        for t in tools
+    ]
 
 
 class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
@@ -51,13 +61,7 @@ class OpenAICompletions(ClientProvider[openai.AsyncOpenAI]):
             "stream_options": {"include_usage": True},
         }
         if request.tools:
-            body["tools"] = [
-                {
-                    "type": "function",
-                    "function": {"name": t.name, "description": t.description, "parameters": t.input_schema},
-                }
-                for t in request.tools
-            ]
+            body["tools"] = function_tools(request.tools)
         if request.reasoning_effort != "off":
             body["reasoning_effort"] = request.reasoning_effort
         if request.cache_key:
