@@ -46,7 +46,7 @@ class HostPool:
         self.workroot = workroot
         self.hosts: list[HarnessHost] = []
         self._starting = asyncio.Semaphore(config.max_starting)
-        self._spawning = 0
+        self._starts: dict[HarnessHost, asyncio.Task[None]] = {}  # hosts still starting, already in self.hosts
         self._capacity_changed = asyncio.Event()
 
     def _choose(self, tenant: str) -> HarnessHost | None:
@@ -62,6 +62,7 @@ class HostPool:
         attachment = Attachment(secrets.token_hex(8), host)
         host.attachments[attachment.id] = handler
         try:
+            await self._started(host)
             opened = await attachment.request("open", open_params, timeout=OPEN_TIMEOUT_SECONDS)
         except BaseException:
             host.forget(attachment.id)
@@ -74,42 +75,53 @@ class HostPool:
         return attachment
 
     async def _reserve_host(self, tenant: str) -> HarnessHost:
+        """A host of the tenant with a free slot: a running one, one still starting (its slot is
+        taken at once, so sessions arriving together share it), or a new one within max_hosts."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CAPACITY_WAIT_SECONDS
         while True:
             host = self._choose(tenant)
             if host is not None:
                 return host
-            if len(self.hosts) + self._spawning < self.config.max_hosts:
-                return await self._spawn(tenant)
+            if len(self.hosts) < self.config.max_hosts:
+                return self._spawn(tenant)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise HostUnavailable(f"every {self.name} host is full")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._capacity_changed.wait(), remaining)
 
-    async def _spawn(self, tenant: str) -> HarnessHost:
-        self._spawning += 1
+    def _spawn(self, tenant: str) -> HarnessHost:
+        host = HarnessHost(
+            harness=self.name,
+            tenant=tenant,
+            command=self.config.command,
+            workdir=self.workroot / f"{self.name}-{secrets.token_hex(4)}",
+            max_shared=self.config.max_shared,
+            max_active_turns=self.config.active_turns,
+            on_exit=self._on_host_exit,
+        )
+        self.hosts.append(host)
+        self._starts[host] = asyncio.get_running_loop().create_task(self._start(host), name=f"{self.name}-host-start")
+        return host
+
+    async def _start(self, host: HarnessHost) -> None:
         try:
             async with self._starting:
-                host = HarnessHost(
-                    harness=self.name,
-                    tenant=tenant,
-                    command=self.config.command,
-                    workdir=self.workroot / f"{self.name}-{secrets.token_hex(4)}",
-                    max_shared=self.config.max_shared,
-                    max_active_turns=self.config.active_turns,
-                    on_exit=self._on_host_exit,
-                )
-                try:
-                    await host.start()
-                except OSError as exc:
-                    raise HostUnavailable(f"cannot start harness {self.name}: {exc.strerror or exc}") from exc
-                self.hosts.append(host)
-                return host
+                await host.start()
+        except OSError as exc:
+            if host in self.hosts:
+                self.hosts.remove(host)
+            raise HostUnavailable(f"cannot start harness {self.name}: {exc.strerror or exc}") from exc
         finally:
-            self._spawning -= 1
+            self._starts.pop(host, None)
             self._notify_capacity()  # waiters see the new host's free slots, or may spawn again
+
+    async def _started(self, host: HarnessHost) -> None:
+        """Wait for a starting host; shielded, so one waiter's cancellation leaves the start to the others."""
+        start = self._starts.get(host)
+        if start is not None:
+            await asyncio.shield(start)
 
     def _on_host_exit(self, host: HarnessHost) -> None:
         if host in self.hosts:
@@ -131,11 +143,14 @@ class HostPool:
 
     async def _release_if_empty(self, host: HarnessHost) -> None:
         if not host.attachments:
+            with contextlib.suppress(Exception):
+                await self._started(host)  # a host stopped while it starts would leave its process behind
             if host in self.hosts:
                 self.hosts.remove(host)
             await host.stop()
         self._notify_capacity()
 
     async def close(self) -> None:
+        await asyncio.gather(*self._starts.values(), return_exceptions=True)
         hosts, self.hosts = list(self.hosts), []
         await asyncio.gather(*(host.stop() for host in hosts), return_exceptions=True)

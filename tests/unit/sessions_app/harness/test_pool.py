@@ -75,3 +75,23 @@ async def test_sessions_of_different_tenants_never_share_a_host(tmp_path: Path) 
         assert (acme[0].host.tenant, globex.host.tenant) == ("acme", "globex")
     finally:
         await pool.close()
+
+
+async def test_sessions_arriving_together_share_one_starting_host_when_more_are_allowed(tmp_path: Path) -> None:
+    # given: room for four hosts, each shared by four sessions
+    config = Harness(command=[sys.executable, INSTANT_RUNNER], max_shared=4, max_hosts=4)
+    pool = HostPool("instant", config, workroot=tmp_path / "hosts", telemetry=Telemetry())
+
+    # when: four sessions of one tenant attach at once on a pool with no host yet
+    try:
+        attachments = await asyncio.wait_for(
+            asyncio.gather(*(pool.attach(Handler(), open_params(tmp_path / f"s{n}"), tenant="acme") for n in range(4))),
+            timeout=20,
+        )
+
+        # then: one host starts and takes all four, rather than one host each
+        assert len(pool.hosts) == 1
+        assert {attachment.host for attachment in attachments} == {pool.hosts[0]}
+        assert len(pool.hosts[0].attachments) == 4
+    finally:
+        await pool.close()
