@@ -84,6 +84,22 @@ def _set(path: str, value: Any) -> Any:
         pytest.param(_set("tokens", []), "tokens", id="no_tokens_case"),
         pytest.param(_set("tokens.0.session", "ABC"), "tokens[0].session", id="bad_session_id_case"),
         pytest.param(_set("public_url", "http://user:pw@example.com"), "public_url", id="credentials_in_url_case"),
+        pytest.param(
+            _set(
+                "environments",
+                [
+                    {
+                        "name": "reader",
+                        "kind": "brain",
+                        "tenants": ["acme"],
+                        "components": ["/srv/reader.wasm"],
+                        "limits": {"workers": 2, "tenant_workers": 3},
+                    }
+                ],
+            ),
+            "environments[0].limits.tenant_workers",
+            id="tenant_workers_over_workers_case",
+        ),
     ],
 )
 def test_an_invalid_config_fails_naming_the_field(

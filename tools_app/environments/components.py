@@ -16,6 +16,7 @@ from pathlib import Path
 from foundation.hostconfig import ConfigError, EnvironmentConfig
 
 from .kind import ComponentRun
+from .worker_slots import NoWorkerFree, WorkerSlots
 
 __all__ = ["ComponentCatalog"]
 
@@ -32,6 +33,10 @@ class ComponentCatalog:
             environment.name: environment for environment in environments if environment.kind == "brain"
         }
         self._tools: dict[tuple[str, str], Path] = {}
+        self._slots = {
+            name: WorkerSlots(workers=environment.limits.workers, tenant_workers=environment.limits.tenant_workers)
+            for name, environment in self._environments.items()
+        }
         if not self._environments:
             return
         try:
@@ -61,6 +66,7 @@ class ComponentCatalog:
         self,
         environment: str,
         *,
+        tenant: str,
         tool: str,
         input: object,
         config: object,
@@ -69,7 +75,8 @@ class ComponentCatalog:
         emit: Callable[[str, object], Awaitable[None]] | None,
     ) -> ComponentRun:
         """One call of the component exporting `tool`, with the workspace granted as `grant`
-        ("" grants nothing); the workspace directory is created on first use."""
+        ("" grants nothing), once a worker slot is free for `tenant` (waiting at most the call's
+        deadline); the workspace directory is created on first use."""
         from toolkits import wasm
 
         settings = self._environments[environment]
@@ -86,7 +93,11 @@ class ComponentCatalog:
             memory_bytes=settings.limits.memory_bytes,
             fuel=settings.limits.fuel,
         )
-        outcome = await wasm.run_component(
-            path, tool=tool, input=input, config=config, limits=limits, grants=grants, emit=emit or _no_events
-        )
+        try:
+            async with self._slots[environment].held(tenant, wait_s=limits.deadline_s):
+                outcome = await wasm.run_component(
+                    path, tool=tool, input=input, config=config, limits=limits, grants=grants, emit=emit or _no_events
+                )
+        except NoWorkerFree as busy:
+            return ComponentRun("error", None, f"busy: {busy}")
         return ComponentRun(str(outcome.status), outcome.output, str(outcome.error or ""))

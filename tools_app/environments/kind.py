@@ -61,6 +61,7 @@ class ComponentRunner(Protocol):
         self,
         environment: str,
         *,
+        tenant: str,
         tool: str,
         input: object,
         config: object,
@@ -269,6 +270,7 @@ class PlacedTools:
         try:
             run = await self._components.run(
                 placement.env,
+                tenant=context.tenant,
                 tool=name,
                 input=arguments,
                 config=placement.options,
