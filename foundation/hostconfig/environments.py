@@ -34,18 +34,21 @@ MAX_COMPONENTS = 64  # per brain environment: each is checked (read and compiled
 MAX_COMPONENT_SECONDS = 600  # a component call's deadline at most
 MAX_COMPONENT_MEMORY = 4 << 30  # a component's linear memory at most (4 GiB: wasm32's whole space)
 MAX_COMPONENT_WORKERS = 256  # worker processes of one environment running at once, at most
+MAX_SPARE_WORKERS = 16  # idle workers of one environment waiting for calls, at most
 
 
 class ComponentLimitsConfig(StrictModel):
     """What one component call may use: wall time, linear memory, fuel (instructions, roughly);
-    and how many calls run at once on this instance (`workers`), `tenant_workers` of them for
-    one tenant, so one tenant's calls cannot take every worker (or the memory they reserve)."""
+    how many calls run at once on this instance (`workers`), `tenant_workers` of them for one
+    tenant, so one tenant's calls cannot take every worker (or the memory they reserve); and how
+    many idle workers wait with the component loaded for the next calls (`spare_workers`)."""
 
     deadline_seconds: float = Field(default=30.0, gt=0, le=MAX_COMPONENT_SECONDS)
     memory_bytes: int = Field(default=64 << 20, ge=1 << 16, le=MAX_COMPONENT_MEMORY)
     fuel: int = Field(default=1_000_000_000, ge=1)
     workers: int = Field(default=8, ge=1, le=MAX_COMPONENT_WORKERS)
     tenant_workers: int = Field(default=4, ge=1, le=MAX_COMPONENT_WORKERS)
+    spare_workers: int = Field(default=1, ge=0, le=MAX_SPARE_WORKERS)
 
     @model_validator(mode="after")
     def _tenant_share_within_workers(self) -> ComponentLimitsConfig:

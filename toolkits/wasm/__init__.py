@@ -4,12 +4,14 @@ memory cap and instruction fuel, with WASI holding nothing but the workspace gra
 binding, and emits extension events that the caller commits before the component continues.
 
 `check_component(path)` loads a component at startup (compiling and caching it) and returns its
-tool names; `run_component(path, tool=..., ...)` runs one call and returns its ComponentOutcome.
+tool names; `run_component(path, tool=..., ...)` runs one call and returns its ComponentOutcome,
+in a worker started for it or a spare of `SpareWorkers` started ahead for its component.
 """
 
 from __future__ import annotations
 
 from toolkits.wasm.runner import check_component, default_cache_dir, run_component
+from toolkits.wasm.spares import SpareWorkers
 from toolkits.wasm.types import (
     GUEST_WORKSPACE,
     MAX_EMIT_BYTES_PER_CALL,
@@ -31,6 +33,7 @@ __all__ = [
     "ComponentLimits",
     "ComponentOutcome",
     "EmitCallback",
+    "SpareWorkers",
     "WorkspaceGrant",
     "check_component",
     "default_cache_dir",

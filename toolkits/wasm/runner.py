@@ -9,7 +9,6 @@ import contextlib
 import os
 import re
 import subprocess
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any
 import orjson
 
 from toolkits.wasm.frames import FrameError, encode_frame, read_frame
+from toolkits.wasm.spares import ROOT, WORKER, SpareWorkers, spawn_worker, worker_environment
 from toolkits.wasm.types import (
     MAX_EMIT_BYTES_PER_CALL,
     MAX_EMITS_PER_CALL,
@@ -32,8 +32,6 @@ from toolkits.wasm.types import (
 
 __all__ = ["CHECK_TIMEOUT_S", "default_cache_dir", "check_component", "run_component"]
 
-ROOT = Path(__file__).resolve().parents[2]
-WORKER = (sys.executable, "-m", "toolkits.wasm.worker")
 # A worker frame holds at most one event (bounded by the worker) or one output (re-encoded
 # JSON of at most MAX_OUTPUT_BYTES); anything longer is a protocol violation.
 MAX_WORKER_FRAME_BYTES = 2 * MAX_OUTPUT_BYTES + 64 * 1024
@@ -49,11 +47,6 @@ EVENT_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 def default_cache_dir() -> Path:
     """Compiled artifacts, per user (a cached artifact is trusted native code: 0700)."""
     return Path(tempfile.gettempdir()) / f"brain-wasm-cache-{os.getuid()}"
-
-
-def _worker_environment() -> dict[str, str]:
-    """The worker inherits nothing of the server's environment (no credentials, no settings)."""
-    return {"PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8"}
 
 
 @dataclass(slots=True)
@@ -182,8 +175,10 @@ async def run_component(
     grants: Sequence[WorkspaceGrant],
     emit: EmitCallback,
     cache_dir: Path | None = None,
+    spares: SpareWorkers | None = None,
 ) -> ComponentOutcome:
-    """Run `tool` of `component` in a fresh worker process within `limits`, with only `grants`.
+    """Run `tool` of `component` in a fresh worker process within `limits`, with only `grants`
+    (a spare of `spares` prepared for the component when one waits, else one started now).
 
     Each event the component emits is passed to `emit`, and the component continues once
     `emit` returns (the event committed). The outcome is `timeout` once `limits.deadline_s`
@@ -206,14 +201,9 @@ async def run_component(
         )
     except (TypeError, orjson.JSONEncodeError) as error:
         return ComponentOutcome("error", None, f"input or config is not JSON: {error}")
-    process = await asyncio.create_subprocess_exec(
-        *WORKER,
-        cwd=ROOT,
-        env=_worker_environment(),
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    process = await spares.take(component) if spares is not None else None
+    if process is None:
+        process = await spawn_worker()
     assert process.stderr is not None
     tail = bytearray()
     tail_task = asyncio.ensure_future(_keep_tail(process.stderr, tail))
@@ -251,7 +241,7 @@ def check_component(component: Path, *, cache_dir: Path | None = None) -> list[s
         completed = subprocess.run(
             WORKER,
             cwd=ROOT,
-            env=_worker_environment(),
+            env=worker_environment(),
             input=request,
             capture_output=True,
             timeout=CHECK_TIMEOUT_S,

@@ -1,8 +1,9 @@
 """The process a component call runs in: `python -m toolkits.wasm.worker`.
 
-It reads one request frame on stdin (`run` or `check`), loads the component (cached artifact or
-compile), instantiates it in a fresh store with the call's fuel, memory and epoch deadline, WASI
-with the grants only, and the host interface; relays each `emit` as a frame and blocks until the
+It reads one request frame on stdin (`run` or `check`; a spare reads `prepare` first and loads
+its component while it waits for the `run`), loads the component (cached artifact or compile),
+instantiates it in a fresh store with the call's fuel, memory and epoch deadline, WASI with the
+grants only, and the host interface; relays each `emit` as a frame and blocks until the
 parent answers `emitted` or `refused`; and writes one `outcome` (or `checked`) frame. The parent
 kills it at the deadline, on cancellation and on any protocol violation; it exits on its own
 when stdin closes. Only frames go to the real stdout: fd 1 is pointed at stderr first, so
@@ -196,18 +197,38 @@ def _check(engine: wasmtime.Engine, component: Component, channel: Channel) -> d
     return {"type": "checked", "tools": tools}
 
 
+def _load(engine: wasmtime.Engine, request: dict[str, Any]) -> Component | ComponentError:
+    cache_dir = Path(request["cache_dir"]) if request.get("cache_dir") else None
+    try:
+        return load_component(engine, Path(request["component"]), cache_dir=cache_dir)
+    except ComponentError as error:
+        return error
+
+
 def serve(incoming: BinaryIO, outgoing: BinaryIO) -> int:
+    """Answer one request. A spare worker first gets `prepare` (its component, loaded while it
+    waits), then the call's `run` for that component; end of input before the run: exit 0."""
     channel = Channel(incoming, outgoing)
     try:
         request = read_frame_sync(incoming, limit=MAX_REQUEST_BYTES)
     except FrameError:
         return 2
     engine = make_engine()
+    loaded: Component | ComponentError | None = None
+    if request["type"] == "prepare":
+        prepared, loaded = request["component"], _load(engine, request)
+        try:
+            request = read_frame_sync(incoming, limit=MAX_REQUEST_BYTES)
+        except FrameError:
+            return 0  # never used: the server stopped it or went away
+        if request["type"] != "run" or request.get("component") != prepared:
+            loaded = ComponentError("the worker was prepared for another component")
     stop = threading.Event()
     threading.Thread(target=_ticker, args=(engine, stop), daemon=True).start()
     try:
-        cache_dir = Path(request["cache_dir"]) if request.get("cache_dir") else None
-        component = load_component(engine, Path(request["component"]), cache_dir=cache_dir)
+        component = loaded if loaded is not None else _load(engine, request)
+        if isinstance(component, ComponentError):
+            raise component
         if request["type"] == "check":
             reply = _check(engine, component, channel)
         else:

@@ -12,11 +12,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from foundation.hostconfig import ConfigError, EnvironmentConfig
 
 from .kind import ComponentRun
 from .worker_slots import NoWorkerFree, WorkerSlots
+
+if TYPE_CHECKING:
+    from toolkits.wasm import SpareWorkers
 
 __all__ = ["ComponentCatalog"]
 
@@ -33,6 +37,7 @@ class ComponentCatalog:
             environment.name: environment for environment in environments if environment.kind == "brain"
         }
         self._tools: dict[tuple[str, str], Path] = {}
+        self._spares: dict[str, SpareWorkers] = {}  # idle workers waiting for each environment's calls
         self._slots = {
             name: WorkerSlots(workers=environment.limits.workers, tenant_workers=environment.limits.tenant_workers)
             for name, environment in self._environments.items()
@@ -43,6 +48,10 @@ class ComponentCatalog:
             from toolkits import wasm
         except ImportError as exc:  # a configured feature that is not built refuses to start
             raise ConfigError(f"brain environments need the WebAssembly runtime (toolkits.wasm): {exc}") from exc
+        self._spares = {
+            name: wasm.SpareWorkers(environment.limits.spare_workers, cache_dir=wasm.default_cache_dir())
+            for name, environment in self._environments.items()
+        }
         problems: list[str] = []
         for environment in self._environments.values():
             for index, path in enumerate(environment.components):
@@ -96,7 +105,14 @@ class ComponentCatalog:
         try:
             async with self._slots[environment].held(tenant, wait_s=limits.deadline_s):
                 outcome = await wasm.run_component(
-                    path, tool=tool, input=input, config=config, limits=limits, grants=grants, emit=emit or _no_events
+                    path,
+                    tool=tool,
+                    input=input,
+                    config=config,
+                    limits=limits,
+                    grants=grants,
+                    emit=emit or _no_events,
+                    spares=self._spares[environment],
                 )
         except NoWorkerFree as busy:
             return ComponentRun("error", None, f"busy: {busy}")
