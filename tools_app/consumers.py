@@ -29,7 +29,8 @@ PING_SECONDS = 15.0
 RPC_SUBPROTOCOL = "brain-rpc"
 AUTH_SUBPROTOCOL_PREFIX = "brain-auth."
 PARSE_OFF_LOOP_BYTES = 256 * 1024  # replies at least this large are parsed in a worker thread
-REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result"})
+REPLY_FIELDS = frozenset({"connection", "call_id", "progress", "result", "event"})
+EVENT_FIELDS = frozenset({"kind", "data"})
 # To another instance of a fleet that forwarded the stream (a signed request, admitted by
 # fleet_app.routing), the executor's tenant: it counts the stream in that tenant's share
 # (fleet_app.streams.TENANT_HEADER, taken out there before the answer goes on).
@@ -71,7 +72,10 @@ class ExecutorCommandsConsumer(StreamingConsumer):
 
 class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # channels ships no type hints
     """Commands out as text frames; replies in as text frames with the Reply shape. A reply
-    that fails gets an `error` frame back (the connection stays)."""
+    that fails gets an `error` frame back (the connection stays). A placed call's extension
+    event (`{connection, call_id, event: {kind, data}}`, as on POST /executors/{id}/responses)
+    is answered `{"type": "committed", "call_id"}` once it is in the session's log; the socket's
+    next frame is read after that answer, so one connection's events commit in order."""
 
     executor: Executor | None = None
     connection: Connection | None = None
@@ -125,10 +129,15 @@ class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # chan
                 self._fail_oversized_call(reply, len(raw))
                 raise InvalidRequest(f"reply frame of {len(raw)} bytes exceeds 4 MiB; its call failed")
             if not isinstance(reply, dict) or not reply.keys() <= REPLY_FIELDS:
-                raise InvalidRequest("a reply is {connection, call_id, progress?, result?}")
+                raise InvalidRequest(
+                    "a reply is {connection, call_id, progress?, result?} or {connection, call_id, event}"
+                )
             connection, call_id = reply.get("connection"), reply.get("call_id")
             if not isinstance(connection, str) or not isinstance(call_id, str):
                 raise InvalidRequest("a reply needs connection and call_id strings")
+            if "event" in reply:
+                await self._emit(connection, call_id, reply)
+                return
             _hub(self.scope).reply(
                 self.executor,
                 connection=connection,
@@ -140,6 +149,18 @@ class ExecutorRPCConsumer(AsyncWebsocketConsumer):  # type: ignore[misc]  # chan
             frame = {"type": "error", "call_id": reply.get("call_id") if isinstance(reply, dict) else None}
             frame["error"] = {"code": error.code, "message": error.message}
             await self.send(text_data=orjson.dumps(frame).decode())
+
+    async def _emit(self, connection: str, call_id: str, reply: dict[str, Any]) -> None:
+        assert self.executor is not None
+        if "progress" in reply or "result" in reply:
+            raise InvalidRequest("a reply carries an event alone")
+        event = reply["event"]
+        if not isinstance(event, dict) or not event.keys() <= EVENT_FIELDS or not isinstance(event.get("kind"), str):
+            raise InvalidRequest("an event is {kind, data}")
+        await _hub(self.scope).emit(
+            self.executor, connection=connection, call_id=call_id, kind=event["kind"], data=event.get("data")
+        )
+        await self.send(text_data=orjson.dumps({"type": "committed", "call_id": call_id}).decode())
 
     def _fail_oversized_call(self, reply: Any, size: int) -> None:
         """A reply too large to accept still names its call: that call ends with an error result
