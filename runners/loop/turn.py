@@ -35,8 +35,9 @@ from .state import NativeState, OpenTurn
 __all__ = ["TurnIO", "run_turn"]
 
 # Providers that route their prompt cache by a per-session key: OpenAI's own APIs and the ChatGPT
-# backend of Codex (`prompt_cache_key`), and Radius (Pi's `sessionId` option).
-_CACHE_KEY_PROVIDERS = frozenset({"openai", "azure", "openai-codex", "radius"})
+# backend of Codex (`prompt_cache_key`), Radius (Pi's `sessionId` option) and Mistral (the
+# `x-affinity` header, as Pi sends it).
+_CACHE_KEY_PROVIDERS = frozenset({"openai", "azure", "openai-codex", "radius", "mistral"})
 
 
 class TurnIO(Protocol):

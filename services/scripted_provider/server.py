@@ -57,6 +57,7 @@ _LOGGED_HEADERS = (
     "openai-beta",
     "originator",
     "session_id",
+    "x-affinity",
     "accept",
 )
 

@@ -426,6 +426,8 @@ def test_reasoning_of_mistral_pi_and_codex_goes_back_verbatim_and_survives_a_res
             {"type": "text", "text": "Calling echo."},
         ]
         assert assistant["tool_calls"][0]["id"] == follow_up["messages"][3]["tool_call_id"]
+        affinity = {request["headers"].get("x-affinity") for request in provider.requests()}
+        assert len(affinity) == 1 and affinity != {None}  # one session, one cache route
     elif label == "pi_messages_case":
         assistant = follow_up["context"]["messages"][1]
         assert [b["type"] for b in assistant["content"]] == ["thinking", "text", "toolCall"]

@@ -5,7 +5,8 @@ API), which streams Mistral's chat completions; so does this one, so a session m
 reference server sees the same requests. The body and the events are Mistral's own: content may
 come as a list of chunks, reasoning models (`prompt_mode: "reasoning"`) stream `thinking` chunks
 that go back verbatim with the message, tool call ids are nine letters or digits, and usage comes
-with the last chunk. The openai SDK client sends the request (Bearer key, the same bounded
+with the last chunk; the session's cache key goes as the `x-affinity` header (Mistral's prefix
+cache routing, as Pi sends it). The openai SDK client sends the request (Bearer key, the same bounded
 retries and status errors as every transport); its typed helpers are not used.
 """
 
@@ -73,7 +74,10 @@ class MistralConversations(ClientProvider[openai.AsyncOpenAI]):
         provider = self._endpoint.provider
         meter.expect(USAGE)
         try:
-            response = await open_stream(self._client, "/chat/completions", encode_body(self.build_body(request)))
+            # the session's key routes requests to the replica holding its prefix cache
+            headers = {"x-affinity": request.cache_key} if request.cache_key else None
+            body = encode_body(self.build_body(request))
+            response = await open_stream(self._client, "/chat/completions", body, headers)
             try:
                 async for chunk in openai_events(provider, response):
                     if chunk.get("object") == "error":  # Mistral's error object, sent in place of a chunk
