@@ -19,7 +19,7 @@ from tests.journeys.test_message_media import DATA_URL, HTTPS_URL, PNG_BASE64
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 # (model, provider settings beyond base_url, base URL path below the scripted provider's root)
-TRANSPORTS = {
+TRANSPORTS: dict[str, tuple[str, dict[str, Any], str]] = {
     "openai_responses_case": ("openai/gpt-4.1-mini", {}, "/v1"),
     "anthropic_messages_case": ("anthropic/claude-sonnet-4-5", {}, ""),
     "google_generative_ai_case": ("google/gemini-2.5-flash", {}, ""),
