@@ -7,6 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from foundation.hostconfig import Harness
 from foundation.telemetry import Telemetry
 from runners.protocol import OpenParams
@@ -39,19 +41,21 @@ def open_params(directory: Path) -> OpenParams:
     }
 
 
-async def test_attaches_waiting_for_a_starting_host_share_it_at_once(tmp_path: Path) -> None:
-    # given: one host allowed, shared by four sessions
-    config = Harness(command=[sys.executable, INSTANT_RUNNER], max_shared=4, max_hosts=1)
+@pytest.mark.parametrize("max_hosts", [1, 4], ids=["one_host_allowed_case", "more_hosts_allowed_case"])
+async def test_sessions_arriving_together_share_the_one_host_starting_for_them(tmp_path: Path, max_hosts: int) -> None:
+    # given: hosts shared by four sessions, one host allowed or more
+    config = Harness(command=[sys.executable, INSTANT_RUNNER], max_shared=4, max_hosts=max_hosts)
     pool = HostPool("instant", config, workroot=tmp_path / "hosts", telemetry=Telemetry())
 
-    # when: four sessions attach at once; three find the only host still starting
+    # when: four sessions of one tenant attach at once on a pool with no host yet
     try:
         attachments = await asyncio.wait_for(
             asyncio.gather(*(pool.attach(Handler(), open_params(tmp_path / f"s{n}"), tenant="acme") for n in range(4))),
             timeout=20,
         )
 
-        # then: all four share the one host, without waiting for the capacity timeout
+        # then: one host starts and takes all four, at once rather than after the capacity wait,
+        # and rather than one host each
         assert len(pool.hosts) == 1
         assert {attachment.host for attachment in attachments} == {pool.hosts[0]}
         assert len(pool.hosts[0].attachments) == 4
@@ -73,25 +77,5 @@ async def test_sessions_of_different_tenants_never_share_a_host(tmp_path: Path) 
         assert acme[0].host is acme[1].host
         assert globex.host is not acme[0].host
         assert (acme[0].host.tenant, globex.host.tenant) == ("acme", "globex")
-    finally:
-        await pool.close()
-
-
-async def test_sessions_arriving_together_share_one_starting_host_when_more_are_allowed(tmp_path: Path) -> None:
-    # given: room for four hosts, each shared by four sessions
-    config = Harness(command=[sys.executable, INSTANT_RUNNER], max_shared=4, max_hosts=4)
-    pool = HostPool("instant", config, workroot=tmp_path / "hosts", telemetry=Telemetry())
-
-    # when: four sessions of one tenant attach at once on a pool with no host yet
-    try:
-        attachments = await asyncio.wait_for(
-            asyncio.gather(*(pool.attach(Handler(), open_params(tmp_path / f"s{n}"), tenant="acme") for n in range(4))),
-            timeout=20,
-        )
-
-        # then: one host starts and takes all four, rather than one host each
-        assert len(pool.hosts) == 1
-        assert {attachment.host for attachment in attachments} == {pool.hosts[0]}
-        assert len(pool.hosts[0].attachments) == 4
     finally:
         await pool.close()
