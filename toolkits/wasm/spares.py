@@ -3,9 +3,10 @@
 A spare is a worker started before any call needs it, told its component (`prepare`) so it
 imports Wasmtime and loads the compiled component while it waits. A call that finds a spare for
 its component skips both (most of a cached call's time) and the spare is used for that call
-only, like any worker: nothing of one call survives into the next. Each take starts a
-replacement; at most `capacity` spares wait, the oldest stopped beyond it. A spare exits by
-itself when its stdin closes, so none outlives the server.
+only, like any worker: nothing of one call survives into the next. A take starts a replacement
+while fewer than `capacity` spares wait or start, or when none waits for its component (the
+oldest is stopped beyond `capacity`). A spare exits by itself when its stdin closes, so none
+outlives the server.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class SpareWorkers:
         self.capacity = capacity
         self.cache_dir = cache_dir
         self._spares: deque[tuple[str, asyncio.subprocess.Process]] = deque()
-        self._starting: set[asyncio.Task[None]] = set()
+        self._starting: dict[asyncio.Task[None], str] = {}  # spares being started, by component
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def take(self, component: Path) -> asyncio.subprocess.Process | None:
@@ -67,10 +68,18 @@ class SpareWorkers:
             elif found is None and name == key:
                 self._spares.remove(entry)
                 found = process
-        task = asyncio.get_running_loop().create_task(self._start(key), name="wasm-spare")
-        self._starting.add(task)
-        task.add_done_callback(self._starting.discard)
+        # a burst of calls starts one replacement, not one each; calls of a component with no
+        # spare waiting or starting get one (in place of the oldest, when spares are full)
+        waiting = len(self._spares) + len(self._starting)
+        ahead = any(name == key for name, _process in self._spares) or key in self._starting.values()
+        if waiting < self.capacity or not ahead:
+            task = asyncio.get_running_loop().create_task(self._start(key), name="wasm-spare")
+            self._starting[task] = key
+            task.add_done_callback(self._forget_start)
         return found
+
+    def _forget_start(self, task: asyncio.Task[None]) -> None:
+        self._starting.pop(task, None)
 
     def pids(self) -> list[int]:
         return [process.pid for _name, process in self._spares if process.returncode is None]
