@@ -21,9 +21,13 @@ LIMITS = ComponentLimits(deadline_s=10.0, memory_bytes=128 * 1024 * 1024, fuel=2
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A compile cache warmed by check_component, as the server does at startup."""
-    directory = tmp_path_factory.mktemp("wasm-cache")
-    directory.chmod(0o700)
+    """A compile cache warmed by check_component, as the server does at startup; one per test
+    run, shared by its parallel workers (each compile costs seconds of CPU; artifacts are written
+    atomically, so workers compiling at once each see a whole one)."""
+    base = tmp_path_factory.getbasetemp()
+    run_root = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    directory = run_root / "wasm-cache"
+    directory.mkdir(mode=0o700, exist_ok=True)
     assert COMPONENT.is_file(), f"the example component is missing: {COMPONENT} (see its README to build it)"
     check_component(COMPONENT, cache_dir=directory)
     yield directory
