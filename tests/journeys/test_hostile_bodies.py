@@ -6,6 +6,7 @@ added later is covered without a change here."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any
 
@@ -103,3 +104,38 @@ def test_a_hostile_body_on_create_leaves_no_session_behind(module_brain: BrainSe
     assert response.json()["error"]["code"] in ("invalid_request", "payload_too_large")
     assert after == before
     assert isinstance(httpx.Headers(response.headers).get("x-request-id"), str)
+
+
+HOSTILE_VALUES = ["", "-1", "0", "abc", "9" * 40, "\x00", "%ff", "a" * 5000, "1e309", "[]"]
+ACCEPTS = ["application/json", "text/event-stream"]  # the events route streams for the second
+
+
+def test_every_query_parameter_answers_hostile_values_with_a_2xx_or_a_4xx_envelope(module_brain: BrainServer) -> None:
+    server = module_brain
+    with server.client() as api:
+        document = api.get("/openapi.json").json()
+    session_id = create_session(server)["id"]
+    answers: dict[tuple[str, str, str, str], int] = {}
+    malformed: list[tuple[str, str, str, str]] = []
+    with server.client() as api:
+        for path, item in sorted(document["paths"].items()):
+            operation = item.get("get")
+            if operation is None:
+                continue
+            names = [p["name"] for p in operation.get("parameters", ()) if p.get("in") == "query"]
+            url = _fill(path, session_id, "0" * 32)
+            for name, value, accept in itertools.product(names, HOSTILE_VALUES, ACCEPTS):
+                with api.stream("GET", url, params={name: value}, headers={"accept": accept}) as response:
+                    key = (path, name, value[:12], accept)
+                    answers[key] = response.status_code
+                    if response.status_code >= 400:
+                        body = response.read()
+                        try:
+                            envelope = httpx.Response(200, content=body).json()
+                        except ValueError:
+                            envelope = None
+                        if not isinstance(envelope, dict) or set(envelope) != ENVELOPE_FIELDS:
+                            malformed.append(key)
+    assert answers, "the served contract lists no GET operation with query parameters"
+    assert {key: status for key, status in answers.items() if status >= 500} == {}
+    assert malformed == []
