@@ -129,8 +129,9 @@ PI_WIRES = [
         ),
     ]
 ]
-# pi-ai's Codex client makes up to 4 attempts of its own (the scripted refusal reads as retryable).
-PI_FAILED_ATTEMPTS = {"openai-codex": "4/4"}
+# pi-ai's Codex client makes up to 4 attempts of its own (the scripted refusal reads as retryable);
+# its Gemini and Mistral clients make one.
+PI_FAILED_ATTEMPTS = {"openai-codex": "4/4", "google": "1/1", "mistral": "1/1"}
 HARNESS_WIRES = [
     pytest.param(harness, *case.values, id=f"{harness}-{case.id}")
     for harness, cases in (("loop", WIRES), ("pi", PI_WIRES))

@@ -1,4 +1,9 @@
-"""Failure separation: tool errors go to the model; provider and Brain failures end the turn."""
+"""Failure separation: tool errors go to the model; provider and Brain failures end the turn.
+
+Tests whose outcome is the same on both agent-loop harnesses run once per harness; the others pin
+`loop` (test_pi_failures.py holds Pi's side of them: pi-ai's clients retry differently, and Pi's
+model registry names models of its own).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ECHO_TOOL, RunnerProcess, ScriptedProviderServer
+from conftest import ECHO_TOOL, HARNESS_COMMANDS, NATIVE_FILES, RunnerProcess, ScriptedProviderServer
 
 MODEL = "anthropic/claude-sonnet-4-5"
+# For a test whose expected outcome is the loop harness's own.
+LOOP_ONLY = pytest.mark.parametrize("harness", ["loop"])
+
+
+@pytest.fixture(params=sorted(HARNESS_COMMANDS))
+def harness(request: pytest.FixtureRequest) -> str:
+    """Each test that starts a runner runs once per agent-loop harness, unless it is LOOP_ONLY."""
+    return str(request.param)
 
 
 def _failing_tool(_frame: dict[str, Any]) -> dict[str, Any]:
@@ -31,6 +44,7 @@ def test_a_tool_error_goes_back_to_the_model_as_a_tool_result(
     assert [(b["type"], b["content"], b["is_error"]) for b in last_user] == [("tool_result", "disk full", True)]
 
 
+@LOOP_ONLY
 @pytest.mark.parametrize(
     ("label", "model", "base"),
     [
@@ -65,6 +79,7 @@ def test_a_provider_500_fails_the_turn_with_provider_error_after_bounded_retries
     ] == [("model.request", "failed", "3/3", "unavailable")]
 
 
+@LOOP_ONLY
 @pytest.mark.parametrize(
     ("label", "model", "base"),
     [
@@ -127,6 +142,7 @@ def test_an_unreachable_provider_is_a_provider_error(runner: RunnerProcess, tmp_
     assert reply["error"]["code"] == "provider_error"
 
 
+@LOOP_ONLY
 def test_a_model_outside_the_catalog_fails_the_turn_with_brain_error(
     runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
 ) -> None:
@@ -172,6 +188,7 @@ def test_an_unsupported_reasoning_effort_fails_the_turn_with_brain_error(
     assert provider.requests() == []
 
 
+@LOOP_ONLY
 def test_a_provider_without_a_default_endpoint_needs_a_base_url(runner: RunnerProcess, tmp_path: Path) -> None:
     # given
     runner.request(
@@ -220,12 +237,12 @@ def test_a_tool_call_answered_with_an_error_frame_fails_the_turn_with_brain_erro
 
 
 def test_a_native_state_write_failure_fails_the_turn_with_brain_error(
-    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path, harness: str
 ) -> None:
     # given the conversation file replaced by a directory after open, so appending fails
     runner.open("a1", tmp_path / "native", model=MODEL, base_url=provider.anthropic_base_url)
-    (tmp_path / "native" / "conversation.jsonl").unlink()
-    (tmp_path / "native" / "conversation.jsonl").mkdir()
+    (tmp_path / "native" / NATIVE_FILES[harness]).unlink()
+    (tmp_path / "native" / NATIVE_FILES[harness]).mkdir()
 
     # when
     reply, seen = runner.prompt("a1", "hi", turn="t1")

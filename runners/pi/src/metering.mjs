@@ -6,10 +6,18 @@
 import { AsyncLocalStorage } from "node:async_hooks";
 import { randomUUID } from "node:crypto";
 
+import { STREAM_ERROR_APIS, surfaceStreamErrors } from "./streamerrors.mjs";
+
 // Retries pi-ai's SDK clients make after the first attempt (their default, set explicitly).
 export const MAX_RETRIES = 2;
-// pi-ai's Codex client retries on its own, up to 3 times whatever maxRetries says.
-const ATTEMPTS_BY_API = { "openai-codex-responses": 4 };
+// Attempts per request where pi-ai's client does not take maxRetries: its Codex client retries on
+// its own, up to 3 times; its Gemini, Vertex AI and Mistral clients never retry.
+const ATTEMPTS_BY_API = {
+  "openai-codex-responses": 4,
+  "google-generative-ai": 1,
+  "google-vertex": 1,
+  "mistral-conversations": 1,
+};
 // Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic.
 const REQUEST_ID_HEADERS = ["x-request-id", "request-id"];
 const PROVIDER_ID = /^[\x21-\x7e]{1,256}$/;
@@ -26,9 +34,17 @@ const MAX_TOKENS = Number.MAX_SAFE_INTEGER;
 const currentMeter = new AsyncLocalStorage();
 
 export class RequestMeter {
-  constructor() {
+  constructor(api) {
+    this.api = api;
     this.attempts = 0;
     this.providerRequestId = null;
+    this.status = null; // the HTTP status of the last response
+  }
+
+  /** Note what a response tells: its status and the provider's id of the request. */
+  noteResponse(response) {
+    this.status = response.status;
+    this.noteHeaders(response.headers);
   }
 
   /** Keep the provider's request id from response headers (a plain object or a fetch Headers). */
@@ -85,8 +101,18 @@ export class RequestMeter {
   }
 }
 
+/** The turn's provider_error message: the provider, the HTTP status when it refused, pi-ai's text. */
+export function failureMessage(provider, text, status) {
+  const detail = String(text || "the provider failed");
+  if (!Number.isInteger(status) || status < 400) return `${provider}: ${detail}`;
+  // the OpenAI and Anthropic SDKs already start their text with the status
+  const rest = detail.startsWith(`${status} `) ? detail.slice(String(status).length + 1) : detail;
+  return `${provider} HTTP ${status}: ${rest}`;
+}
+
 /** Count every fetch made while a meter is current (pi-ai's SDK clients use the global fetch), and
- * keep each response's request id: pi-ai's onResponse hook is not called for an error status. */
+ * keep each response's status and request id (pi-ai's onResponse hook is not called for an error
+ * status); a Gemini or Vertex AI stream fails at an error event (streamerrors.mjs). */
 export function installFetchCounter() {
   const original = globalThis.fetch;
   globalThis.fetch = function countedFetch(...args) {
@@ -94,8 +120,8 @@ export function installFetchCounter() {
     if (!meter) return original.apply(this, args);
     meter.attempts += 1;
     return original.apply(this, args).then((response) => {
-      meter.noteHeaders(response.headers);
-      return response;
+      meter.noteResponse(response);
+      return STREAM_ERROR_APIS.has(meter.api) && response.ok && response.body ? surfaceStreamErrors(response) : response;
     });
   };
 }

@@ -8,7 +8,9 @@ import { parsePlacement, presentParameters } from "./placement.mjs";
 // spec (reference-models, "Prompt caching"): the system prompt when config.instructions is absent.
 export const DEFAULT_INSTRUCTIONS = "You are a helpful assistant. Use the available tools when needed.";
 export const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"];
-const EFFORTS = new Set(["off", "minimal", "low", "medium", "high", "xhigh"]);
+// Levels Pi's registry offers that a provider refuses: OpenAI's o-series reasoning models take
+// low, medium and high only ("minimal" came with GPT-5), whatever pi-ai would send.
+const REFUSED_LEVELS = [{ apis: new Set(["openai-responses", "azure-openai-responses"]), id: /^o\d/, levels: ["minimal"] }];
 
 export function parseOpenParams(params) {
   if (params === null || typeof params !== "object" || Array.isArray(params)) throw brainFailure("open params must be an object");
@@ -66,15 +68,25 @@ export function resolveModel(settings) {
   if (!getApiProviders().some((provider) => provider.api === model.api)) {
     throw brainFailure(`transport '${model.api}' of model '${settings.model}' is not supported by Pi`);
   }
+  if (!model.baseUrl) {
+    throw brainFailure(`provider '${model.provider}' has no default endpoint; set base_url in the host config`);
+  }
   const effort = settings.reasoningEffort;
-  if (!EFFORTS.has(effort)) throw brainFailure(`reasoning effort '${effort}' is not one of ${[...EFFORTS].join(", ")}`);
-  const levels = model.reasoning ? getSupportedThinkingLevels(model) : ["off"];
+  const levels = supportedLevels(model);
   if (!levels.includes(effort)) {
     throw brainFailure(
       `requested reasoning effort is unsupported by the model ('${settings.model}' accepts ${levels.join(", ")}; got '${effort}')`,
     );
   }
   return { model, reasoning: effort === "off" ? undefined : effort };
+}
+
+/** The reasoning levels `model` runs with: Pi's, less those its provider refuses. */
+function supportedLevels(model) {
+  if (!model.reasoning) return ["off"];
+  const rules = REFUSED_LEVELS.filter((rule) => rule.apis.has(model.api) && rule.id.test(model.id));
+  const refused = new Set(rules.flatMap((rule) => rule.levels));
+  return getSupportedThinkingLevels(model).filter((level) => !refused.has(level));
 }
 
 /** The open result's `media` (runners/media.py MediaSupport): pi-ai sends images inline only. */

@@ -16,7 +16,7 @@ import { completeSimple, streamSimple } from "@mariozechner/pi-ai";
 
 import { firstKeptTurn, needsCompaction, summaryContext } from "./compaction.mjs";
 import { brainFailure, END_TURN, MODEL_REQUEST, providerFailure, RunnerFailure } from "./frames.mjs";
-import { MAX_RETRIES, RequestMeter } from "./metering.mjs";
+import { failureMessage, MAX_RETRIES, RequestMeter } from "./metering.mjs";
 import { alternateRoles } from "./payload.mjs";
 import { dispatch } from "./placement.mjs";
 import { imageContent, mediaRefusal, mediaSupport, resolveModel } from "./settings.mjs";
@@ -46,6 +46,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
   let fatal = null; // a failure that ends the turn, not just one tool result
   let endTurn = false;
   let meter = null;
+  let failedStatus = null; // the HTTP status of the request whose failure ends the turn
 
   const fail = (failure) => {
     fatal ??= failure;
@@ -83,7 +84,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
 
   // the model sees the real schemas; Pi's own copies only accept (see ANY_OBJECT)
   const streamFn = (streamModel, context, streamOptions) => {
-    meter = new RequestMeter();
+    meter = new RequestMeter(streamModel.api);
     const offered = context.tools?.map((tool) => ({ ...tool, parameters: realTools.get(tool.name).parameters }));
     const requestMeter = meter;
     return requestMeter.run(() =>
@@ -117,6 +118,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
         const requestMeter = meter;
         meter = null;
         await report("turn", message, requestMeter);
+        if (message.stopReason === "error") failedStatus = requestMeter?.status ?? null;
         if (message.stopReason === "error" || message.stopReason === "aborted") return; // never recorded
         state.addMessage(message);
         const usage = message.usage;
@@ -151,7 +153,7 @@ export async function runTurn(attachment, { text, media }, io, controller) {
     if (signal.aborted) throw signal.reason ?? new Error("interrupted");
     const last = messages.at(-1);
     if (last?.role === "assistant" && last.stopReason === "error") {
-      throw providerFailure(last.errorMessage || "the provider failed");
+      throw providerFailure(failureMessage(model.provider, last.errorMessage, failedStatus));
     }
     state.commit();
   } catch (error) {
@@ -165,7 +167,7 @@ async function compact(state, model, options, signal, report, request) {
   const { summary, turns } = state.view();
   if (turns.length === 0) return;
   const kept = firstKeptTurn(turns, model.contextWindow);
-  const meter = new RequestMeter();
+  const meter = new RequestMeter(model.api);
   const message = await meter.run(() =>
     completeSimple(model, summaryContext(summary, turns.slice(0, kept), model.contextWindow), {
       ...options,
@@ -176,7 +178,7 @@ async function compact(state, model, options, signal, report, request) {
   );
   await report("compaction", message, meter);
   if (message.stopReason === "aborted") throw signal.reason ?? new Error("interrupted");
-  if (message.stopReason === "error") throw providerFailure(message.errorMessage || "the provider failed");
+  if (message.stopReason === "error") throw providerFailure(failureMessage(model.provider, message.errorMessage, meter.status));
   const tokensBefore = Math.floor(JSON.stringify(request.messages).length / 4);
   state.addCompaction(textOf(message).trim(), kept < turns.length ? turns[kept].firstId : null, tokensBefore);
 }
