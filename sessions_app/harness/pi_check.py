@@ -25,7 +25,7 @@ PI_NAME = "pi"
 # Pi's packages declare `engines: node >= 20.6`.
 MINIMUM_NODE = (20, 6)
 # The packages the runner imports, each installed at the version package.json pins.
-PI_PACKAGES = ("@mariozechner/pi-agent-core", "@mariozechner/pi-ai")
+PI_PACKAGES = ("@mariozechner/pi-agent-core", "@mariozechner/pi-ai", "@smithy/node-http-handler")
 # `node --version` answers in milliseconds; a node that hangs is as good as missing.
 NODE_VERSION_SECONDS = 10.0
 _VERSION = re.compile(r"v(\d+)\.(\d+)\.(\d+)")

@@ -10,11 +10,9 @@ times on its own; Gemini, Vertex AI and Mistral never), so a refusal is asserted
 a bound and to be reported as one failed request with every attempt made, not with the loop
 harness's exact count.
 
-Not covered, because pi-ai makes it impossible: Bedrock. pi-ai's simple stream options drop the
-bearer token and its Bedrock client reads credentials only from the process environment, which
-Brain strips, so a Bedrock turn on Pi fails with `provider_error` ("Could not load credentials
-from any providers") before any request reaches the provider. Pi's registry has no models of the
-loop catalog's OpenAI-compatible `deepseek/` or Radius `radius/` providers either.
+Bedrock runs with the session's key (runners/pi/src/bedrock.mjs), tested with its refusals here.
+Pi's registry has no models of the loop catalog's OpenAI-compatible `deepseek/` or Radius
+`radius/` providers, so those wires are not covered on Pi.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ WIRES = {
     "google_vertex_case": ("google-vertex/gemini-2.5-flash", "google_base_url"),
     "mistral_conversations_case": ("mistral/mistral-small-latest", "mistral_base_url"),
     "openai_codex_responses_case": ("openai-codex/gpt-5.5", "codex_base_url"),
+    "bedrock_converse_case": ("amazon-bedrock/us.anthropic.claude-sonnet-4-5-20250929-v1:0", "bedrock_base_url"),
 }
 
 
@@ -140,3 +139,23 @@ def test_a_provider_without_a_default_endpoint_needs_a_base_url_on_pi(
     }
     assert seen == []
     assert provider.requests() == []
+
+
+def test_bedrock_on_pi_sends_each_sessions_own_key_and_leaves_none_behind(
+    runner: RunnerProcess, provider: ScriptedProviderServer, tmp_path: Path
+) -> None:
+    # given: two sessions on one Pi host, each with its own Bedrock key
+    model, base = WIRES["bedrock_converse_case"]
+    for attachment, key in (("a1", "bedrock-key-one"), ("a2", "bedrock-key-two")):
+        runner.open(attachment, tmp_path / attachment, model=model, base_url=getattr(provider, base), api_key=key)
+
+    # when: each runs a turn, one after the other and again
+    replies = [runner.prompt(attachment, "hi", turn=f"t{n}")[0] for n, attachment in enumerate(["a1", "a2", "a1"])]
+
+    # then: each request carried its session's key as a bearer token
+    assert [reply.get("result") for reply in replies] == [{}, {}, {}]
+    assert [request["headers"].get("authorization") for request in provider.requests()] == [
+        "Bearer bedrock-key-one",
+        "Bearer bedrock-key-two",
+        "Bearer bedrock-key-one",
+    ]

@@ -13,6 +13,8 @@ if (major < MINIMUM_NODE[0] || (major === MINIMUM_NODE[0] && minor < MINIMUM_NOD
 }
 
 installFetchCounter();
+const { installBedrock } = await import("./bedrock.mjs");
+installBedrock();
 const { Host } = await import("./host.mjs");
 const status = await new Host(process.stdout).serve(process.stdin);
 // a paused stdin still holds the event loop open after broken framing; stdout to a pipe is

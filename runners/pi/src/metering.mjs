@@ -18,8 +18,8 @@ const ATTEMPTS_BY_API = {
   "google-vertex": 1,
   "mistral-conversations": 1,
 };
-// Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic.
-const REQUEST_ID_HEADERS = ["x-request-id", "request-id"];
+// Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic, Bedrock.
+const REQUEST_ID_HEADERS = ["x-request-id", "request-id", "x-amzn-requestid"];
 const PROVIDER_ID = /^[\x21-\x7e]{1,256}$/;
 // pi-ai reports input without the cached tokens and cache reads and writes on top; output counts
 // reasoning too, and no provider's reasoning count is kept apart.
@@ -108,6 +108,11 @@ export function failureMessage(provider, text, status) {
   // the OpenAI and Anthropic SDKs already start their text with the status
   const rest = detail.startsWith(`${status} `) ? detail.slice(String(status).length + 1) : detail;
   return `${provider} HTTP ${status}: ${rest}`;
+}
+
+/** The meter of the model request in flight here, if any (for a client that does not use fetch). */
+export function meterInFlight() {
+  return currentMeter.getStore();
 }
 
 /** Count every fetch made while a meter is current (pi-ai's SDK clients use the global fetch), and
