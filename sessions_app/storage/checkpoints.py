@@ -10,7 +10,7 @@ import errno
 import os
 import stat
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NotRequired, TypedDict
 
@@ -99,6 +99,7 @@ def _decode_entry(line: bytes, *, offset: int) -> CheckpointEntry:
 @dataclass(slots=True)
 class CheckpointStore:
     directory: Path  # sessions/<id>
+    _native_root: Path | None = field(default=None, init=False, repr=False)  # native/, resolved once
 
     @property
     def native(self) -> Path:
@@ -109,8 +110,12 @@ class CheckpointStore:
         return self.directory / JOURNAL
 
     def _inside_native(self, relative: str) -> Path:
-        native = self.native.resolve()
+        if self._native_root is None:
+            self._native_root = self.native.resolve()
+        native = self._native_root
         path = native / relative
+        if "/" not in relative and relative not in ("", ".", ".."):
+            return path  # a file of native/ itself: it is opened with O_NOFOLLOW, nothing to resolve
         # a symlinked directory inside native/ must not lead reads or writes outside it
         if not path.resolve().is_relative_to(native):
             raise CheckpointError(f"checkpoint path {relative!r} leaves the native directory")

@@ -719,8 +719,8 @@ def test_restore_refuses_a_symlink_that_leads_out_of_native(tmp_path: Path) -> N
     with pytest.raises(CheckpointError) as caught:
         store.restore(checkpoint)
 
-    # then
-    assert str(caught.value) == "checkpoint path 'conversation.jsonl' leaves the native directory"
+    # then: the symlink is never followed
+    assert str(caught.value) == "checkpoint file 'conversation.jsonl' is not a regular file"
     assert outside.read_bytes() == b"turn1\nsecret\n"
     assert (store.native / "extra.json").read_bytes() == b"{}"
 
