@@ -11,8 +11,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
+
+pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "examples" / "components" / "workspace_reader" / "workspace_reader.wasm"
