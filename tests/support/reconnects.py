@@ -118,6 +118,11 @@ class _Reader:
             figures.problems.append(f"rebuilt {self.text!r} is no prefix of {final!r}")
         self.text, self.stream_end, self.delta_on_stream = "", None, False
 
+    def status(self) -> None:
+        """A retained session.status: a turn started or ended, so no message is in progress (one
+        cut off by an interrupt or a failure has no assistant.message; the next starts at 0)."""
+        self.text, self.stream_end, self.delta_on_stream = "", None, False
+
 
 def reconnect_drill(
     clients: Sequence[Any],
@@ -162,7 +167,10 @@ def reconnect_drill(
                     reader.message(event["data"]["text"])
                 elif kind == "session.error" and event.get("input_id") == input_id:
                     raise AssertionError(f"the turn failed: {event['data']}")
-                elif kind == "session.status" and event.get("input_id") == input_id:
+                elif kind == "session.status":
+                    reader.status()
+                    if event.get("input_id") != input_id:
+                        continue
                     if event["data"]["status"] not in ("running", "idle"):
                         raise AssertionError(f"the turn ended {event['data']['status']}")
                     if event["data"]["status"] == "idle":
