@@ -204,7 +204,8 @@ class Deleted(WireSchema):
 # An addition to the contract's words, not its shapes (descriptions only document).
 _EVENT_DATA = (
     "Type-specific payload. A live `assistant.delta` carries `text` and `offset`: the characters "
-    "(Unicode code points) of its message's text before it, so a client drops what it already has."
+    "(Unicode code points) of its message's text before it, so a client drops what it already has; "
+    "offsets start at 0 again after each `assistant.message` and each `session.status`."
 )
 
 
