@@ -160,12 +160,13 @@ async def send_input(request: HttpRequest, id: SessionId, body: Input) -> HttpRe
         await operations.interrupt_session(engine, principal, id)
         return HttpResponse(INTERRUPT_REQUESTED, status=202, content_type="application/json")
     if body.type == "session.configure":
-        if body.model_fields_set - {"type", "config"} or body.config is None:
-            raise InvalidRequest("session.configure takes config and no other fields")
+        if body.model_fields_set - {"type", "config", "key"} or body.config is None:
+            raise InvalidRequest("session.configure takes config, an optional key and no other fields")
         change = body.config.model_dump(exclude_unset=True)
         if any(value is None for value in change.values()):
             raise InvalidRequest("config fields of a change must not be null")
-        return _event_response(await configuration.configure_session(engine, principal, id, change))
+        event = await configuration.configure_session(engine, principal, id, change, key=body.key or None)
+        return _event_response(event)
     if body.config is not None:
         raise InvalidRequest("config belongs to session.configure")
     event = await operations.send_message(

@@ -9,12 +9,12 @@ from typing import Any
 
 from foundation.errors import Forbidden, InvalidRequest
 
-from .config_checks import check_config, unavailable
+from .config_checks import MAX_KEY_BYTES, check_config, unavailable
 from .eventlog import Event, new_id
 from .operations import check_session_id
 from .records import Principal, SessionRecord
 from .runtime.engine import Engine
-from .runtime.retooling import change_descriptors
+from .runtime.retooling import CONFIGURE, change_descriptors
 from .runtime.session_host import ConfigChange
 
 __all__ = ["CONFIGURABLE", "configure_session"]
@@ -23,10 +23,15 @@ __all__ = ["CONFIGURABLE", "configure_session"]
 CONFIGURABLE = ("model", "instructions", "reasoning_effort", "tools")
 
 
-async def configure_session(engine: Engine, principal: Principal, session_id: str, fields: dict[str, Any]) -> Event:
+async def configure_session(
+    engine: Engine, principal: Principal, session_id: str, fields: dict[str, Any], *, key: str | None = None
+) -> Event:
     """Record the change and queue it (applied at once when no turn runs or waits); the
     session.configure event. 400 for a change create would refuse in its configuration, 403 for
-    tools the tenant may not use, 409 for a closed or interrupted session, nothing queued."""
+    tools the tenant may not use, 409 for a closed or interrupted session, nothing queued. A
+    resent `key` answers with the change it first recorded (a key of another input: 409)."""
+    if key is not None and len(key.encode()) > MAX_KEY_BYTES:
+        raise InvalidRequest(f"key exceeds {MAX_KEY_BYTES} bytes")
     if not fields:
         raise InvalidRequest("config must set at least one of " + ", ".join(CONFIGURABLE))
     extra = sorted(set(fields) - set(CONFIGURABLE))
@@ -43,13 +48,17 @@ async def configure_session(engine: Engine, principal: Principal, session_id: st
         if descriptors is None:
             raise Forbidden(unavailable(await engine.registry.aunavailable_to(record.tenant, tools)))
     engine.check_writes(actor.id)
-    change = ConfigChange(fields, descriptors)
+    change = ConfigChange(fields, descriptors, key)
     async with actor.send_lock:  # in order with the session's sends: journal order is queue order
-        actor.admit_change(change)
+        previous = actor.admit_change(change)
+        if previous is not None:
+            return previous
         token = engine.ownership.require_writable(actor.id)
         journal = engine.ownership.journal
-        payload = {"type": "session.configure", "config": fields}
-        recorded = await journal.record(actor.id, input_id=new_id(), key=None, payload=payload, token=token)
+        payload = {"type": CONFIGURE, "config": fields, **({"key": key} if key else {})}
+        recorded = await journal.record(actor.id, input_id=new_id(), key=key, payload=payload, token=token)
+        if not recorded.created:  # another instance journaled this key
+            return Event.build(CONFIGURE, change.data, event_id=recorded.input_id)
         try:
             event, applied = actor.accept_change(change, input_id=recorded.input_id, seq=recorded.seq)
         except BaseException:

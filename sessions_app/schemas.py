@@ -129,7 +129,8 @@ class Input(StrictSchema):
     """`user.message`, `user.interrupt` or `session.configure`. A `delivery` outside the enum
     is 400; "steer" adds the text to the running turn (422 `unsupported` when the session's
     harness does not steer). `config` (session.configure only): the configuration fields to
-    change, applied between the turns around it."""
+    change, applied between the turns around it. `key` (user.message and session.configure): a
+    resend with the same key answers with the input first recorded."""
 
     type: Literal["user.message", "user.interrupt", "session.configure"]
     text: str | None = None

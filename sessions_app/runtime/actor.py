@@ -33,7 +33,7 @@ from .session_host import ConfigChange, PendingInput, SpawnCount, TurnFailure, t
 from .sink import write_failure_message
 from .state import SessionState
 from .steering import TurnSteers
-from .takeover import QUEUED_INPUT_CANCELLED, REFUSED_CHANGE_MESSAGE, RESTART_MESSAGE, plan_adoption, unsettled
+from .takeover import QUEUED_INPUT_CANCELLED, RESTART_MESSAGE, journaled_event, plan_adoption, unsettled
 
 __all__ = ["RESTART_MESSAGE", "SessionActor"]
 
@@ -86,22 +86,12 @@ class SessionActor(SessionState["SessionActor"]):
         lost turn interrupts the session (its queued inputs run after a resume)."""
         plan = plan_adoption(recovered, backlog, changes)
         for entry in plan.append:
-            if entry.payload.get("type") == CONFIGURE:
-                self.emit(CONFIGURE, entry.payload.get("config"), event_id=entry.input_id)
-                continue
-            event = self.emit("user.message", entry.payload, event_id=entry.input_id)
-            key = entry.payload.get("key")
-            if isinstance(key, str):
+            event = self.emit(*journaled_event(entry.payload), event_id=entry.input_id)
+            if isinstance(key := entry.payload.get("key"), str):
                 self._keys.remember(key, event.offset)
         self.queue.extend(plan.requeue)
-        if plan.lost:
-            self.emit("session.error", {"code": "conflict", "message": plan.lost_message}, input_id=plan.lost[0])
-        for input_id, why in plan.refused:
-            self.emit(
-                "session.error", {"code": "conflict", "message": f"{REFUSED_CHANGE_MESSAGE}: {why}"}, input_id=input_id
-            )
-        for input_id in plan.cancelled:  # cancelled on the dead owner, after its last upload
-            self.emit("session.error", {"code": "conflict", "message": QUEUED_INPUT_CANCELLED}, input_id=input_id)
+        for input_id, message in plan.errors():
+            self.emit("session.error", {"code": "conflict", "message": message}, input_id=input_id)
         if plan.lost:
             if self.status != SessionStatus.INTERRUPTED:
                 self._set_status(SessionStatus.INTERRUPTED, input_id=plan.lost[0])
@@ -177,24 +167,29 @@ class SessionActor(SessionState["SessionActor"]):
         )
         return data, None
 
-    def admit_change(self, change: ConfigChange) -> None:
-        """Whether the session can take a session.configure now: raises Conflict/Overloaded."""
+    def admit_change(self, change: ConfigChange) -> Event | None:
+        """The event a resent key names (else None); Conflict/Overloaded when it cannot be taken."""
         check_status(self.status)
+        if change.key is not None and (previous := self._keys.previous(change.key, change.data)) is not None:
+            return previous
         host, size = self._host, len(json.dumps(change.fields))
         queued = len(self.queue) + (len(self._turn_steers) if self._turn_steers is not None else 0)
         check_capacity(
             limits=host.limits, draining=host.draining, queued=queued, log_size=self.log.size, input_size=size
         )
+        return None
 
     def accept_change(self, change: ConfigChange, *, input_id: str, seq: int) -> tuple[Event, bool]:
         """A session.configure admit_change() let in: recorded (its data the fields it changes),
         then applied at once when no turn runs or waits (True), else queued behind them, applied
         in its turn. In a fleet, `input_id` and `seq` are its journal entry's."""
         try:
-            event = self.emit("session.configure", change.fields, event_id=input_id)
+            event = self.emit(CONFIGURE, change.data, event_id=input_id)
         except (OSError, RecordTooLarge) as exc:
             logger.error("event append failed", extra={"session_id": self.id, "error": str(exc)})
             raise BrainError(f"the change was not accepted: {write_failure_message(exc)}") from exc
+        if change.key is not None:
+            self._keys.remember(change.key, event.offset)
         if self.task is None and not self.queue:
             self.apply_config(change, seq=seq)
             return event, True

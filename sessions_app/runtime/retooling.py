@@ -54,5 +54,6 @@ async def journaled_changes(
             if descriptors is None:
                 changes[entry.input_id] = "a tool it names is no longer available to the tenant"
                 continue
-        changes[entry.input_id] = ConfigChange(fields, descriptors)
+        key = entry.payload.get("key")
+        changes[entry.input_id] = ConfigChange(fields, descriptors, key if isinstance(key, str) else None)
     return changes

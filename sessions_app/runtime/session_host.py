@@ -84,11 +84,17 @@ class TurnFailure(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ConfigChange:
-    """A checked session.configure: the fields it changes, and the session's tool descriptors
-    for its new tools (None: the tools do not change)."""
+    """A checked session.configure: the fields it changes, the session's tool descriptors for
+    its new tools (None: the tools do not change) and its idempotency key."""
 
     fields: dict[str, Any]
     descriptors: list[ToolDescriptor] | None = None
+    key: str | None = None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """Its session.configure event's data: the fields, and the key when it has one."""
+        return {**self.fields, "key": self.key} if self.key else self.fields
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from runners.media import Media, MediaError, read_media
 from sessions_app.storage import Recovered
@@ -23,6 +24,7 @@ __all__ = [
     "REFUSED_CHANGE_MESSAGE",
     "RESTART_MESSAGE",
     "Adoption",
+    "journaled_event",
     "plan_adoption",
     "unsettled",
 ]
@@ -54,6 +56,22 @@ class Adoption:
     @property
     def lost_message(self) -> str:
         return f"{LOST_MESSAGE}: input {', '.join(self.lost)}"
+
+    def errors(self) -> list[tuple[str, str]]:
+        """The (input id, message) of each session.error it reports, in order: the lost turn,
+        the refused changes, the inputs cancelled on the dead owner after its last upload."""
+        lost = [(self.lost[0], self.lost_message)] if self.lost else []
+        refused = [(input_id, f"{REFUSED_CHANGE_MESSAGE}: {why}") for input_id, why in self.refused]
+        return lost + refused + [(input_id, QUEUED_INPUT_CANCELLED) for input_id in self.cancelled]
+
+
+def journaled_event(payload: Mapping[str, Any]) -> tuple[str, Any]:
+    """The type and data of the event a journaled input records: a message's data as sent, a
+    change's fields (with its key when it has one)."""
+    if payload.get("type") != CONFIGURE:
+        return "user.message", payload
+    config, key = payload.get("config"), payload.get("key")
+    return CONFIGURE, {**config, "key": key} if isinstance(config, dict) and isinstance(key, str) else config
 
 
 def journaled_media(value: object) -> list[Media]:

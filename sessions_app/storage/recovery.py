@@ -20,7 +20,7 @@ __all__ = ["Recovered", "rebuild_state", "recover"]
 
 @dataclass(frozen=True, slots=True)
 class Recovered:
-    keys: dict[str, int]  # idempotency key -> byte offset of its user.message
+    keys: dict[str, int]  # idempotency key -> byte offset of its user.message or session.configure
     unsettled: list[str]  # input ids accepted but never settled, in order
     status: str  # the last session.status, "idle" for a log without one
     last_checkpoint: CheckpointEntry | None
@@ -70,6 +70,9 @@ def rebuild_state(
     status = SessionStatus.IDLE.value
     for event in events:
         if event.type == "session.configure":
+            key = event.data.get("key") if isinstance(event.data, dict) else None
+            if isinstance(key, str):
+                keys[key] = event.offset
             if inputs is not None:
                 inputs.add(event.id)
             if running:

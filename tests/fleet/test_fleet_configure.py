@@ -116,10 +116,15 @@ def test_a_change_queued_on_an_owner_killed_before_any_upload_applies_in_its_pla
         assert client.post(f"/sessions/{session_id}/flush").status_code == 200
     first = a.sdk().send(session_id, {"type": "user.message", "text": 'call stall {"seconds": 20}'})
     wait_for(a, session_id, lambda events: any(e["type"] == "tool.call" for e in events))
-    # when a change and a message are queued behind it through B, and A dies before any upload
-    change = b.sdk().send(
-        session_id, {"type": "session.configure", "config": {"model": "openai/gpt-4.1", "instructions": INSTRUCTIONS}}
-    )
+    # when a change (with a key) and a message are queued behind it through B, and A dies before
+    # any upload
+    configure = {
+        "type": "session.configure",
+        "config": {"model": "openai/gpt-4.1", "instructions": INSTRUCTIONS},
+        "key": "change-through-b",
+    }
+    change = b.sdk().send(session_id, configure)
+    assert b.sdk().send(session_id, configure) == change  # a retry through B: the same change
     second = b.sdk().send(session_id, {"type": "user.message", "text": "second, after the change"})
     a.kill()
     _serves(b, session_id)
@@ -132,9 +137,11 @@ def test_a_change_queued_on_an_owner_killed_before_any_upload_applies_in_its_pla
     ]
     assert [e["input_id"] for e in events if e["type"] == "session.error"] == [first["id"]]
     assert b.sdk().get(session_id)["config"]["model"] == "openai/gpt-4.1-mini"
-    # when the session is resumed on B
+    assert [e["data"] for e in events if e["type"] == "session.configure"] == [change["data"]]
+    # when the session is resumed on B (where the change's key still names it)
     with b.client() as client:
         assert client.post(f"/sessions/{session_id}/resume").status_code == 200
+    assert b.sdk().send(session_id, configure)["id"] == change["id"]
     wait_for(b, session_id, idle_after(second["id"]))
     # then the change applied before the message's turn, which used it, once
     last = scripted_provider.bodies()[-1]

@@ -262,3 +262,32 @@ def test_a_change_queued_when_the_server_is_killed_is_reported_cancelled_and_nev
     third = _message(server, session_id, "after the restart")
     wait_for(server, session_id, settled(third["id"]))
     assert scripted_provider.bodies()[-1]["model"] == "gpt-4.1-mini"
+
+
+def test_a_change_resent_with_its_key_is_recorded_and_applied_once_even_after_a_restart(
+    brain_factory: Callable[..., BrainServer],
+    scripted_provider: ScriptedProvider,
+    zoo_server: tuple[ToolZoo, LoopbackServer],
+) -> None:
+    # given a session with a turn waiting for its tool
+    server = loop_brain(brain_factory, scripted_provider, zoo_server[1].url)
+    session_id = _create(server)
+    first = _message(server, session_id, STALL_CALL)
+    change = {"type": "session.configure", "config": {"model": NEXT_MODEL}, "key": "change-1"}
+    # when a change is sent with a key, then sent again (a retry after a lost answer)
+    sent = server.sdk().send(session_id, change)
+    again = server.sdk().send(session_id, change)
+    # then the retry answers with the first change, and only one is recorded
+    assert again == sent and sent["data"] == {"model": NEXT_MODEL, "key": "change-1"}
+    events = wait_for(server, session_id, settled(first["id"]))
+    assert [e["id"] for e in events if e["type"] == "session.configure"] == [sent["id"]]
+    # and the key names that change: another change with it is refused, nothing recorded
+    with pytest.raises(BrainError) as reused:
+        server.sdk().send(session_id, {**change, "config": {"model": FIRST_MODEL}})
+    assert (reused.value.status, reused.value.code) == (409, "conflict")
+    # when the server restarts, the key still answers with the first change
+    server.restart()
+    assert server.sdk().send(session_id, change) == sent
+    events = history(server, session_id)
+    assert [e["id"] for e in events if e["type"] == "session.configure"] == [sent["id"]]
+    assert server.sdk().get(session_id)["config"]["model"] == NEXT_MODEL
