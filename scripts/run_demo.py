@@ -23,6 +23,12 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "local.json"
+# Codex keys are ChatGPT sign-in tokens: a JWT whose auth claim names the account (unsigned here).
+DEMO_CODEX_KEY = (
+    "eyJhbGciOiJub25lIn0.eyJodHRwczovL2FwaS5vcGVuYWkuY29tL2F1dGgiOnsiY2hhdGdwdF9hY2NvdW50X2lkIjoiZGVtbyJ9fQ.demo"
+)
+# The keys examples/local.json's providers read (the scripted provider takes any).
+DEMO_PROVIDER_KEYS = {"SCRIPTED_PROVIDER_KEY": "scripted-demo-key", "SCRIPTED_CODEX_KEY": DEMO_CODEX_KEY}
 sys.path.insert(0, str(ROOT))
 
 from foundation.hostconfig import Harness  # noqa: E402
@@ -130,7 +136,8 @@ def main() -> None:
     data_dir = ROOT / config["data_dir"]
     env = dict(os.environ)
     env["BRAIN_API_KEY"] = _token(data_dir)
-    env.setdefault("SCRIPTED_PROVIDER_KEY", "scripted-demo-key")
+    for name, value in DEMO_PROVIDER_KEYS.items():
+        env.setdefault(name, value)
     env["BRAIN_TOOLS_KEY"] = _secret(data_dir, "BRAIN_TOOLS_KEY")
     env["BRAIN_APPROVAL_KEY"] = _secret(data_dir, "BRAIN_APPROVAL_KEY")
     env["SANDBOX_SIGNING_KEY"] = _secret(data_dir, "SANDBOX_SIGNING_KEY")

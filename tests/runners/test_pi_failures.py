@@ -106,7 +106,7 @@ def test_a_model_outside_pis_registry_fails_the_turn_with_brain_error(
     assert opened["result"] == {}
     assert reply["error"] == {
         "code": "brain_error",
-        "message": "model 'openai/not-a-model' is not in Pi's model registry",
+        "message": "model 'openai/not-a-model' is neither in Pi's model registry nor in Brain's catalog",
     }
     assert seen == []
     assert provider.requests() == []

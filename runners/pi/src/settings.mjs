@@ -2,6 +2,7 @@
 
 import { getApiProviders, getModel, getSupportedThinkingLevels } from "@mariozechner/pi-ai";
 
+import { catalogModel } from "./catalog.mjs";
 import { brainFailure } from "./frames.mjs";
 import { parsePlacement, presentParameters } from "./placement.mjs";
 
@@ -53,7 +54,8 @@ function toolSpecs(descriptors) {
 export function lookupModel(settings) {
   const slash = settings.model.indexOf("/");
   if (slash <= 0) return null;
-  const found = getModel(settings.model.slice(0, slash), settings.model.slice(slash + 1));
+  const [provider, id] = [settings.model.slice(0, slash), settings.model.slice(slash + 1)];
+  const found = getModel(provider, id) ?? catalogModel(provider, id);
   if (!found) return null;
   const model = { ...found };
   if (settings.provider.baseUrl) model.baseUrl = settings.provider.baseUrl;
@@ -64,7 +66,7 @@ export function lookupModel(settings) {
 /** The model and reasoning level a turn runs with; brain_error for what cannot run. */
 export function resolveModel(settings) {
   const model = lookupModel(settings);
-  if (!model) throw brainFailure(`model '${settings.model}' is not in Pi's model registry`);
+  if (!model) throw brainFailure(`model '${settings.model}' is neither in Pi's model registry nor in Brain's catalog`);
   if (!getApiProviders().some((provider) => provider.api === model.api)) {
     throw brainFailure(`transport '${model.api}' of model '${settings.model}' is not supported by Pi`);
   }
@@ -84,6 +86,7 @@ export function resolveModel(settings) {
 /** The reasoning levels `model` runs with: Pi's, less those its provider refuses. */
 function supportedLevels(model) {
   if (!model.reasoning) return ["off"];
+  if (model.levels) return model.levels; // a catalog model: the levels the specification lists
   const rules = REFUSED_LEVELS.filter((rule) => rule.apis.has(model.api) && rule.id.test(model.id));
   const refused = new Set(rules.flatMap((rule) => rule.levels));
   return getSupportedThinkingLevels(model).filter((level) => !refused.has(level));
