@@ -15,11 +15,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-import referencing
-import referencing.jsonschema
 
 from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
 from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
+from tests.support.served_schemas import assert_event_data_served
 from toolkits.authoring import brain_env, component, create_placed_session, host_env, tool
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
@@ -39,8 +38,6 @@ QUERY_INPUT = {
         "Text": {"type": "string", "minLength": 1},
     },
 }
-# The served contract's schema of each event type this module's journeys record.
-EVENT_SCHEMAS = {"tool.call": "Call", "tool.result": "ToolResult", "tool.event": "ToolEvent"}
 
 
 def _server(factory: Callable[..., BrainServer], provider: ScriptedProvider) -> BrainServer:
@@ -90,22 +87,6 @@ def _placements(read_file: Any) -> list[Any]:
     return [read_file(env=host_env("app")), read_file(env=brain_env("reader", filesystem={"workspace": "read"}))]
 
 
-def _assert_served_schemas_hold(server: BrainServer, events: list[dict[str, Any]]) -> None:
-    """Each tool.call, tool.result and tool.event validates against the served /openapi.json."""
-    with server.client() as api:
-        document = api.get("/openapi.json").json()
-    resource = referencing.Resource.from_contents(document, default_specification=referencing.jsonschema.DRAFT202012)
-    registry: referencing.Registry[Any] = referencing.Registry().with_resource("urn:served", resource)
-    checked = set()
-    for event in events:
-        name = EVENT_SCHEMAS.get(event["type"])
-        if name is not None:
-            schema = {"$ref": f"urn:served#/components/schemas/{name}"}
-            jsonschema.Draft202012Validator(schema, registry=registry).validate(event["data"])
-            checked.add(event["type"])
-    assert checked == set(EVENT_SCHEMAS)
-
-
 @pytest.mark.parametrize("harness", sorted(AGENT_HARNESSES))
 def test_a_policy_sends_each_call_to_the_environment_it_names(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
@@ -144,7 +125,8 @@ def test_a_policy_sends_each_call_to_the_environment_it_names(
             (result,) = _of(events[env], "tool.result")
             assert (call["environment"], call["arguments"]) == (env, {"path": "notes.txt"})
             assert (result["environment"], result["outcome"]) == (env, "ok")
-            _assert_served_schemas_hold(server, events[env])
+            with server.client() as api:  # and the served contract describes what was recorded
+                assert assert_event_data_served(api, events[env]) == {"tool.call", "tool.result", "tool.event"}
         assert ran == [{"input": {"path": "notes.txt"}, "environment": "app"}]  # the host ran once
         (from_component,) = _of(events["reader"], "tool.result")
         assert "from the workspace" in str(from_component["result"])

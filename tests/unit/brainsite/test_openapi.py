@@ -11,12 +11,11 @@ from typing import Any
 
 import jsonschema
 import pytest
-import referencing
-import referencing.jsonschema
 
 from brainsite.api import api
 from foundation import wire
 from sessions_app import schemas as session_schemas
+from tests.support.served_schemas import served_validators
 from tests.support.spec import spec_path
 from toolkits.events import EVENT_KIND_PATTERN
 from tools_app import schemas as tool_schemas
@@ -436,11 +435,7 @@ def test_the_comparison_catches_an_additive_text_field_made_required_or_retyped(
 
 
 def _validator(name: str) -> jsonschema.protocols.Validator:
-    """A validator of the served component `name`, its references resolved in the document."""
-    document = _served()
-    resource = referencing.Resource.from_contents(document, default_specification=referencing.jsonschema.DRAFT202012)
-    registry: referencing.Registry[Any] = referencing.Registry().with_resource("urn:served", resource)
-    return jsonschema.Draft202012Validator({"$ref": f"urn:served#/components/schemas/{name}"}, registry=registry)
+    return served_validators(_served())[name]
 
 
 def test_the_served_tool_event_data_carry_environments_outcomes_and_extension_events() -> None:
