@@ -29,7 +29,7 @@ from sessions_app.api import router as sessions_router
 from sessions_app.auth import BearerAuth
 from tools_app.api import EmitAuth, ExecutorAuth
 from tools_app.api import router as tools_router
-from tools_app.schemas import Call, Command, ToolResult
+from tools_app.schemas import Call, Command, ToolEvent, ToolResult
 
 from . import health
 
@@ -56,7 +56,7 @@ SWAGGER_ASSETS = {
 }
 SWAGGER_DIRECTORY = Path(ninja.__file__).parent / "static" / "ninja"
 # Components no operation's body refers to: the executor SSE `data:` and tool event data.
-PUBLISHED_SCHEMAS: tuple[type[Schema], ...] = (Command, Call, ToolResult)
+PUBLISHED_SCHEMAS: tuple[type[Schema], ...] = (Command, Call, ToolResult, ToolEvent)
 
 
 class ErrorDetail(Schema):

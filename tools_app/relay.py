@@ -19,13 +19,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import orjson
-
 from foundation.errors import Conflict, Unavailable
 from foundation.logs import logger
+from toolkits.events import event_refusal
 
 from . import relay_records as records
-from .environments.events import MAX_EVENT_BYTES, EmitRefused, Emitter
+from .environments.events import EmitRefused, Emitter
 from .executor_store import CallLost, ExecutorUnavailable, LocalExecutors, bound_to
 from .relay_channel import RelayChannel
 from .relay_records import Holder, Located, Route
@@ -299,12 +298,9 @@ class ExecutorRelay(RelayRoutes):
         return emit
 
     async def _relay_event(self, reply_to: str, relay_id: str, kind: str, data: object) -> None:
-        try:
-            size = len(orjson.dumps(data))
-        except TypeError as exc:
-            raise EmitRefused(f"event data is not JSON: {exc}") from None
-        if size > MAX_EVENT_BYTES:  # refused here: it never crosses Redis
-            raise EmitRefused(f"event data of {size} bytes exceeds {MAX_EVENT_BYTES}")
+        refusal = event_refusal(kind, data)
+        if refusal is not None:  # refused here: it never crosses Redis
+            raise EmitRefused(refusal)
         event_id = secrets.token_hex(16)
         answer: asyncio.Future[dict[str, object]] = asyncio.get_running_loop().create_future()
         self._events[event_id] = answer

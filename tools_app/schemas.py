@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+from pydantic import Field
+
 from foundation.wire import Status, StrictSchema, Tool, WireSchema
 from runners.protocol import ToolDescriptor
+from toolkits.events import EVENT_KIND_PATTERN
 
+from .invocation.results import Outcome
 from .providers.tasks.db import TaskFields
 
 __all__ = [
@@ -28,6 +32,7 @@ __all__ = [
     "TaskItem",
     "TaskPage",
     "ToolCatalog",
+    "ToolEvent",
     "ToolResult",
     "ToolScope",
 ]
@@ -54,6 +59,12 @@ class ToolScope(WireSchema):
     call_id: str
     brain_url: str | None = None
     inspection_token: str | None = None
+    # additive, a placed tool's call (README, "Tool environments"): the environment, the committed
+    # position of its tool.call (decimal text), its deadline (RFC 3339) and its options (JSON text)
+    environment: str | None = None
+    sequence: str | None = None
+    deadline: str | None = None
+    options: str | None = None
 
 
 class Command(WireSchema):
@@ -102,6 +113,7 @@ class Call(WireSchema):
     id: str
     name: str
     arguments: object
+    environment: str | None = None  # additive: the environment the harness named (placed tools)
 
 
 class ToolResult(WireSchema):
@@ -109,6 +121,17 @@ class ToolResult(WireSchema):
 
     call_id: str
     result: Result
+    outcome: Outcome | None = None  # additive: how the call ended (every outcome Brain records)
+    environment: str | None = None  # additive: a placed tool's environment
+
+
+class ToolEvent(WireSchema):
+    """`tool.event` event data (additive): a placed call's committed extension event."""
+
+    call_id: str
+    environment: str
+    kind: str = Field(pattern=EVENT_KIND_PATTERN)
+    data: object
 
 
 class TaskItem(WireSchema):

@@ -13,7 +13,14 @@ from runners.protocol import JSONObject
 from .errors import BrainFailure
 from .messages import ToolCall, ToolSpec
 
-__all__ = ["Placed", "parse_placement"]
+__all__ = ["Placed", "parse_placement", "wrap_input"]
+
+WRAPPER_KEYS = frozenset({"environment", "input"})  # exactly the selector's keys
+# What moves from the canonical input to the wrapper's root: JSON pointers start at the root.
+HOISTED_KEYS = ("$schema", "$defs", "definitions")
+INPUT_POINTER = "#/properties/input"  # where the canonical input is in the wrapper
+# Keywords whose values are data, not schemas: a `$ref` inside them is not a reference.
+DATA_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,16 +33,7 @@ class Placed:
         """The spec the model sees: with a selector, the canonical input wrapped."""
         if not self.selector or spec.name not in self.environments:
             return spec
-        wrapped: JSONObject = {
-            "type": "object",
-            "properties": {
-                "environment": {"type": "string", "enum": list(self.environments[spec.name])},
-                "input": spec.input_schema,
-            },
-            "required": ["environment", "input"],
-            "additionalProperties": False,
-        }
-        return replace(spec, input_schema=wrapped)
+        return replace(spec, input_schema=wrap_input(spec.input_schema, list(self.environments[spec.name])))
 
     def dispatch(self, call: ToolCall) -> ToolCall:
         """The call as Brain receives it: the environment named, the canonical input."""
@@ -43,13 +41,53 @@ class Placed:
             return call
         if not self.selector:
             return replace(call, environment=self.chosen.get(call.name, ""))
-        environment = call.arguments.get("environment")
-        given = call.arguments.get("input")
-        return replace(
-            call,
-            environment=environment if isinstance(environment, str) else "",
-            arguments=given if isinstance(given, dict) else {},
-        )
+        arguments = call.arguments
+        if set(arguments) != WRAPPER_KEYS or not isinstance(arguments["environment"], str):
+            return call  # not the wrapper: the model's arguments as they are, no environment
+        if not isinstance(arguments["input"], dict):
+            return call
+        return replace(call, environment=arguments["environment"], arguments=arguments["input"])
+
+
+def wrap_input(schema: JSONObject, environments: list[str]) -> JSONObject:
+    """`{environment, input}` with `schema` as `input`. Its `$defs` and `definitions` (and
+    `$schema`) move to the wrapper's root, where a pointer's `#` now is: a `$ref` into them stays
+    as it was, any other local `$ref` (`#`, `#/properties/...`) gains `/properties/input`. A
+    schema with its own `$id` is a resource of its own, its pointers resolved against it: it is
+    nested unchanged."""
+    if "$id" in schema:
+        hoisted: JSONObject = {}
+        inner: object = schema
+    else:
+        hoisted = {key: schema[key] for key in HOISTED_KEYS if key in schema}
+        kept = tuple(f"#/{key}/" for key in hoisted if key != "$schema")
+        inner = _moved_refs({key: value for key, value in schema.items() if key not in hoisted}, kept)
+        hoisted = {key: value if key == "$schema" else _moved_refs(value, kept) for key, value in hoisted.items()}
+    return {
+        "type": "object",
+        "properties": {"environment": {"type": "string", "enum": environments}, "input": inner},
+        "required": ["environment", "input"],
+        "additionalProperties": False,
+        **hoisted,
+    }
+
+
+def _moved_refs(node: object, kept: tuple[str, ...]) -> object:
+    """`node` with its local `$ref`s pointing where the nested schema now is (values of data
+    keywords are not schemas: left alone)."""
+    if isinstance(node, list):
+        return [_moved_refs(item, kept) for item in node]
+    if not isinstance(node, dict):
+        return node
+    moved: JSONObject = {}
+    for key, value in node.items():
+        if key == "$ref" and isinstance(value, str) and (value == "#" or value.startswith("#/")):
+            moved[key] = value if value.startswith(kept) else INPUT_POINTER + value[1:]
+        elif key in DATA_KEYWORDS:
+            moved[key] = value
+        else:
+            moved[key] = _moved_refs(value, kept)
+    return moved
 
 
 def parse_placement(config: JSONObject) -> Placed:

@@ -12,9 +12,8 @@ from typing import Any
 import pytest
 
 from tests.wasm.conftest import LIMITS, Recorder, assert_the_next_call_works, call, worker_processes
+from toolkits.events import MAX_EVENT_BYTES, MAX_EVENTS_PER_CALL
 from toolkits.wasm import (
-    MAX_EMIT_BYTES_PER_CALL,
-    MAX_EMITS_PER_CALL,
     ComponentError,
     ComponentLimits,
     ComponentOutcome,
@@ -85,18 +84,23 @@ async def test_an_output_over_the_limit_is_an_error(cache_dir: Path, workspace: 
 async def test_events_past_the_per_call_count_are_refused_and_not_committed(cache_dir: Path, workspace: Path) -> None:
     recorder = Recorder()
     outcome = await call("flood_events", {"count": 100}, cache_dir=cache_dir, grants=[], emit=recorder)
-    refusal = f"a call may emit at most {MAX_EMITS_PER_CALL} events"
-    assert outcome == ComponentOutcome("ok", {"committed": MAX_EMITS_PER_CALL, "refusal": refusal}, None)
-    assert [data["index"] for _kind, data in recorder.events] == list(range(MAX_EMITS_PER_CALL))
+    refusal = f"a call emits at most {MAX_EVENTS_PER_CALL} events"
+    assert outcome == ComponentOutcome("ok", {"committed": MAX_EVENTS_PER_CALL, "refusal": refusal}, None)
+    assert [data["index"] for _kind, data in recorder.events] == list(range(MAX_EVENTS_PER_CALL))
     await assert_the_next_call_works(cache_dir, workspace)
 
 
-async def test_events_past_the_per_call_bytes_are_refused_and_not_committed(cache_dir: Path, workspace: Path) -> None:
+async def test_an_event_over_the_commits_size_is_refused_and_not_committed(cache_dir: Path, workspace: Path) -> None:
+    # the rule of toolkits.events, as Brain's commit applies it: the encoded data, at most 16 KiB
     recorder = Recorder()
-    outcome = await call("flood_events", {"count": 10, "size": 60_000}, cache_dir=cache_dir, grants=[], emit=recorder)
-    refusal = f"a call's events may carry at most {MAX_EMIT_BYTES_PER_CALL} bytes of data"
-    assert outcome == ComponentOutcome("ok", {"committed": 4, "refusal": refusal}, None)
-    assert len(recorder.events) == 4
+    pad = MAX_EVENT_BYTES - len('{"index":0,"pad":""}')
+    outcome = await call("flood_events", {"count": 2, "size": pad}, cache_dir=cache_dir, grants=[], emit=recorder)
+    assert outcome == ComponentOutcome("ok", {"committed": 2, "refusal": None}, None)
+    refusal = f"event data of {MAX_EVENT_BYTES + 1} bytes exceeds {MAX_EVENT_BYTES}"
+    recorder = Recorder()
+    outcome = await call("flood_events", {"count": 2, "size": pad + 1}, cache_dir=cache_dir, grants=[], emit=recorder)
+    assert outcome == ComponentOutcome("ok", {"committed": 0, "refusal": refusal}, None)
+    assert recorder.events == []
     await assert_the_next_call_works(cache_dir, workspace)
 
 

@@ -14,8 +14,6 @@ from toolkits.wasm.runner import check_component, default_cache_dir, run_compone
 from toolkits.wasm.spares import SpareWorkers
 from toolkits.wasm.types import (
     GUEST_WORKSPACE,
-    MAX_EMIT_BYTES_PER_CALL,
-    MAX_EMITS_PER_CALL,
     MAX_OUTPUT_BYTES,
     ComponentError,
     ComponentLimits,
@@ -26,8 +24,6 @@ from toolkits.wasm.types import (
 
 __all__ = [
     "GUEST_WORKSPACE",
-    "MAX_EMITS_PER_CALL",
-    "MAX_EMIT_BYTES_PER_CALL",
     "MAX_OUTPUT_BYTES",
     "ComponentError",
     "ComponentLimits",

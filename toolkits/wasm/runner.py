@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import re
 import subprocess
 import tempfile
 from collections.abc import Sequence
@@ -17,11 +16,10 @@ from typing import Any
 
 import orjson
 
+from toolkits.events import event_refusal, too_many_events
 from toolkits.wasm.frames import FrameError, encode_frame, read_frame
 from toolkits.wasm.spares import ROOT, WORKER, SpareWorkers, spawn_worker, worker_environment
 from toolkits.wasm.types import (
-    MAX_EMIT_BYTES_PER_CALL,
-    MAX_EMITS_PER_CALL,
     MAX_OUTPUT_BYTES,
     ComponentError,
     ComponentLimits,
@@ -40,8 +38,6 @@ MAX_WORKER_FRAME_BYTES = 2 * MAX_OUTPUT_BYTES + 64 * 1024
 CHECK_TIMEOUT_S = 300.0
 # The worker's stderr is kept (its tail) to explain a worker that died.
 STDERR_TAIL_BYTES = 2048
-# An event kind is a short dotted name.
-EVENT_KIND = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 
 
 def default_cache_dir() -> Path:
@@ -50,41 +46,29 @@ def default_cache_dir() -> Path:
 
 
 @dataclass(slots=True)
-class _EmitBudget:
-    count: int = 0
-    data_bytes: int = 0
-
-    def refusal(self, kind: object, data: object) -> str | None:
-        if not isinstance(kind, str) or not EVENT_KIND.fullmatch(kind):
-            return "event kind must be a letter then up to 63 letters, digits or _ . : -"
-        if not isinstance(data, str):
-            return "event data must be a JSON object"
-        size = len(data.encode("utf-8", "surrogatepass"))
-        if self.count >= MAX_EMITS_PER_CALL:
-            return f"a call may emit at most {MAX_EMITS_PER_CALL} events"
-        if self.data_bytes + size > MAX_EMIT_BYTES_PER_CALL:
-            return f"a call's events may carry at most {MAX_EMIT_BYTES_PER_CALL} bytes of data"
-        return None
+class _Emitted:
+    count: int = 0  # the call's events relayed to the commit so far
 
 
 class _ProtocolViolation(Exception):
     pass
 
 
-async def _relay_emit(message: dict[str, Any], budget: _EmitBudget, emit: EmitCallback) -> dict[str, Any]:
+async def _relay_emit(message: dict[str, Any], emitted: _Emitted, emit: EmitCallback) -> dict[str, Any]:
+    """The answer to the worker's `emit` frame, under the one rule of extension events
+    (toolkits.events) the commit applies too."""
     kind, raw = message.get("kind"), message.get("data")
-    refusal = budget.refusal(kind, raw)
-    if refusal is not None:
-        return {"type": "refused", "error": refusal}
-    assert isinstance(kind, str) and isinstance(raw, str)
+    if not isinstance(raw, str):
+        raise _ProtocolViolation("an emit frame without its data")
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        data = None
-    if not isinstance(data, dict):
-        return {"type": "refused", "error": "event data must be a JSON object"}
-    budget.count += 1
-    budget.data_bytes += len(raw.encode("utf-8", "surrogatepass"))
+        return {"type": "refused", "error": "event data is not JSON"}
+    refusal = event_refusal(kind, data) or too_many_events(emitted.count)
+    if refusal is not None:
+        return {"type": "refused", "error": refusal}
+    assert isinstance(kind, str)
+    emitted.count += 1
     try:
         await emit(kind, data)
     except Exception as error:  # the callback refused the event: the component is told why
@@ -106,14 +90,14 @@ async def _converse(process: asyncio.subprocess.Process, request: bytes, emit: E
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write(request)
     await process.stdin.drain()
-    budget = _EmitBudget()
+    emitted = _Emitted()
     while True:
         message = await read_frame(process.stdout, limit=MAX_WORKER_FRAME_BYTES)
         if message["type"] == "outcome":
             return _outcome(message)
         if message["type"] != "emit":
             raise _ProtocolViolation(f"unexpected frame {message['type']!r}")
-        reply = await _relay_emit(message, budget, emit)
+        reply = await _relay_emit(message, emitted, emit)
         process.stdin.write(encode_frame(reply))
         await process.stdin.drain()
 

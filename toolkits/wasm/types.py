@@ -9,9 +9,7 @@ from typing import Any, Literal
 
 __all__ = [
     "GUEST_WORKSPACE",
-    "MAX_EMITS_PER_CALL",
-    "MAX_EMIT_BYTES_PER_CALL",
-    "MAX_EMIT_KIND_CHARS",
+    "MAX_EMIT_TEXT_BYTES",
     "MAX_OUTPUT_BYTES",
     "ComponentError",
     "ComponentLimits",
@@ -22,13 +20,10 @@ __all__ = [
 
 # Where the granted workspace appears inside the component (WASI pre-open).
 GUEST_WORKSPACE = "/workspace"
-# A call's extension events are journal entries: a flood from one call must not swamp its
-# session's log, so a call may commit at most this many events ...
-MAX_EMITS_PER_CALL = 64
-# ... of at most this many bytes of `data` JSON together (kind names not counted).
-MAX_EMIT_BYTES_PER_CALL = 256 * 1024
-# A kind is a short name, not a payload.
-MAX_EMIT_KIND_CHARS = 64
+# A call's extension events follow the one rule of toolkits.events (kind, encoded size, count),
+# which the parent applies to the parsed data. The worker relays one event's JSON text of at most
+# this many bytes: a bound of its frames, not the rule (whitespace the encoding drops counts here).
+MAX_EMIT_TEXT_BYTES = 256 * 1024
 # A tool's output reaches the model's context and the journal: 1 MiB is already far beyond
 # what a model can use, and bounds the worker's frame.
 MAX_OUTPUT_BYTES = 1024 * 1024
@@ -54,9 +49,9 @@ class ComponentOutcome:
     error: str | None  # one readable line otherwise
 
 
-# Commits one extension event (kind, data) and returns once it is committed. An Exception it
-# raises refuses the event: the component's emit returns that message as its `err`.
-EmitCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
+# Commits one extension event (kind, data: any JSON value) and returns once it is committed. An
+# Exception it raises refuses the event: the component's emit returns that message as its `err`.
+EmitCallback = Callable[[str, Any], Awaitable[None]]
 
 
 class ComponentError(Exception):

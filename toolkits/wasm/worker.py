@@ -24,12 +24,12 @@ import orjson
 import wasmtime
 from wasmtime.component import Component, Linker, Variant
 
+from toolkits.events import EVENT_KIND, KIND_RULE, MAX_EVENT_BYTES
 from toolkits.wasm.engine import HOST_INTERFACE, load_component, make_engine
 from toolkits.wasm.frames import FrameError, read_frame_sync, write_frame_sync
 from toolkits.wasm.types import (
     GUEST_WORKSPACE,
-    MAX_EMIT_BYTES_PER_CALL,
-    MAX_EMIT_KIND_CHARS,
+    MAX_EMIT_TEXT_BYTES,
     MAX_OUTPUT_BYTES,
     ComponentError,
 )
@@ -82,11 +82,11 @@ class Channel:
     def emit(self, kind: str, data: str) -> str | None:
         """The host import: None (ok) once the parent says the event is committed, else the
         refusal that becomes the component's `err`."""
-        if not 0 < len(kind) <= MAX_EMIT_KIND_CHARS:
-            return f"event kind must have 1 to {MAX_EMIT_KIND_CHARS} characters"
+        if not EVENT_KIND.fullmatch(kind):
+            return KIND_RULE
         size = len(data.encode("utf-8", "surrogatepass"))
-        if size > MAX_EMIT_BYTES_PER_CALL:
-            return f"event data of {size} bytes exceeds the call's {MAX_EMIT_BYTES_PER_CALL} bytes"
+        if size > MAX_EMIT_TEXT_BYTES:
+            return f"event data of {size} bytes exceeds {MAX_EVENT_BYTES}"
         write_frame_sync(self.outgoing, {"type": "emit", "kind": kind, "data": data})
         try:
             reply = read_frame_sync(self.incoming, limit=MAX_REPLY_BYTES)

@@ -148,11 +148,9 @@ class PlacedTools:
         return name in self._names
 
     async def resolve(self, context: CallContext, name: str) -> Target | Invocation:
-        if not context.environment:
-            return Invocation.failed(f"tool {name!r} is placed in environments: a call must name one")
         placement = self._placements.get((name, context.environment))
         if placement is None:  # never another placement: Brain does not fall back
-            return Invocation.failed(f"tool {name!r} has no placement in environment {context.environment[:32]!r}")
+            return self._unplaced(context, name)
         compiled = self._compiled.get(name)
         if compiled is None:
             try:
@@ -187,6 +185,16 @@ class PlacedTools:
             approval_timeout_seconds=served.approval_timeout_seconds,
             invalid_input=Outcome.INVALID_INPUT,
         )
+
+    def _unplaced(self, context: CallContext, name: str) -> Invocation:
+        """A call naming no environment of its tool: `invalid_input`, nothing executed."""
+        placed = ", ".join(repr(env) for tool, env in self._placements if tool == name)
+        if not context.environment:
+            problem = "names no environment"
+        else:
+            problem = f"names environment {context.environment!r}, where it is not placed"
+        message = f"invalid arguments for {name}: the call {problem}; it is placed in {placed}; nothing ran"
+        return Invocation.failed(message, outcome=Outcome.INVALID_INPUT)
 
     async def _checked(self, name: str, invocation: Invocation, output: Validator | None) -> Invocation:
         if invocation.outcome != Outcome.OK:

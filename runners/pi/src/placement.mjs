@@ -32,25 +32,77 @@ export function parsePlacement(config) {
   return placed;
 }
 
+// Exactly the selector's keys.
+const WRAPPER_KEYS = ["environment", "input"];
+// What moves from the canonical input to the wrapper's root: JSON pointers start at the root.
+const HOISTED_KEYS = ["$schema", "$defs", "definitions"];
+const INPUT_POINTER = "#/properties/input"; // where the canonical input is in the wrapper
+// Keywords whose values are data, not schemas: a `$ref` inside them is not a reference.
+const DATA_KEYWORDS = new Set(["const", "enum", "default", "examples"]);
+
 /** The parameters the model sees: with a selector, the canonical input wrapped. */
 export function presentParameters(placed, name, parameters) {
   if (!placed.selector || !placed.environments.has(name)) return parameters;
+  return wrapInput(parameters, [...placed.environments.get(name)]);
+}
+
+/**
+ * `{environment, input}` with `schema` as `input`. Its `$defs` and `definitions` (and `$schema`)
+ * move to the wrapper's root, where a pointer's `#` now is: a `$ref` into them stays as it was,
+ * any other local `$ref` (`#`, `#/properties/...`) gains `/properties/input`. A schema with its
+ * own `$id` is a resource of its own, its pointers resolved against it: it is nested unchanged.
+ */
+export function wrapInput(schema, environments) {
+  let inner = schema;
+  const hoisted = {};
+  if (isObject(schema) && !("$id" in schema)) {
+    for (const key of HOISTED_KEYS) if (key in schema) hoisted[key] = schema[key];
+    const kept = Object.keys(hoisted)
+      .filter((key) => key !== "$schema")
+      .map((key) => `#/${key}/`);
+    inner = movedRefs(Object.fromEntries(Object.entries(schema).filter(([key]) => !(key in hoisted))), kept);
+    for (const key of Object.keys(hoisted)) if (key !== "$schema") hoisted[key] = movedRefs(hoisted[key], kept);
+  }
   return {
     type: "object",
-    properties: {
-      environment: { type: "string", enum: [...placed.environments.get(name)] },
-      input: parameters,
-    },
+    properties: { environment: { type: "string", enum: environments }, input: inner },
     required: ["environment", "input"],
     additionalProperties: false,
+    ...hoisted,
   };
 }
 
-/** The call as Brain receives it ({environment, arguments}): the environment named, the canonical input. */
+// `node` with its local `$ref`s pointing where the nested schema now is.
+function movedRefs(node, kept) {
+  if (Array.isArray(node)) return node.map((item) => movedRefs(item, kept));
+  if (!isObject(node)) return node;
+  const moved = {};
+  for (const [key, value] of Object.entries(node)) {
+    if (key === "$ref" && typeof value === "string" && (value === "#" || value.startsWith("#/"))) {
+      moved[key] = kept.some((prefix) => value.startsWith(prefix)) ? value : INPUT_POINTER + value.slice(1);
+    } else if (DATA_KEYWORDS.has(key)) {
+      moved[key] = value;
+    } else {
+      moved[key] = movedRefs(value, kept);
+    }
+  }
+  return moved;
+}
+
+const isWrapper = (args) =>
+  isObject(args) &&
+  Object.keys(args).length === WRAPPER_KEYS.length &&
+  WRAPPER_KEYS.every((key) => key in args) &&
+  typeof args.environment === "string" &&
+  isObject(args.input);
+
+/**
+ * The call as Brain receives it ({environment, arguments}): the environment named, the canonical
+ * input; a call that is not the wrapper goes as the model made it, naming no environment.
+ */
 export function dispatch(placed, name, args) {
   if (!placed.environments.has(name)) return { environment: "", arguments: args };
   if (!placed.selector) return { environment: placed.chosen.get(name) ?? "", arguments: args };
-  const environment = isObject(args) ? args.environment : undefined;
-  const given = isObject(args) ? args.input : undefined;
-  return { environment: typeof environment === "string" ? environment : "", arguments: isObject(given) ? given : {} };
+  if (!isWrapper(args)) return { environment: "", arguments: args };
+  return { environment: args.environment, arguments: args.input };
 }

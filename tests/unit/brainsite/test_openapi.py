@@ -9,13 +9,17 @@ import copy
 import json
 from typing import Any
 
+import jsonschema
 import pytest
 
 from brainsite.api import api
 from foundation import wire
 from sessions_app import schemas as session_schemas
+from tests.support.served_schemas import served_validators
 from tests.support.spec import spec_path
+from toolkits.events import EVENT_KIND_PATTERN
 from tools_app import schemas as tool_schemas
+from tools_app.invocation.results import Outcome
 
 METHODS = frozenset({"get", "put", "post", "delete", "patch", "head", "options"})
 # Keys that only document: they never change what a body may be.
@@ -43,9 +47,24 @@ ADDITIVE_FIELDS = {
     ("Input", "config"): "ConfigChange",  # session.configure's change
     ("SessionConfig", "placement"): "Placement",  # tool environments (README, "Tool environments")
     ("Reply", "event"): "ExtensionEvent",  # a placed call's committed extension event
+    ("ToolResult", "outcome"): "Outcome",  # how a call ended (invalid_input, invalid_output among them)
 }
+# Additive text fields (README, "Tool environments"): each optional and exactly a string, then
+# removed before the comparison with the contract proper.
+ADDITIVE_TEXT_FIELDS = frozenset(
+    {
+        ("Call", "environment"),  # the environment of a placed tool's tool.call
+        ("ToolResult", "environment"),  # and of its tool.result
+        ("ToolScope", "environment"),  # a host executor's command: the call's environment,
+        ("ToolScope", "sequence"),  # the committed position of its tool.call,
+        ("ToolScope", "deadline"),  # its deadline
+        ("ToolScope", "options"),  # and its placement's options (JSON text)
+    }
+)
 # The components only additive fields use, beside the fields' own.
 ADDITIVE_FIELD_PARTS = frozenset({"PlacedTool", "ToolPlacement", "EnvironmentBinding", "Presentation"})
+# Additive components no operation uses: published event data (a placed call's `tool.event`).
+ADDITIVE_EVENT_DATA = frozenset({"ToolEvent"})
 
 # Additive operations (documented in the README): served beside the contract's, never changing
 # one of them. Each is checked for its operationId, the contract's bearer security and error
@@ -67,6 +86,7 @@ ADDITIVE_COMPONENTS = frozenset(
         *LATER_SDK_COMPONENTS,
         *ADDITIVE_FIELDS.values(),
         *ADDITIVE_FIELD_PARTS,
+        *ADDITIVE_EVENT_DATA,
     }
 )
 
@@ -172,8 +192,24 @@ def _apply_additive_fields(document: Document) -> list[str]:
     return problems
 
 
+def _apply_additive_text_fields(document: Document) -> list[str]:
+    """Check each ADDITIVE_TEXT_FIELDS field (optional, a string), then remove it."""
+    problems = []
+    schemas = document["components"]["schemas"]
+    for schema, field in sorted(ADDITIVE_TEXT_FIELDS):
+        served = schemas[schema]["properties"].pop(field, None)
+        if served is None:
+            problems.append(f"{schema}.{field}: not served")
+        elif [option for option in served.get("anyOf", [served]) if option != {"type": "null"}] != [{"type": "string"}]:
+            problems.append(f"{schema}.{field}: is not a string")
+        if field in schemas[schema].get("required", []):
+            problems.append(f"{schema}.{field}: required, but the 2.0.0 client never sends it")
+    return problems
+
+
 def _apply_refinements(document: Document) -> list[str]:
     problems = _apply_later_sdk_fields(document) + _apply_additive_fields(document)
+    problems += _apply_additive_text_fields(document)
     schemas = document["components"]["schemas"]
     for (schema, field), values in REFINEMENTS.items():
         published = schemas[schema]["properties"][field]
@@ -382,6 +418,46 @@ def test_the_comparison_catches_an_additive_field_made_required_or_retyped() -> 
     # then
     assert "Input.config: required, but the 2.0.0 client never sends it" in problems[0]
     assert problems[1] == ["Input.config: is not a reference to ConfigChange"]
+
+
+def test_the_comparison_catches_an_additive_text_field_made_required_or_retyped() -> None:
+    # given a served document whose tool.call environment is required, and one where it is a number
+    required, retyped = _served(), _served()
+    required["components"]["schemas"]["Call"]["required"].append("environment")
+    retyped["components"]["schemas"]["ToolScope"]["properties"]["sequence"] = {"type": "integer"}
+
+    # when
+    problems = _differences(required, _contract()), _differences(retyped, _contract())
+
+    # then
+    assert problems[0] == ["Call.environment: required, but the 2.0.0 client never sends it"]
+    assert problems[1] == ["ToolScope.sequence: is not a string"]
+
+
+def _validator(name: str) -> jsonschema.protocols.Validator:
+    return served_validators(_served())[name]
+
+
+def test_the_served_tool_event_data_carry_environments_outcomes_and_extension_events() -> None:
+    # given: the data of a placed call's events as the server records them
+    call = {"id": "c1", "name": "read", "arguments": {"path": "a"}, "environment": "app"}
+    result = {
+        "call_id": "c1",
+        "result": {"content": [{"type": "text", "text": "no"}], "is_error": True},
+        "outcome": "invalid_input",
+        "environment": "app",
+    }
+    event = {"call_id": "c1", "environment": "app", "kind": "read.started", "data": [1]}
+    scope = {"tenant_id": "t", "session_id": "s", "call_id": "c1", "environment": "app", "sequence": "7"}
+
+    # then: each validates, and what the server never records does not
+    assert _served()["components"]["schemas"]["Outcome"]["enum"] == [outcome.value for outcome in Outcome]
+    for name, data in (("Call", call), ("ToolResult", result), ("ToolEvent", event), ("ToolScope", scope)):
+        assert list(_validator(name).iter_errors(data)) == [], name
+    assert not _validator("ToolResult").is_valid({**result, "outcome": "skipped"})
+    assert not _validator("ToolEvent").is_valid({**event, "kind": "Read:Started"})
+    assert not _validator("ToolEvent").is_valid({**event, "extra": 1})
+    assert _served()["components"]["schemas"]["ToolEvent"]["properties"]["kind"]["pattern"] == EVENT_KIND_PATTERN
 
 
 def test_the_comparison_catches_an_undocumented_extra_operation() -> None:
