@@ -1,7 +1,9 @@
 """Placed tools, written in Python: `tool(...)` declares a model-visible contract with `run` (a
 function this process holds) or `implementation` (a component a brain environment runs); calling
 the tool with `env=` and options places it; `create_placed_session` registers this process as
-the host of its host environments and creates the session (README, "Tool environments").
+the host of its host environments and creates the session; `host_placed_session` hosts an
+existing session's host environments again, e.g. after this process restarted (README, "Tool
+environments").
 
 Built on the published client (`brain`): its executor wire (RuntimeExecutor's command stream and
 replies) carries the calls; this module adds the environment's binding name, the context
@@ -11,22 +13,25 @@ Imports nothing of the server.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
-from brain import Brain
+from brain import Brain, BrainError
 from brain.runtime import RuntimeExecutor
 
 __all__ = [
     "COMPONENT",
     "Context",
     "Environment",
+    "Outcome",
     "PlacedSession",
     "Placement",
     "Tool",
@@ -34,12 +39,17 @@ __all__ = [
     "component",
     "create_placed_session",
     "host_env",
+    "host_placed_session",
     "service_env",
     "tool",
 ]
 
 JSON = dict[str, Any]
 READY_SECONDS = 30  # the published client's wait for the command stream's `ready`
+PAYLOAD_TOO_LARGE = 413  # a reply past the server's request body limit (input_bytes + 16 KiB)
+# no server takes a larger body (input_bytes is at most 1 MiB): such a reply is not even sent
+MAX_REPLY_BYTES = (1 << 20) + 16 * 1024
+CANCEL_POLL_SECONDS = 0.1  # how soon an async function's task is cancelled once its call is
 
 
 @dataclass(frozen=True)
@@ -86,7 +96,47 @@ class Context:
     deadline: str
     signal: threading.Event  # set when the call is cancelled
     environment: str
-    emit: Callable[[str, Any], None]  # returns once Brain has committed the event
+    emit: Callable[[str, Any], None]  # returns once Brain has committed the event (an async run too)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a host function may return instead of its output: `Outcome.ok(value)` (as returning
+    the value), `Outcome.error(message, details=...)` (a known failure: outcome `error`, the
+    details its `structured_content`) or `Outcome.unknown(message)` (the action may have
+    happened: outcome `unknown`)."""
+
+    status: str  # ok, error or unknown
+    value: Any = None  # ok: the output; error: its structured details (None for none)
+    message: str = ""
+
+    @classmethod
+    def ok(cls, value: Any) -> Outcome:
+        return cls("ok", value)
+
+    @classmethod
+    def error(cls, message: str, *, details: Any = None) -> Outcome:
+        return cls("error", details, message)
+
+    @classmethod
+    def unknown(cls, message: str) -> Outcome:
+        return cls("unknown", None, message)
+
+    def result(self) -> JSON:
+        """The wire result; ValueError for a value that is not JSON."""
+        if self.status not in ("ok", "error", "unknown"):
+            raise ValueError(f"an outcome is ok, error or unknown, not {self.status!r}")
+        if self.status != "ok":
+            result = _error(self.message or self.status)
+            if self.value is not None:
+                _json_text(self.value)
+                result["structured_content"] = self.value
+            if self.status == "unknown":
+                result["unknown_outcome"] = True
+            return result
+        # the output goes back as the function returned it: Brain checks it against the output
+        # schema and records `invalid_output` when it does not match
+        return {"content": [{"type": "text", "text": _json_text(self.value)}], "structured_content": self.value}
 
 
 @dataclass(frozen=True)
@@ -129,9 +179,13 @@ class Tool:
             raise ValueError(f"tool {self.name!r} has no run function to place in host environment {env.name!r}")
         if env.kind == "brain" and self.implementation is None:
             raise ValueError(f"tool {self.name!r} has no implementation for brain environment {env.name!r}")
-        if options and self.options is not None:
+        if self.options is None:
+            if options:  # the server would refuse them (400): say so where they are written
+                raise ValueError(f"tool {self.name!r} has no options schema: {', '.join(sorted(options))} not allowed")
+            return Placement(self, env, None)
+        if options:
             jsonschema.validate(options, self.options)
-        return Placement(self, env, options if self.options is not None else None)
+        return Placement(self, env, options)
 
 
 def tool(
@@ -141,10 +195,12 @@ def tool(
     input: JSON,
     output: JSON | None = None,
     options: JSON | None = None,
-    run: Callable[[Any, Context], Any] | None = None,
+    run: Callable[[Any, Context], Any] | Callable[[Any, Context], Awaitable[Any]] | None = None,
     implementation: _Component | None = None,
 ) -> Tool:
-    """A tool's contract; `run` or `implementation` (or both) say how environments run it."""
+    """A tool's contract; `run` or `implementation` (or both) say how environments run it.
+    `run(input, ctx)` returns the output (JSON) or an Outcome; an `async def` runs to completion
+    on an event loop of its own, its task cancelled when the call is."""
     if run is None and implementation is None:
         raise ValueError("a tool needs run or implementation")
     return Tool(name, description, input, output, options, run, implementation)
@@ -191,8 +247,17 @@ class _Host(RuntimeExecutor):
                 )
 
             result = self._result(command, scope, cancelled, emit)
+            if len(json.dumps(result)) > MAX_REPLY_BYTES:
+                result = _error(f"output is too large: its reply exceeds {MAX_REPLY_BYTES} bytes")
             if not cancelled.is_set():
-                self._reply(call, result=result)  # type: ignore[no-untyped-call]  # the published client
+                try:
+                    self._reply(call, result=result)  # type: ignore[no-untyped-call]  # the published client
+                except BrainError as refused:
+                    if refused.status != PAYLOAD_TOO_LARGE:
+                        raise
+                    # refused before it was read: the call is still pending, its output never recorded
+                    too_large = _error(f"output is too large: the server refused it ({refused})")
+                    self._reply(call, result=too_large)  # type: ignore[no-untyped-call]  # the published client
         except Exception as error:  # a lost reply is never resent: closing makes it unknown
             self.error = error
             self.stopped.set()
@@ -222,18 +287,22 @@ class _Host(RuntimeExecutor):
         assert placed.run is not None  # placed in a host environment
         try:
             value = placed.run(arguments, context)
-        except Exception as error:
-            return _error(str(error))
-        # the output goes back as the function returned it: Brain checks it against the output
-        # schema and records `invalid_output` when it does not match
-        return {"content": [{"type": "text", "text": json.dumps(value)}], "structured_content": value}
+            if inspect.isawaitable(value):
+                value = asyncio.run(_until_done(value, cancelled))
+        except asyncio.CancelledError:  # its call was cancelled: nothing is replied
+            return _error("cancelled")
+        except (Exception, SystemExit) as error:  # the function's failure is its call's alone
+            return _error(str(error) or type(error).__name__)
+        outcome = value if isinstance(value, Outcome) else Outcome.ok(value)
+        try:
+            return outcome.result()
+        except ValueError as error:
+            return _error(f"output is not JSON: {error}")
 
 
 def _post(client: Brain, path: str, body: Any) -> Any:
     """POST a JSON body with the client's credential (the published client's own helper is
     private); BrainError for an error answer, as the client raises it."""
-    from brain import BrainError
-
     data = None if body is None else json.dumps(body).encode()
     headers = {"Authorization": f"Bearer {client.token}", "Content-Type": "application/json"}
     request = urllib.request.Request(client.url + path, data=data, headers=headers, method="POST")
@@ -254,6 +323,24 @@ def _error(message: str) -> JSON:
     return {"content": [{"type": "text", "text": message}], "is_error": True}
 
 
+def _json_text(value: Any) -> str:
+    """`value` as JSON text; ValueError for a value JSON cannot carry (a set, an object, NaN)."""
+    try:
+        return json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as error:
+        raise ValueError(str(error)) from None
+
+
+async def _until_done(awaitable: Awaitable[Any], cancelled: threading.Event) -> Any:
+    """An async function's result; its task is cancelled once the call is."""
+    task = asyncio.ensure_future(awaitable)
+    while not task.done():
+        if cancelled.is_set():
+            task.cancel()
+        await asyncio.wait({task}, timeout=CANCEL_POLL_SECONDS)
+    return task.result()
+
+
 @dataclass
 class PlacedSession:
     session: JSON
@@ -269,6 +356,35 @@ class PlacedSession:
             host.close()  # type: ignore[no-untyped-call]  # the published client is untyped
 
 
+def host_placed_session(client: Brain, session_id: str, *, placements: Sequence[Placement]) -> PlacedSession:
+    """Host an existing placed session's host environments again (this process restarted, or
+    closed its hosts): one executor per host environment of `placements`, registered for the
+    session. `placements` are the ones the session was created with (at least those of its host
+    environments); the server refuses (409) tools that differ from the session's. Calls go to the
+    new executors from now on; a call the old host never answered stays unknown."""
+    by_env = _host_tools(placements)
+    if not by_env:
+        raise ValueError("the placements name no host environment: nothing to host")
+    hosts: list[_Host] = []
+    try:
+        for name, tools in by_env.items():
+            hosts.append(_Host(client, name, tools, session=session_id))
+        session: Any = client.get(session_id)
+        return PlacedSession(session, hosts)
+    except Exception:
+        for host in hosts:
+            host.close()  # type: ignore[no-untyped-call]  # the published client is untyped
+        raise
+
+
+def _host_tools(placements: Sequence[Placement]) -> dict[str, list[Tool]]:
+    by_env: dict[str, list[Tool]] = {}
+    for placement in placements:
+        if placement.env.kind == "host":
+            by_env.setdefault(placement.env.name, []).append(placement.tool)
+    return by_env
+
+
 def create_placed_session(
     client: Brain,
     *,
@@ -282,12 +398,8 @@ def create_placed_session(
     with `config.placement`. `presentation`: "selector" (the model picks the environment),
     "policy", or a mapping tool -> environment (the policy's explicit choice). `creator`: the
     client the session is created through (default `client`; in a fleet, another instance's)."""
-    by_env: dict[str, list[Tool]] = {}
-    environments: dict[str, Environment] = {}
-    for placement in placements:
-        environments[placement.env.name] = placement.env
-        if placement.env.kind == "host":
-            by_env.setdefault(placement.env.name, []).append(placement.tool)
+    by_env = _host_tools(placements)
+    environments = {placement.env.name: placement.env for placement in placements}
     hosts: list[_Host] = []
     try:
         for name, tools in by_env.items():
