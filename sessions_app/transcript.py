@@ -31,6 +31,8 @@ MESSAGE_DECODE_BYTES = (1 << 20) + 64 * 1024
 DISPLAY_CHARS = 2000  # text shown per event; the rest is in the raw JSON
 READ_CHUNK = 64 * 1024  # bytes per read while looking for line boundaries
 MAX_NATIVE_ENTRIES = 10_000  # files and folders counted under native/: a page view stays cheap
+# The order a session.configure's fields are listed in: the short ones first, instructions last.
+CONFIGURATION_ORDER = ("model", "reasoning_effort", "tools", "instructions")
 HEAD_BYTES = 512  # enough for the id, type, time and input_id of a record in Event.build's layout
 # Event.build writes `{"id":"<32 hex>","type":"<type>","time":"<time>"[,"input_id":"<32 hex>"],"data":...`
 _HEAD = re.compile(
@@ -61,7 +63,7 @@ class Entry:
     type: str
     time: str
     input_id: str
-    role: str  # user, assistant, tool-call, tool-result, approval, status, error, other
+    role: str  # user, assistant, tool-call, tool-result, tool-event, approval, config, status, error, other
     label: str  # what the role column says
     text: str  # the main text, cut to DISPLAY_CHARS
     details: str  # a short second line: tool outcome, usage, error code
@@ -283,7 +285,8 @@ def _decoded(record: dict[str, Any], *, offset: int, size: int) -> Entry:
 def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool]:
     """(role, label, text, details, is_error) of one event's data."""
     if type_ == "user.message":
-        return "user", "User", _string(data.get("text")), _join(key=data.get("key")), False
+        label = "User (steer)" if data.get("delivery") == "steer" else "User"
+        return "user", label, _string(data.get("text")), _join(key=data.get("key")), False
     if type_ == "assistant.message":
         usage = data.get("usage")
         usage_text = ", ".join(f"{k} {v}" for k, v in usage.items()) if isinstance(usage, dict) else ""
@@ -298,6 +301,19 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
         is_error = result.get("is_error") is True
         details = _join(call=data.get("call_id"), outcome=data.get("outcome"), error="yes" if is_error else "")
         return "tool-result", "Tool result", _content_text(result.get("content")), details, is_error
+    if type_ == "tool.event":
+        text = f"{_string(data.get('kind'))}: {_string(data.get('data'))}"
+        return (
+            "tool-event",
+            "Tool event",
+            text,
+            _join(call=data.get("call_id"), environment=data.get("environment")),
+            False,
+        )
+    if type_ == "tool.progress":  # live only: never in the log, but a page may be given one
+        return "tool-event", "Tool progress", _string(data.get("data")), _join(call=data.get("call_id")), False
+    if type_ == "session.configure":
+        return "config", "Configuration changed", _configuration_text(data), "", False
     if type_ == "approval.requested":
         text = f"{_string(data.get('tool'))}({_json(data.get('arguments'))})"
         details = _join(approval=data.get("approval_id"), call=data.get("call_id"), expires=data.get("expires_at"))
@@ -319,6 +335,22 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
     if type_ == "session.error":
         return "error", "Error", _string(data.get("message")), _join(code=data.get("code")), True
     return "other", type_ or "event", _json(data), "", False
+
+
+def _configuration_text(fields: dict[str, Any]) -> str:
+    """`model → openai/gpt-4.1 · tools → a, b · instructions → "…"`: the short fields first,
+    the instructions (quoted, their line breaks as \\n) last; live.js writes the same text."""
+    ordered = [name for name in CONFIGURATION_ORDER if name in fields]
+    ordered += sorted(name for name in fields if name not in CONFIGURATION_ORDER)
+    return " · ".join(f"{name.replace('_', ' ')} → {_setting(name, fields[name])}" for name in ordered)
+
+
+def _setting(name: str, value: object) -> str:
+    if name == "instructions":
+        return _json(value)
+    if isinstance(value, list):
+        return ", ".join(_string(item) for item in value) if value else "none"
+    return _string(value)
 
 
 def _content_text(content: object) -> str:

@@ -1,7 +1,8 @@
 """The operator console in the admin, over HTTP against a real server: pending approvals decided
-from the admin as the logged-in operator, approval events as readable transcript rows, resume
-and interrupt, the live transcript's SSE stream (admin session auth, no API token), and the list
-of live sessions; CSRF enforced and non-staff refused throughout."""
+from the admin as the logged-in operator, approval events, configuration changes and steers as
+readable transcript rows, resume and interrupt, the live transcript's SSE stream (admin session
+auth, no API token), and the list of live sessions; CSRF enforced and non-staff refused
+throughout."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from tests.admin.support import (
     create_viewer,
     transcript_rows,
 )
+from tests.fixtures.provider import LOOP_HARNESS, ScriptedProvider
 from tests.fixtures.server import (
     BrainServer,
     create_session,
@@ -35,6 +37,7 @@ from tests.tools.servers import ToolZoo
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
 PROMPT = 'tool:guarded_echo {"text": "launch"}'
 STREAM_READ_SECONDS = 10.0  # how long a test reads the live stream for the frames it expects
+STEER = "Answer in French from now on"
 
 
 @pytest.fixture
@@ -171,6 +174,48 @@ def test_approval_events_read_as_rows_naming_the_tool_its_arguments_who_decided_
     assert rows["approval.decided"] == "guarded_echo: rejected by operator"
     assert "why not today" in page
     assert '"approval_id"' not in page  # no raw JSON row
+
+
+def test_a_configuration_change_and_a_steer_read_as_rows_of_their_own(
+    brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, zoo_url: str
+) -> None:
+    # given a loop session (its harness steers) and an operator
+    tool = {
+        "name": "guarded_echo",
+        "description": "Echo.",
+        "input_schema": ECHO_SCHEMA,
+        "url": zoo_url + "/echo",
+        "tenants": ["acme"],
+    }
+    server = brain_factory(harnesses={"loop": LOOP_HARNESS}, providers=scripted_provider.providers(), tools=[tool])
+    create_superuser(server)
+    with server.client() as alice:
+        body = {"harness": "loop", "config": {"model": "openai/gpt-4.1-mini", "tools": []}}
+        session = alice.post("/sessions", json=body).json()
+        change = {"model": "openai/gpt-5-mini", "instructions": "Be brief.\nBe kind.", "reasoning_effort": "low"}
+        configured = alice.post(
+            f"/sessions/{session['id']}/events",
+            json={"type": "session.configure", "config": {**change, "tools": ["guarded_echo"]}},
+        )
+    assert configured.status_code == 202, configured.text
+    steer = send_ok(server, session["id"], STEER, delivery="steer")
+    wait_for_turn_end(server, session["id"], steer["id"])
+
+    # when
+    with AdminClient(server) as operator:
+        page = operator.login().page(f"/admin/sessions_app/session/{session['id']}/change/")
+
+    # then
+    rows = transcript_rows(page)
+    assert [text for kind, text in rows if kind == "session.configure"] == [
+        "model → openai/gpt-5-mini · reasoning effort → low · tools → guarded_echo"
+        ' · instructions → "Be brief.\\nBe kind."'
+    ]
+    labels = re.findall(r'data-type="([^"]+)">\s*<div class="entry-meta">\s*<span class="entry-label">([^<]+)<', page)
+    assert ("session.configure", "Configuration changed") in labels
+    assert [label for kind, label in labels if kind == "user.message"] == ["User (steer)"]
+    assert ("user.message", STEER) in rows
+    assert '"reasoning_effort"' not in page  # no raw JSON row
 
 
 def test_a_config_token_decides_under_its_digest_not_its_environment_variable(guarded: BrainServer) -> None:

@@ -178,6 +178,38 @@ def test_each_kind_of_event_is_told_apart(tmp_path: Path) -> None:
     assert entries[2].input_id == "a" * 32 and entries[0].input_id == ""
 
 
+def test_a_steer_a_configuration_change_and_a_tool_event_read_as_what_they_are(tmp_path: Path) -> None:
+    # given
+    write_log(
+        tmp_path / "events.jsonl",
+        [
+            ("user.message", {"type": "user.message", "text": "in French", "delivery": "steer"}),
+            ("session.configure", {"tools": [], "instructions": "Be brief.", "model": "openai/gpt-4.1"}),
+            ("session.configure", {"reasoning_effort": "high", "tools": ["lookup", "echo"]}),
+            ("tool.event", {"call_id": "tc1", "environment": "env", "kind": "step.done", "data": {"n": 2}}),
+            ("tool.event", {"call_id": "tc1", "environment": "env", "kind": "note", "data": "half way"}),
+        ],
+    )
+
+    # when
+    entries = read_transcript(tmp_path / "events.jsonl").entries
+
+    # then
+    assert [(e.role, e.label, e.text, e.details, e.is_error) for e in entries] == [
+        ("user", "User (steer)", "in French", "", False),
+        (
+            "config",
+            "Configuration changed",
+            'model → openai/gpt-4.1 · tools → none · instructions → "Be brief."',
+            "",
+            False,
+        ),
+        ("config", "Configuration changed", "reasoning effort → high · tools → lookup, echo", "", False),
+        ("tool-event", "Tool event", 'step.done: {"n":2}', "call tc1 · environment env", False),
+        ("tool-event", "Tool event", "note: half way", "call tc1 · environment env", False),
+    ]
+
+
 def test_long_texts_are_cut_and_large_records_are_not_decoded(tmp_path: Path) -> None:
     # given
     long_text = "x" * (transcript.DISPLAY_CHARS + 10)

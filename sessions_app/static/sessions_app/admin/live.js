@@ -1,11 +1,16 @@
 /* The session page's live transcript: the session's event stream (the admin's own SSE URL,
    authenticated by the admin session: no API token) appends each retained event as a row, and
-   renders the message in progress from its deltas (README, "Reconnecting mid-reply"). A pending
-   approval that arrives gets its decision form. Text goes in with textContent only. */
+   renders the message in progress from its deltas (README, "Reconnecting mid-reply") and a tool
+   call's latest progress. A pending approval that arrives gets its decision form. The stream is
+   read with fetch, not EventSource: EventSource drops a frame whose `event:` name has no listener,
+   and every frame is named, so a type the page does not know yet would never show. Here every
+   frame is a row (an unknown type as its JSON). Text goes in with textContent only. */
 (function () {
   "use strict";
   var RETRY_MS = 2000; // wait before reopening a stream that failed
-  var section, list, live, lastId, source;
+  var CONFIGURATION_ORDER = ["model", "reasoning_effort", "tools", "instructions"]; // as sessions_app.transcript
+  var section, list, live, lastId, closed = false;
+  var progress = {}; // call id → the row showing the call's latest tool.progress
 
   function json(value) { return value === undefined || value === null ? "" : JSON.stringify(value); }
   function str(value) { return typeof value === "string" ? value : json(value); }
@@ -13,8 +18,22 @@
     return pairs.filter(function (p) { return p[1]; }).map(function (p) { return p[0] + " " + p[1]; }).join(" · ");
   }
 
+  function setting(name, value) {
+    if (name === "instructions") return json(value);
+    if (Array.isArray(value)) return value.length ? value.map(str).join(", ") : "none";
+    return str(value);
+  }
+
+  function configuration(fields) { // the fields a session.configure changed
+    var names = CONFIGURATION_ORDER.filter(function (name) { return name in fields; });
+    names = names.concat(Object.keys(fields).filter(function (name) { return CONFIGURATION_ORDER.indexOf(name) < 0; }).sort());
+    return names.map(function (name) { return name.replace(/_/g, " ") + " → " + setting(name, fields[name]); }).join(" · ");
+  }
+
   function present(type, data) { // [role, label, text, details, isError], as sessions_app.transcript
-    if (type === "user.message") return ["user", "User", str(data.text), join([["key", data.key]]), false];
+    if (type === "user.message") {
+      return ["user", data.delivery === "steer" ? "User (steer)" : "User", str(data.text), join([["key", data.key]]), false];
+    }
     if (type === "assistant.message") return ["assistant", "Assistant", str(data.text), join([["stop reason", data.stop_reason]]), false];
     if (type === "tool.call") return ["tool-call", "Tool call", str(data.name) + "(" + json(data.arguments) + ")", join([["call", data.id]]), false];
     if (type === "tool.result") {
@@ -24,6 +43,12 @@
       });
       return ["tool-result", "Tool result", parts.join("\n"), join([["call", data.call_id], ["outcome", data.outcome]]), result.is_error === true];
     }
+    if (type === "tool.event") {
+      return ["tool-event", "Tool event", str(data.kind) + ": " + str(data.data),
+        join([["call", data.call_id], ["environment", data.environment]]), false];
+    }
+    if (type === "tool.progress") return ["tool-event", "Tool progress", str(data.data), join([["call", data.call_id]]), false];
+    if (type === "session.configure") return ["config", "Configuration changed", configuration(data), "", false];
     if (type === "approval.requested") {
       return ["approval", "Approval requested", str(data.tool) + "(" + json(data.arguments) + ")",
         join([["approval", data.approval_id], ["call", data.call_id], ["expires", data.expires_at]]), false];
@@ -103,17 +128,32 @@
     holder.appendChild(form);
   }
 
-  function onEvent(message) {
+  function onProgress(item, callId) { // one row a call, updated in place until its result
+    var previous = progress[callId];
+    item.classList.add("entry-live");
+    if (previous && previous.parentNode) previous.parentNode.replaceChild(item, previous); else append(item);
+    progress[callId] = item;
+  }
+
+  function onEvent(frame) {
     var event;
-    try { event = JSON.parse(message.data); } catch (error) { return; }
-    var type = String(event.type || ""), data = event.data && typeof event.data === "object" ? event.data : {};
+    try { event = JSON.parse(frame.data); } catch (error) { return; }
+    if (!event || typeof event !== "object") return;
+    var type = String(event.type || frame.name || ""), data = event.data && typeof event.data === "object" ? event.data : {};
     if (type === "assistant.delta") { onDelta(data); return; }
-    if (message.lastEventId) lastId = message.lastEventId;
+    if (frame.id) lastId = frame.id;
     if (type === "assistant.message") endLive();
-    append(row(type, event.time, present(type, data)));
+    var item = row(type, event.time, present(type, data));
+    if (type === "tool.progress") { onProgress(item, str(data.call_id)); return; }
+    append(item);
+    if (type === "tool.result" && progress[str(data.call_id)]) {
+      progress[str(data.call_id)].remove();
+      delete progress[str(data.call_id)];
+    }
     if (type === "session.status") {
       document.getElementById("session-live-status").textContent = str(data.status);
       if (data.status !== "running") endLive();
+      if (data.status === "closed") closed = true; // final: the stream ends and is not reopened
     }
     if (type === "approval.requested") approvalForm(data);
     if (type === "approval.decided") {
@@ -122,27 +162,59 @@
     }
   }
 
-  var TYPES = ["user.message", "assistant.message", "assistant.delta", "tool.call", "tool.result",
-    "approval.requested", "approval.decided", "session.status", "session.error", "model.request"];
+  function onLine(frame, line) { // text/event-stream's fields (WHATWG HTML, "Interpreting an event stream")
+    if (line.charAt(line.length - 1) === "\r") line = line.slice(0, -1);
+    if (line === "") {
+      if (frame.data.length) onEvent({ name: frame.name, data: frame.data.join("\n"), id: frame.id });
+      frame.name = ""; frame.data = []; frame.id = "";
+      return;
+    }
+    if (line.charAt(0) === ":") return; // a keepalive
+    var colon = line.indexOf(":");
+    var field = colon < 0 ? line : line.slice(0, colon), value = colon < 0 ? "" : line.slice(colon + 1);
+    if (value.charAt(0) === " ") value = value.slice(1);
+    if (field === "data") frame.data.push(value);
+    else if (field === "event") frame.name = value;
+    else if (field === "id" && value.indexOf("\u0000") < 0) frame.id = value;
+  }
+
+  function read(reader) {
+    var decoder = new TextDecoder(), buffer = "", frame = { name: "", data: [], id: "" };
+    function next() {
+      return reader.read().then(function (chunk) {
+        if (chunk.done) return;
+        buffer += decoder.decode(chunk.value, { stream: true });
+        var lines = buffer.split("\n");
+        buffer = lines.pop();
+        lines.forEach(function (line) { onLine(frame, line); });
+        return next();
+      });
+    }
+    return next();
+  }
 
   function open() {
     var url = section.getAttribute("data-stream") + (lastId ? "?after=" + encodeURIComponent(lastId) : "");
-    source = new EventSource(url, { withCredentials: true });
-    TYPES.forEach(function (type) { source.addEventListener(type, onEvent); });
-    source.onmessage = onEvent;
-    source.onerror = function () { // reopen after the newest event seen: nothing twice, nothing lost
-      source.close();
+    var headers = { Accept: "text/event-stream" };
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: headers }).then(function (response) {
+      if (!response.ok || !response.body) throw new Error("the stream answered " + response.status);
+      section.setAttribute("data-live", "open");
+      return read(response.body.getReader());
+    }).catch(function () { return null; }).then(function () {
+      // ended or failed: reopen after the newest event seen (nothing twice, nothing lost)
       endLive();
-      window.setTimeout(open, RETRY_MS);
-    };
-    section.setAttribute("data-live", "open");
+      section.setAttribute("data-live", closed ? "closed" : "waiting");
+      if (!closed) window.setTimeout(open, RETRY_MS);
+    });
   }
 
   document.addEventListener("DOMContentLoaded", function () {
     section = document.getElementById("transcript");
-    if (!section || !section.hasAttribute("data-stream") || !window.EventSource) return;
+    if (!section || !section.hasAttribute("data-stream") || !window.fetch || !window.TextDecoder) return;
     list = section.querySelector(".transcript-entries");
     lastId = section.getAttribute("data-after") || "";
-    open();
+    var status = document.getElementById("session-live-status");
+    closed = Boolean(status) && status.textContent === "closed"; // nothing follows a close
+    if (closed) section.setAttribute("data-live", "closed"); else open();
   });
 })();
