@@ -313,7 +313,8 @@ def _present(type_: str, data: dict[str, Any]) -> tuple[str, str, str, str, bool
     if type_ == "tool.progress":  # live only: never in the log, but a page may be given one
         return "tool-event", "Tool progress", _string(data.get("data")), _join(call=data.get("call_id")), False
     if type_ == "session.configure":
-        return "config", "Configuration changed", _configuration_text(data), "", False
+        fields = {name: value for name, value in data.items() if name != "key"}  # its idempotency key
+        return "config", "Configuration changed", _configuration_text(fields), _join(key=data.get("key")), False
     if type_ == "approval.requested":
         text = f"{_string(data.get('tool'))}({_json(data.get('arguments'))})"
         details = _join(approval=data.get("approval_id"), call=data.get("call_id"), expires=data.get("expires_at"))

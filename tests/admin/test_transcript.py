@@ -185,7 +185,7 @@ def test_a_steer_a_configuration_change_and_a_tool_event_read_as_what_they_are(t
         [
             ("user.message", {"type": "user.message", "text": "in French", "delivery": "steer"}),
             ("session.configure", {"tools": [], "instructions": "Be brief.", "model": "openai/gpt-4.1"}),
-            ("session.configure", {"reasoning_effort": "high", "tools": ["lookup", "echo"]}),
+            ("session.configure", {"reasoning_effort": "high", "tools": ["lookup", "echo"], "key": "k1"}),
             ("tool.event", {"call_id": "tc1", "environment": "env", "kind": "step.done", "data": {"n": 2}}),
             ("tool.event", {"call_id": "tc1", "environment": "env", "kind": "note", "data": "half way"}),
         ],
@@ -204,7 +204,7 @@ def test_a_steer_a_configuration_change_and_a_tool_event_read_as_what_they_are(t
             "",
             False,
         ),
-        ("config", "Configuration changed", "reasoning effort → high · tools → lookup, echo", "", False),
+        ("config", "Configuration changed", "reasoning effort → high · tools → lookup, echo", "key k1", False),
         ("tool-event", "Tool event", 'step.done: {"n":2}', "call tc1 · environment env", False),
         ("tool-event", "Tool event", "note: half way", "call tc1 · environment env", False),
     ]

@@ -48,7 +48,11 @@
         join([["call", data.call_id], ["environment", data.environment]]), false];
     }
     if (type === "tool.progress") return ["tool-event", "Tool progress", str(data.data), join([["call", data.call_id]]), false];
-    if (type === "session.configure") return ["config", "Configuration changed", configuration(data), "", false];
+    if (type === "session.configure") {
+      var fields = Object.assign({}, data);
+      delete fields.key; // its idempotency key, shown as a detail as a message's is
+      return ["config", "Configuration changed", configuration(fields), join([["key", data.key]]), false];
+    }
     if (type === "approval.requested") {
       return ["approval", "Approval requested", str(data.tool) + "(" + json(data.arguments) + ")",
         join([["approval", data.approval_id], ["call", data.call_id], ["expires", data.expires_at]]), false];
