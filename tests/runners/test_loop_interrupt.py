@@ -86,11 +86,6 @@ def test_interrupting_a_stalled_stream_cancels_it(
 ) -> None:
     # given
     runner.open("a1", tmp_path / "native", model=model, base_url=getattr(provider, base))
-    if harness == "pi" and model.startswith("radius/"):  # pi-ai does not speak Radius's wire
-        refused = runner.request("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")["error"]
-        assert refused["code"] == "brain_error" and "transport 'pi-messages'" in refused["message"], refused
-        assert provider.requests() == []
-        return
     prompt_id = runner.start("a1", "prompt", {"text": "[stall] a long answer"}, turn="t1")
     runner.wait_for(lambda f: f.get("event") == "assistant.delta")
 

@@ -15,6 +15,8 @@ if (major < MINIMUM_NODE[0] || (major === MINIMUM_NODE[0] && minor < MINIMUM_NOD
 installFetchCounter();
 const { installBedrock } = await import("./bedrock.mjs");
 installBedrock();
+const { registerPiMessages } = await import("./pimessages.mjs");
+registerPiMessages();
 const { Host } = await import("./host.mjs");
 const status = await new Host(process.stdout).serve(process.stdin);
 // a paused stdin still holds the event loop open after broken framing; stdout to a pipe is

@@ -17,6 +17,7 @@ const ATTEMPTS_BY_API = {
   "google-generative-ai": 1,
   "google-vertex": 1,
   "mistral-conversations": 1,
+  "pi-messages": 1, // pimessages.mjs makes one
 };
 // Response headers that carry the provider's id of a request: OpenAI and Azure, Anthropic, Bedrock.
 const REQUEST_ID_HEADERS = ["x-request-id", "request-id", "x-amzn-requestid"];
