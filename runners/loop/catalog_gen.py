@@ -72,8 +72,22 @@ _GENERIC_REASONING = re.compile(
 )
 
 
+# Models whose names do not say they reason but Pi's registry does (Mistral Small 4, Medium 3.5).
+_REASONING_MODELS = frozenset(
+    {
+        "mistral/mistral-small-latest",
+        "mistral/mistral-small-2603",
+        "mistral/mistral-medium-3.5",
+        "mistral/mistral-medium-2604",
+        "mistral/mistral-medium-latest",
+    }
+)
+
+
 def reasoning_profile(model: str) -> str:
     """Heuristic: the catalog page carries no reasoning data, so infer it from the family name."""
+    if model in _REASONING_MODELS:
+        return "generic-reasoning"
     name = model.split("/", 1)[1].lower()
     if _NON_REASONING.search(name) and "gpt-oss" not in name:
         return "none"

@@ -2,8 +2,9 @@
 
 Checks bodies as Mistral does (no fields it does not know, nine-character tool call ids, tool
 messages answering the preceding calls) and renders a `Plan` as Mistral streams it: `thinking`
-content chunks first when `prompt_mode` is `reasoning`, text deltas, each tool call whole in one
-delta, and usage on the last chunk (no `stream_options` needed).
+content chunks first when `prompt_mode` is `reasoning` or `reasoning_effort` is `high`, text
+deltas, each tool call whole in one delta, and usage on the last chunk (no `stream_options`
+needed).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ _FIELDS = frozenset(
         "tools",
         "tool_choice",
         "prompt_mode",
+        "reasoning_effort",
         "temperature",
         "top_p",
         "max_tokens",
@@ -45,9 +47,12 @@ _FIELDS = frozenset(
     }
 )
 
+# Mistral's `reasoning_effort` values.
+_REASONING_EFFORTS = ("none", "high")
+
 
 def asks_for_reasoning(body: dict[str, Any]) -> bool:
-    return body.get("prompt_mode") == "reasoning"
+    return body.get("prompt_mode") == "reasoning" or body.get("reasoning_effort") == "high"
 
 
 def call_id(ids: IdSource) -> str:
@@ -60,6 +65,8 @@ def request_error(body: dict[str, Any]) -> str | None:
     extra = sorted(set(body) - _FIELDS)
     if extra:
         return f"body.{extra[0]}: Extra inputs are not permitted"
+    if body.get("reasoning_effort", "none") not in _REASONING_EFFORTS:
+        return f"body.reasoning_effort: Input should be {' or '.join(map(repr, _REASONING_EFFORTS))}"
     open_calls: set[str] = set()
     for index, message in enumerate(body.get("messages") or []):
         role = message.get("role")

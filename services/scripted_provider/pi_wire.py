@@ -2,7 +2,8 @@
 
 The body is `{"model", "context", "options"}` with Pi messages (`user`, `assistant`, `toolResult`)
 and Pi tools; the reply is SSE of Pi's assistant-message events (`start`, `thinking_*`, `text_*`,
-`toolcall_*`, then `done` with usage and the `responseId`, or `error`). Checks bodies as a gateway
+`toolcall_*`, then `done` with usage and the `responseId`, or `error`), flat or, with the
+script's `"pi_events": "nested"`, in pi-ai's published shape. Checks bodies as a gateway
 does: no unknown fields, tool results answering the preceding calls, base64 images only.
 """
 
@@ -114,29 +115,46 @@ def _image_error(content: Any) -> str | None:
 
 
 def render_stream(plan: Plan, ids: IdSource, *, request_id: str) -> list[Step]:
-    steps = [Step(sse({"type": "start"}))]
-    index = 0
+    """Flat events by default (the message's fields on the event, as some gateways send them);
+    with `plan.pi_nested_events` pi-ai's published shape: each event's `partial` message so far,
+    the whole message in `done.message`."""
+    nested = plan.pi_nested_events
+    content: list[dict[str, Any]] = []
+    message: dict[str, Any] = {"role": "assistant", "content": content, "api": WIRE, "timestamp": 0}
+
+    def event(fields: dict[str, Any], *, flat: dict[str, Any] | None = None, is_text_delta: bool = False) -> Step:
+        extra = {"partial": json.loads(json.dumps(message))} if nested else (flat or {})
+        return Step(sse({**fields, **extra}), is_text_delta=is_text_delta)
+
+    steps = [event({"type": "start"})]
     if plan.reasoning:
-        steps.append(Step(sse({"type": "thinking_start", "contentIndex": index})))
+        index = len(content)
+        content.append({"type": "thinking", "thinking": ""})
+        steps.append(event({"type": "thinking_start", "contentIndex": index}))
         for piece in pieces(plan.reasoning):
-            steps.append(Step(sse({"type": "thinking_delta", "contentIndex": index, "delta": piece})))
-        end = {"content": plan.reasoning, "contentSignature": signature(plan.reasoning)}
-        steps.append(Step(sse({"type": "thinking_end", "contentIndex": index, **end})))
-        index += 1
+            content[index]["thinking"] += piece
+            steps.append(event({"type": "thinking_delta", "contentIndex": index, "delta": piece}))
+        content[index]["thinkingSignature"] = signature(plan.reasoning)
+        flat = {"contentSignature": content[index]["thinkingSignature"]}
+        steps.append(event({"type": "thinking_end", "contentIndex": index, "content": plan.reasoning}, flat=flat))
     if plan.text:
-        steps.append(Step(sse({"type": "text_start", "contentIndex": index})))
+        index = len(content)
+        content.append({"type": "text", "text": ""})
+        steps.append(event({"type": "text_start", "contentIndex": index}))
         for text in plan.chunks:
-            steps.append(Step(sse({"type": "text_delta", "contentIndex": index, "delta": text}), is_text_delta=True))
-        steps.append(Step(sse({"type": "text_end", "contentIndex": index, "content": plan.text})))
-        index += 1
+            content[index]["text"] += text
+            steps.append(event({"type": "text_delta", "contentIndex": index, "delta": text}, is_text_delta=True))
+        steps.append(event({"type": "text_end", "contentIndex": index, "content": plan.text}))
     for call in plan.tool_calls:
-        call_id = ids.next("call")
-        steps.append(Step(sse({"type": "toolcall_start", "contentIndex": index, "id": call_id, "toolName": call.name})))
+        call_id, index = ids.next("call"), len(content)
+        content.append({"type": "toolCall", "id": call_id, "name": call.name, "arguments": {}})
+        steps.append(
+            event({"type": "toolcall_start", "contentIndex": index}, flat={"id": call_id, "toolName": call.name})
+        )
         for piece in pieces(json.dumps(call.arguments)):
-            steps.append(Step(sse({"type": "toolcall_delta", "contentIndex": index, "delta": piece})))
-        whole = {"id": call_id, "name": call.name, "arguments": call.arguments}
-        steps.append(Step(sse({"type": "toolcall_end", "contentIndex": index, "toolCall": whole})))
-        index += 1
+            steps.append(event({"type": "toolcall_delta", "contentIndex": index, "delta": piece}))
+        content[index]["arguments"] = call.arguments
+        steps.append(event({"type": "toolcall_end", "contentIndex": index, "toolCall": dict(content[index])}))
     output = plan.output_tokens + plan.reasoning_tokens  # Pi counts the reasoning in the output
     usage = {
         "input": plan.input_tokens,
@@ -147,7 +165,12 @@ def render_stream(plan: Plan, ids: IdSource, *, request_id: str) -> list[Step]:
         "cost": {"input": 0, "output": 0, "cacheRead": 0, "cacheWrite": 0, "total": 0},
     }
     reason = "toolUse" if plan.tool_calls else "stop"
-    steps.append(Step(sse({"type": "done", "reason": reason, "usage": usage, "responseId": request_id})))
+    done: dict[str, Any] = {"type": "done", "reason": reason}
+    if nested:
+        done["message"] = {**message, "usage": usage, "stopReason": reason, "responseId": request_id}
+    else:
+        done.update(usage=usage, responseId=request_id)
+    steps.append(Step(sse(done)))
     return steps
 
 
@@ -156,5 +179,8 @@ def error_body(status: int, message: str) -> dict[str, Any]:
     return {"error": {"type": kind, "message": message}}
 
 
-def error_event(message: str) -> bytes:
+def error_event(message: str, *, nested: bool = False) -> bytes:
+    if nested:
+        error = {"role": "assistant", "content": [], "api": WIRE, "stopReason": "error", "errorMessage": message}
+        return sse({"type": "error", "reason": "error", "error": error})
     return sse({"type": "error", "reason": "error", "errorMessage": message, "usage": None})

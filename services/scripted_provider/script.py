@@ -91,6 +91,8 @@ class Plan:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    # pi-messages: pi-ai's published event shape (the message inside `done`, `error`, `partial`).
+    pi_nested_events: bool = False
 
     @property
     def text(self) -> str:
@@ -132,9 +134,14 @@ class Script:
     echo_prefix: str = "You said: "
     chunk_words: int = DEFAULT_CHUNK_WORDS
     delay_ms: int = 0
+    pi_nested_events: bool = False  # script `"pi_events": "nested"`
 
     def plan(self, view: RequestView) -> Plan:
         """Rules first, then built-in directives, then the default echo or tool summary."""
+        plan = self._plan(view)
+        return _replace(plan, pi_nested_events=True) if self.pi_nested_events else plan
+
+    def _plan(self, view: RequestView) -> Plan:
         if "summariz" in view.system.lower():
             return self._finish(view, self._summary_text(view), ())
         if view.tool_results and not view.user_texts:
@@ -288,6 +295,7 @@ def parse_script(raw: dict[str, Any]) -> Script:
         echo_prefix=str(raw.get("echo_prefix", "You said: ")),
         chunk_words=max(1, int(raw.get("chunk_words", DEFAULT_CHUNK_WORDS))),
         delay_ms=int(raw.get("delay_ms", 0)),
+        pi_nested_events=raw.get("pi_events", "flat") == "nested",
     )
 
 

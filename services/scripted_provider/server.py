@@ -246,7 +246,7 @@ async def _stream(
                 await reader.read()  # nothing more is sent; wait for the client to hang up
                 return False
             if plan.break_stream:
-                writer.write(_chunk(error_event(wire, "scripted mid-stream failure")) + _chunk(b""))
+                writer.write(_chunk(error_event(wire, "scripted mid-stream failure", plan=plan)) + _chunk(b""))
                 await writer.drain()
                 return False
     writer.write(_chunk(b""))

@@ -113,7 +113,7 @@ def error_body(wire: str, status: int, message: str) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
 
 
-def error_event(wire: str, message: str) -> bytes:
+def error_event(wire: str, message: str, *, plan: Plan) -> bytes:
     """A mid-stream failure event in the wire's own format."""
     if wire == bedrock.WIRE:
         return bedrock.error_event(message)
@@ -122,7 +122,7 @@ def error_event(wire: str, message: str) -> bytes:
     if wire == mistral.WIRE:
         return mistral.error_event(message)
     if wire == pi_wire.WIRE:
-        return pi_wire.error_event(message)
+        return pi_wire.error_event(message, nested=plan.pi_nested_events)
     if wire == "openai-completions":
         return sse({"error": {"message": message, "type": "server_error", "param": None, "code": None}})
     if wire in _RESPONSES_WIRES:

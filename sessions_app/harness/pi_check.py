@@ -1,6 +1,8 @@
-"""Whether the `pi` harness can start here: Node 20.6 or later and the Pi packages installed.
+"""Whether the `pi` harness can start here: Node 20.6 or later, its script, and the Pi packages.
 
-A harness runs Pi when it is named `pi` or its command runs `runners/pi/src/main.mjs`.
+A harness runs Pi when it is named `pi` or its command runs `runners/pi/src/main.mjs`. Its script
+(node's first argument that is not an option) must exist, a relative path resolved as the host
+resolves it: from Brain's working directory, else from the project's root.
 runbrain refuses to start and check_brain_config reports the problem, one line each, instead of
 every session of that harness failing its first turn. Imports no Django.
 """
@@ -29,6 +31,12 @@ PI_PACKAGES = ("@mariozechner/pi-agent-core", "@mariozechner/pi-ai", "@smithy/no
 # `node --version` answers in milliseconds; a node that hangs is as good as missing.
 NODE_VERSION_SECONDS = 10.0
 _VERSION = re.compile(r"v(\d+)\.(\d+)\.(\d+)")
+# node options whose value is the next argument, not the script.
+_OPTIONS_WITH_VALUE = frozenset(
+    {"-r", "--require", "--import", "--loader", "--experimental-loader", "-C", "--conditions"}
+)
+# node options that run code instead of a script file.
+_INLINE_CODE = frozenset({"-e", "--eval", "-p", "--print"})
 
 
 def runs_pi(name: str, harness: Harness) -> bool:
@@ -62,7 +70,35 @@ def _problems(harness: Harness) -> list[str]:
     if (int(match.group(1)), int(match.group(2))) < MINIMUM_NODE:
         wanted = ".".join(map(str, MINIMUM_NODE))
         return [f"Node {match.group(0)[1:]} is older than {wanted}, which Pi needs"]
-    return _package_problems()
+    return _script_problems(harness.command[1:]) or _package_problems()
+
+
+def _script_problems(arguments: list[str]) -> list[str]:
+    """The script node is to run, when it is missing (the host would only see the child exit)."""
+    script = _script_argument(arguments)
+    if script is None:
+        return []
+    path = Path(script)
+    if not path.is_absolute() and not path.exists():
+        path = PROJECT_ROOT / script
+    if path.is_file():
+        return []
+    entry = PI_ENTRY.relative_to(PROJECT_ROOT)
+    return [f"{script} does not exist; this server's Pi runner is {entry}"]
+
+
+def _script_argument(arguments: list[str]) -> str | None:
+    expects_value = False
+    for argument in arguments:
+        if expects_value:
+            expects_value = False
+        elif argument in _INLINE_CODE:
+            return None
+        elif argument in _OPTIONS_WITH_VALUE:
+            expects_value = True
+        elif not argument.startswith("-"):
+            return argument
+    return None
 
 
 def _package_problems() -> list[str]:

@@ -1,5 +1,5 @@
-"""A configured `pi` harness whose runtime is missing: check_brain_config names the problem and
-runbrain refuses to start, one line each, instead of every session failing its first turn."""
+"""A configured `pi` harness whose runtime or script is missing: check_brain_config names the
+problem and runbrain refuses to start, one line each, instead of every session failing its first turn."""
 
 from __future__ import annotations
 
@@ -80,3 +80,20 @@ def test_a_pi_harness_with_node_and_its_packages_installed_passes_the_check(tmp_
     # then
     assert completed.returncode == 0, completed.stderr
     assert completed.stdout.splitlines()[0] == f"config {path} is valid"
+
+
+@pytest.mark.parametrize("script", ["runners/pi/dist/main.js", "runners/pi/src/mian.mjs"])
+@pytest.mark.parametrize("command", ["check_brain_config", "runbrain"])
+def test_a_pi_harness_whose_script_does_not_exist_is_refused_in_one_line_naming_the_runner(
+    tmp_path: Path, command: str, script: str
+) -> None:
+    # given the machine's node, its packages and a script that is not there
+    path, env = _config(tmp_path, ["node", script])
+    # when
+    completed = _run(command, path, {**env, "PATH": os.environ.get("PATH", "")})
+    # then
+    assert completed.returncode == 1
+    assert completed.stderr.splitlines() == [
+        f"CommandError: cannot start: harness 'pi': {script} does not exist; "
+        "this server's Pi runner is runners/pi/src/main.mjs"
+    ]

@@ -3,7 +3,8 @@
 The catalog's name for Mistral's transport is the reference harness's (Pi's `mistral-conversations`
 API), which streams Mistral's chat completions; so does this one, so a session moved from the
 reference server sees the same requests. The body and the events are Mistral's own: content may
-come as a list of chunks, reasoning models (`prompt_mode: "reasoning"`) stream `thinking` chunks
+come as a list of chunks, reasoning models (`prompt_mode: "reasoning"`, or `reasoning_effort: "high"`
+for the models that take Mistral's effort instead, as pi-ai sends it) stream `thinking` chunks
 that go back verbatim with the message, tool call ids are nine letters or digits, and usage comes
 with the last chunk; the session's cache key goes as the `x-affinity` header (Mistral's prefix
 cache routing, as Pi sends it). The openai SDK client sends the request (Bearer key, the same bounded
@@ -45,6 +46,9 @@ TRANSPORT = "mistral-conversations"
 USAGE = UsageProfile(
     TRANSPORT, "unreported", "included", ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 )
+# Models that reason at Mistral's `reasoning_effort` ("high" or "none") rather than in
+# `prompt_mode: "reasoning"`; pi-ai's list (providers/mistral.js usesReasoningEffort).
+REASONING_EFFORT_MODELS = frozenset({"mistral-small-2603", "mistral-small-latest", "mistral-medium-3.5"})
 _STOP_REASONS = {"stop": "stop", "tool_calls": "tool_use", "length": "length", "model_length": "length"}
 # Mistral refuses tool call ids that are not exactly this many letters or digits.
 CALL_ID_LENGTH = 9
@@ -62,8 +66,11 @@ class MistralConversations(ClientProvider[openai.AsyncOpenAI]):
         body: JSONObject = {"model": request.model, "messages": messages, "stream": True}
         if request.tools:
             body["tools"] = function_tools(request.tools)
-        if request.reasoning_effort != "off":
-            body["prompt_mode"] = "reasoning"  # Mistral has one reasoning mode, not levels
+        if request.reasoning_effort != "off":  # Mistral has one reasoning mode, not levels
+            if request.model in REASONING_EFFORT_MODELS:
+                body["reasoning_effort"] = "high"
+            else:
+                body["prompt_mode"] = "reasoning"
         return body
 
     async def generate(self, request: ModelRequest, *, on_text: TextSink, meter: RequestMeter) -> Generation:

@@ -5,7 +5,10 @@ Pi's (`systemPrompt`, Pi messages, tools), the gateway converts it for the upstr
 reply is server-sent events of Pi's assistant-message stream: `start`, `text_*`, `thinking_*`,
 `toolcall_*` (each with a `contentIndex`), then exactly one `done` (stop reason, usage, the
 gateway's `responseId`) or `error`; a stream that ends without one is a failure, not a short
-answer. Thinking blocks, with their signatures, go back verbatim with the message. Pi's images
+answer. pi-ai's published events carry the message itself (`done.message`, `error.error`, and
+each block in `partial.content`); some gateways flatten its fields onto the event (`usage`,
+`responseId`, `errorMessage`, `contentSignature`, a call's `id` and `toolName`). Both are read,
+the flat field first. Thinking blocks, with their signatures, go back verbatim with the message. Pi's images
 are base64 only, so an https image is refused. The openai SDK client sends the request (Bearer
 key, the same bounded retries and status errors as every transport); its typed helpers are not used.
 """
@@ -158,7 +161,7 @@ class _Stream:
             return True
         if kind == "error":
             self._meter(event)
-            message = event.get("errorMessage")
+            message = _field(event, "error", "errorMessage")
             raise ProviderFailure(f"{self.provider}: {message if isinstance(message, str) else 'request failed'}")
         if not isinstance(kind, str) or "_" not in kind or kind == "start":
             return False  # `start` and events this wire may add later carry nothing to keep
@@ -173,8 +176,10 @@ class _Stream:
         return False
 
     async def _apply(self, block: dict[str, Any], step: str, event: dict[str, Any]) -> None:
+        partial = _partial_block(event)
         if step == "start" and block["type"] == "toolcall":
-            block["id"], block["name"] = str(event.get("id") or ""), str(event.get("toolName") or "")
+            block["id"] = str(event.get("id") or partial.get("id") or "")
+            block["name"] = str(event.get("toolName") or partial.get("name") or "")
         elif step == "delta" and isinstance(event.get("delta"), str):
             key = "arguments" if block["type"] == "toolcall" else "text"
             block[key] += event["delta"]
@@ -191,14 +196,15 @@ class _Stream:
             if block["type"] == "text" and content.startswith(block["text"]) and content != block["text"]:
                 await self.on_text(content[len(block["text"]) :])  # what the deltas left out
             block["text"] = content
-            if isinstance(event.get("contentSignature"), str):
-                block["signature"] = event["contentSignature"]
-            if event.get("redacted") is True:
+            signature = event.get("contentSignature", partial.get("thinkingSignature"))
+            if isinstance(signature, str):
+                block["signature"] = signature
+            if event.get("redacted", partial.get("redacted")) is True:
                 block["redacted"] = True
 
     def _meter(self, event: dict[str, Any]) -> None:
-        self.meter.note_provider_id(event.get("responseId"))
-        usage = event.get("usage")
+        self.meter.note_provider_id(_field(event, "message", "responseId"))
+        usage = _field(event, "message", "usage") or _field(event, "error", "usage")
         if isinstance(usage, dict):
             self.meter.report(
                 {
@@ -224,7 +230,7 @@ class _Stream:
                 final = block.get("final_arguments")  # the end event's object wins over the streamed JSON
                 arguments = parse_arguments(compact_json(final) if isinstance(final, dict) else block["arguments"])
                 calls.append(ToolCall(id=block.get("id", ""), name=block.get("name", ""), arguments=arguments))
-        raw_usage = self.done.get("usage")
+        raw_usage = _field(self.done, "message", "usage")
         usage: dict[str, Any] = raw_usage if isinstance(raw_usage, dict) else {}
         reason = self.done.get("reason")
         return Generation(
@@ -234,6 +240,23 @@ class _Stream:
             usage=Usage(input=token_count(usage.get("input")) or 0, output=token_count(usage.get("output")) or 0),
             replay={"transport": TRANSPORT, "blocks": thinking} if thinking else None,
         )
+
+
+def _field(event: dict[str, Any], carrier: str, name: str) -> Any:
+    """`event[name]`, else the same field of the message the event carries (`done.message`, `error.error`)."""
+    if event.get(name) is not None:
+        return event[name]
+    message = event.get(carrier)
+    return message.get(name) if isinstance(message, dict) else None
+
+
+def _partial_block(event: dict[str, Any]) -> dict[str, Any]:
+    """The event's own block in the message so far (`partial.content[contentIndex]`), or {}."""
+    partial = event.get("partial")
+    content = partial.get("content") if isinstance(partial, dict) else None
+    index = event["contentIndex"]
+    block = content[index] if isinstance(content, list) and 0 <= index < len(content) else None
+    return block if isinstance(block, dict) else {}
 
 
 def _thinking_block(block: dict[str, Any]) -> JSONObject:

@@ -12,6 +12,10 @@ export const IMAGE_TYPES = ["image/png", "image/jpeg", "image/gif", "image/webp"
 // Levels Pi's registry offers that a provider refuses: OpenAI's o-series reasoning models take
 // low, medium and high only ("minimal" came with GPT-5), whatever pi-ai would send.
 const REFUSED_LEVELS = [{ apis: new Set(["openai-responses", "azure-openai-responses"]), id: /^o\d/, levels: ["minimal"] }];
+// Pi's thinking levels, lowest first (pi-ai's EXTENDED_THINKING_LEVELS).
+const LEVEL_ORDER = ["off", "minimal", "low", "medium", "high", "xhigh"];
+// spec (reference-models): "max" requests the corresponding level from Pi, whose highest is xhigh.
+const LEVEL_ALIASES = { max: "xhigh" };
 
 export function parseOpenParams(params) {
   if (params === null || typeof params !== "object" || Array.isArray(params)) throw brainFailure("open params must be an object");
@@ -26,7 +30,7 @@ export function parseOpenParams(params) {
     directory: dir,
     model: config.model,
     instructions: String(config.instructions || DEFAULT_INSTRUCTIONS),
-    reasoningEffort: String(config.reasoning_effort || "off"),
+    reasoningEffort: String(config.reasoning_effort || ""), // "" when unset: see resolveModel
     tools: toolSpecs(params.tools ?? []).map((tool) => ({ ...tool, parameters: presentParameters(placed, tool.name, tool.parameters) })),
     placed,
     provider: { apiKey: String(provider.api_key ?? ""), baseUrl: String(provider.base_url ?? ""), api: String(provider.api ?? "") },
@@ -73,14 +77,23 @@ export function resolveModel(settings) {
   if (!model.baseUrl) {
     throw brainFailure(`provider '${model.provider}' has no default endpoint; set base_url in the host config`);
   }
-  const effort = settings.reasoningEffort;
   const levels = supportedLevels(model);
+  const requested = settings.reasoningEffort;
+  const effort = requested ? (LEVEL_ALIASES[requested] ?? requested) : defaultLevel(levels);
   if (!levels.includes(effort)) {
     throw brainFailure(
-      `requested reasoning effort is unsupported by the model ('${settings.model}' accepts ${levels.join(", ")}; got '${effort}')`,
+      `requested reasoning effort is unsupported by the model ('${settings.model}' accepts ${levels.join(", ")}; got '${requested}')`,
     );
   }
   return { model, reasoning: effort === "off" ? undefined : effort };
+}
+
+/**
+ * The level of a session that set no reasoning effort: "off" (spec), or, for a model that cannot
+ * turn reasoning off (GPT-5, Gemini 3), its lowest level, as pi-ai's clampThinkingLevel(model, "off").
+ */
+function defaultLevel(levels) {
+  return LEVEL_ORDER.find((level) => levels.includes(level)) ?? "off";
 }
 
 /** The reasoning levels `model` runs with: Pi's, less those its provider refuses. */

@@ -17,15 +17,22 @@ export const TURN_END = "brain.turn_end";
 // A compaction summary enters the context as a user message that starts with this line.
 export const SUMMARY_PREFIX = "Summary of the earlier conversation:\n";
 
-const newId = () => randomBytes(4).toString("hex");
+// Pi's entry ids: 8 hex digits. Unique within a file (replay follows parentId through a map of
+// ids, so a repeat would scramble the context after a reload): a drawn id already used is drawn
+// again, this many times at most (32 bits: a second repeat in a row is all but impossible).
+const randomId = () => randomBytes(4).toString("hex");
+const ID_DRAWS = 64;
 
 export function summaryMessage(summary) {
   return { role: "user", content: [{ type: "text", text: SUMMARY_PREFIX + summary }], timestamp: 0 };
 }
 
 export class NativeState {
-  constructor(directory) {
+  /** `newId` draws entry ids (tests force repeats with it). */
+  constructor(directory, { newId = randomId } = {}) {
     this.directory = directory;
+    this.newId = newId;
+    this.knownIds = new Set(); // every entry id in the file, read or written
     this.file = path.join(directory, SESSION_FILE);
     this.fd = null;
     this.size = 0;
@@ -39,8 +46,8 @@ export class NativeState {
   }
 
   /** Passive: read what is on disk; create the directory and an empty file if missing. */
-  static load(directory) {
-    const state = new NativeState(directory);
+  static load(directory, options = {}) {
+    const state = new NativeState(directory, options);
     let data;
     try {
       fs.mkdirSync(directory, { recursive: true });
@@ -74,6 +81,7 @@ export class NativeState {
         continue;
       }
       if (typeof entry.id !== "string") continue;
+      this.knownIds.add(entry.id);
       byId.set(entry.id, entry);
       if (entry.type === "custom" && entry.customType === TURN_END) leaf = entry;
     }
@@ -131,7 +139,7 @@ export class NativeState {
 
   appendEntry(entry) {
     const open = this.open;
-    const full = { type: entry.type, id: newId(), parentId: open.headId, timestamp: new Date().toISOString(), ...entry };
+    const full = { type: entry.type, id: this.uniqueId(), parentId: open.headId, timestamp: new Date().toISOString(), ...entry };
     let text = JSON.stringify(full) + "\n";
     if (!this.headerWritten) {
       const header = { type: "session", version: SESSION_VERSION, id: this.cacheKey, timestamp: full.timestamp };
@@ -148,9 +156,18 @@ export class NativeState {
     }
     this.headerWritten = true;
     this.needsNewline = false;
+    this.knownIds.add(full.id);
     open.headId = full.id;
     open.firstId ??= full.id;
     return full;
+  }
+
+  uniqueId() {
+    for (let draw = 0; draw < ID_DRAWS; draw++) {
+      const id = this.newId();
+      if (!this.knownIds.has(id)) return id;
+    }
+    throw brainFailure(`cannot draw a new native entry id in ${this.file}`);
   }
 
   addMessage(message) {
