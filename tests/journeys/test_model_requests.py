@@ -127,11 +127,19 @@ PI_WIRES = [
             PI_OPENAI_STYLE,
             "openai_codex_responses_case",
         ),
+        (
+            "radius/claude-sonnet-4-5",
+            "radius",
+            "claude-sonnet-4-5",
+            "pi-messages",
+            PI_ANTHROPIC_STYLE,
+            "pi_messages_case",
+        ),
     ]
 ]
 # pi-ai's Codex client makes up to 4 attempts of its own (the scripted refusal reads as retryable);
-# its Gemini and Mistral clients make one.
-PI_FAILED_ATTEMPTS = {"openai-codex": "4/4", "google": "1/1", "mistral": "1/1"}
+# its Gemini and Mistral clients make one, and so does the runner's own Pi messages client.
+PI_FAILED_ATTEMPTS = {"openai-codex": "4/4", "google": "1/1", "mistral": "1/1", "radius": "1/1"}
 HARNESS_WIRES = [
     pytest.param(harness, *case.values, id=f"{harness}-{case.id}")
     for harness, cases in (("loop", WIRES), ("pi", PI_WIRES))
