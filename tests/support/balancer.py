@@ -19,7 +19,9 @@ __all__ = ["CHECK_SECONDS", "Balancer"]
 
 CHECK_SECONDS = 0.3
 CHECK_TIMEOUT_SECONDS = 1.0  # a health check that takes longer counts as not ready
-CONNECT_SECONDS = 2.0
+# A loopback connect is accepted by the kernel at once (a closed listener refuses at once), so only
+# this process's own starved loop makes one slow: wait as a cloud balancer does (nginx: 60 s).
+CONNECT_SECONDS = 15.0
 PIPE_BYTES = 64 * 1024
 START_SECONDS = 10.0
 
