@@ -37,6 +37,8 @@ from brain.types import Event
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from scripts.demo_keys import DEMO_PROVIDER_KEYS  # noqa: E402  # after the repository root is on the path
+
 DEMO_CONFIG = ROOT / "examples" / "local.json"
 NGINX_TEMPLATE = ROOT / "deploy" / "nginx" / "brain-cluster.conf.template"
 INSTANCES = ("brain-a", "brain-b", "brain-c")
@@ -489,7 +491,7 @@ def run(arguments: argparse.Namespace, cluster: Cluster) -> None:
     token = _secret("BRAIN_API_KEY")
     shared = {
         "BRAIN_API_KEY": token,
-        "SCRIPTED_PROVIDER_KEY": "scripted-demo-key",
+        **DEMO_PROVIDER_KEYS,
         "BRAIN_TOOLS_KEY": _secret("BRAIN_TOOLS_KEY"),
         "BRAIN_APPROVAL_KEY": _secret("BRAIN_APPROVAL_KEY"),
         "BRAIN_DATABASE_URL": ports.database_url,

@@ -23,15 +23,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "examples" / "local.json"
-# Codex keys are ChatGPT sign-in tokens: a JWT whose auth claim names the account (unsigned here).
-DEMO_CODEX_KEY = (
-    "eyJhbGciOiJub25lIn0.eyJodHRwczovL2FwaS5vcGVuYWkuY29tL2F1dGgiOnsiY2hhdGdwdF9hY2NvdW50X2lkIjoiZGVtbyJ9fQ.demo"
-)
-# The keys examples/local.json's providers read (the scripted provider takes any).
-DEMO_PROVIDER_KEYS = {"SCRIPTED_PROVIDER_KEY": "scripted-demo-key", "SCRIPTED_CODEX_KEY": DEMO_CODEX_KEY}
 sys.path.insert(0, str(ROOT))
 
 from foundation.hostconfig import Harness  # noqa: E402
+from scripts.demo_keys import DEMO_PROVIDER_KEYS  # noqa: E402
 from scripts.demo_tools import (  # noqa: E402  # after the repository root is on the path
     PAGE_PORT,
     PAGE_URL,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from scripts.run_demo import DEMO_PROVIDER_KEYS
+from scripts.demo_keys import DEMO_PROVIDER_KEYS
 from tests.fixtures.provider import LOOP_HARNESS, PI_HARNESS, ScriptedProvider
 from tests.fixtures.server import BrainServer, wait_for_turn_end
 
