@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
 from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
-from tests.fixtures.server import BrainServer, history, send_ok, wait_for_turn_end
+from tests.fixtures.server import BrainServer
+from tests.support.placed_servers import placed_server, turn_events
 from tests.support.served_schemas import assert_event_data_served
 from toolkits.authoring import brain_env, component, create_placed_session, host_env, tool
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPONENT = ROOT / "examples" / "components" / "workspace_reader" / "workspace_reader.wasm"
 MODEL = "openai/gpt-4.1-mini"
 READ_INPUT = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 # A canonical input whose parts live in `$defs`, one of them referring to another.
@@ -38,32 +36,6 @@ QUERY_INPUT = {
         "Text": {"type": "string", "minLength": 1},
     },
 }
-
-
-def _server(factory: Callable[..., BrainServer], provider: ScriptedProvider) -> BrainServer:
-    assert COMPONENT.is_file(), f"the example component is missing: {COMPONENT}"
-    server = factory(
-        harnesses=AGENT_HARNESSES,
-        providers={"openai": {"api_key_env": "TEST_OPENAI_KEY", "base_url": provider.openai_base_url}},
-        environments=[
-            {"name": "app", "kind": "host", "tenants": ["acme"]},
-            {
-                "name": "reader",
-                "kind": "brain",
-                "tenants": ["acme"],
-                "components": [str(COMPONENT)],
-                "grants": {"workspace": ["read"]},
-            },
-        ],
-    )
-    provider.reset()  # the built-in `call NAME {json}` directive only
-    return server
-
-
-def _turn(server: BrainServer, session_id: str, text: str) -> list[dict[str, Any]]:
-    accepted = send_ok(server, session_id, text)
-    wait_for_turn_end(server, session_id, accepted["id"], timeout=60)
-    return [event for event in history(server, session_id) if event.get("input_id") == accepted["id"]]
 
 
 def _of(events: list[dict[str, Any]], type_: str) -> list[dict[str, Any]]:
@@ -92,7 +64,7 @@ def test_a_policy_sends_each_call_to_the_environment_it_names(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: read_file placed in both environments, one session choosing each
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     ran: list[dict[str, Any]] = []
     read_file = _read_file(ran)
     client = server.sdk()
@@ -113,7 +85,8 @@ def test_a_policy_sends_each_call_to_the_environment_it_names(
 
         # when: the model calls the canonical tool in each session
         events = {
-            env: _turn(server, placed.id, 'call read_file {"path": "notes.txt"}') for env, placed in sessions.items()
+            env: turn_events(server, placed.id, 'call read_file {"path": "notes.txt"}')
+            for env, placed in sessions.items()
         }
 
         # then: the model saw the canonical input, and each call ran where its session's policy said
@@ -141,7 +114,7 @@ def test_a_call_the_selector_does_not_place_is_invalid_input_and_runs_nowhere(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: read_file behind the environment selector
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     ran: list[dict[str, Any]] = []
     placed = create_placed_session(
         server.sdk(),
@@ -154,7 +127,7 @@ def test_a_call_the_selector_does_not_place_is_invalid_input_and_runs_nowhere(
         # when: the model calls it unwrapped, then wrapped with an environment it is not placed in
         prompt = 'call read_file {"path": "notes.txt"}\n'
         prompt += 'call read_file {"environment": "elsewhere", "input": {"path": "notes.txt"}}'
-        events = _turn(server, placed.id, prompt)
+        events = turn_events(server, placed.id, prompt)
 
         # then: Brain got each as the model made it and refused it, naming the placements; nothing ran
         calls = _of(events, "tool.call")
@@ -181,7 +154,7 @@ def test_a_selector_keeps_the_defs_of_a_canonical_input(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: lookup, whose input refers to its `$defs`, behind the environment selector
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     ran: list[Any] = []
 
     def lookup(arguments: Any, ctx: Any) -> dict[str, Any]:
@@ -198,7 +171,7 @@ def test_a_selector_keeps_the_defs_of_a_canonical_input(
     try:
         # when: the model calls it with the wrapped input
         wrapped = {"environment": "app", "input": {"query": {"q": "x"}}}
-        events = _turn(server, placed.id, f"call lookup {json.dumps(wrapped)}")
+        events = turn_events(server, placed.id, f"call lookup {json.dumps(wrapped)}")
 
         # then: the schema the model saw resolves every reference and checks the wrapped call
         (offered,) = scripted_provider.bodies()[0]["tools"]

@@ -11,20 +11,18 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.fixtures.provider import AGENT_HARNESSES, ScriptedProvider
-from tests.fixtures.server import BrainServer, history, open_stream, send_ok, wait_for_turn_end
+from tests.fixtures.server import BrainServer, open_stream
+from tests.support.placed_servers import placed_server, turn_events
 from toolkits.authoring import brain_env, component, create_placed_session, host_env, tool
 
 pytestmark = pytest.mark.client  # run under 2.3.0 and again under 2.0.0
 
-ROOT = Path(__file__).resolve().parents[2]
-COMPONENT = ROOT / "examples" / "components" / "workspace_reader" / "workspace_reader.wasm"
 MODEL = "openai/gpt-4.1-mini"
 READ_INPUT = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 READ_OUTPUT = {
@@ -34,32 +32,6 @@ READ_OUTPUT = {
 }
 LOOKUP_INPUT = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
 LOOKUP_OUTPUT = {"type": "object", "properties": {"value": {"type": "string"}}, "required": ["value"]}
-
-
-def _server(factory: Callable[..., BrainServer], provider: ScriptedProvider) -> BrainServer:
-    assert COMPONENT.is_file(), f"the example component is missing: {COMPONENT}"
-    server = factory(
-        harnesses=AGENT_HARNESSES,
-        providers={"openai": {"api_key_env": "TEST_OPENAI_KEY", "base_url": provider.openai_base_url}},
-        environments=[
-            {"name": "app", "kind": "host", "tenants": ["acme"]},
-            {
-                "name": "reader",
-                "kind": "brain",
-                "tenants": ["acme"],
-                "components": [str(COMPONENT)],
-                "grants": {"workspace": ["read"]},
-            },
-        ],
-    )
-    provider.reset()  # the built-in `call NAME {json}` directive only
-    return server
-
-
-def _turn(server: BrainServer, session_id: str, text: str) -> list[dict[str, Any]]:
-    accepted = send_ok(server, session_id, text)
-    wait_for_turn_end(server, session_id, accepted["id"], timeout=60)
-    return [event for event in history(server, session_id) if event.get("input_id") == accepted["id"]]
 
 
 def _offset(cursor: str) -> int:
@@ -77,7 +49,7 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: read_file placed in a host environment (a function here) and in a component
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     seen: list[dict[str, Any]] = []
     committed_before_return: list[bool] = []
     sequences: list[str] = []
@@ -127,7 +99,7 @@ def test_one_tool_placed_in_two_environments_runs_where_the_model_chose_with_com
                 'call read_file {"environment": "reader", "input": {"path": "notes.txt"}}',
             ]
         )
-        events = _turn(server, session_id, prompt)
+        events = turn_events(server, session_id, prompt)
 
         # then: each call reached its environment, named on tool.call and tool.result
         offered = scripted_provider.bodies()[0]["tools"]
@@ -168,7 +140,7 @@ def test_invalid_input_is_never_executed_and_invalid_output_is_its_own_outcome(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider, harness: str
 ) -> None:
     # given: lookup placed in the host environment alone (the policy needs no choice)
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     ran: list[Any] = []
 
     def lookup(arguments: Any, ctx: Any) -> dict[str, Any]:
@@ -187,7 +159,7 @@ def test_invalid_input_is_never_executed_and_invalid_output_is_its_own_outcome(
     )
     try:
         # when: one call with input the schema refuses, one whose output breaks the output schema
-        events = _turn(server, placed.id, 'call lookup {"q": 5}\ncall lookup {"q": "bad"}')
+        events = turn_events(server, placed.id, 'call lookup {"q": 5}\ncall lookup {"q": "bad"}')
 
         # then
         results = _of(events, "tool.result")
@@ -214,7 +186,7 @@ def _component_tool(**extra: Any) -> dict[str, Any]:
 def test_create_refuses_disagreeing_definitions_duplicate_pairs_bad_options_and_denied_grants(
     brain_factory: Callable[..., BrainServer], scripted_provider: ScriptedProvider
 ) -> None:
-    server = _server(brain_factory, scripted_provider)
+    server = placed_server(brain_factory, scripted_provider)
     reader = {"name": "reader", "filesystem": {"workspace": "read"}}
     cases = {
         "disagree": (
